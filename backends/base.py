@@ -1,0 +1,18 @@
+"""What a target is, as data: memories, toolchain, templates."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    name: str
+    description: str
+    template_dir: str  # folder under templates/ holding this target's whole-file templates
+    cc: str  # C compiler used to build and verify the engine
+    cflags: tuple[str, ...]
+    cores: int = 1
+    l1_bytes: int | None = None  # default scratchpad size, when the part has one
+    sram_bytes: int | None = None  # default L2/SRAM budget
+    flash_bytes: int | None = None
+    alignment: int = 16

@@ -1,0 +1,151 @@
+"""Vectorised gemmlowp / TFLite fixed-point primitives on int64 numpy arrays.
+
+Values are int32 quantities carried in int64 so that products never overflow;
+results are exactly what the C kernels compute in int32/int64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _i64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def wrap32(x) -> np.ndarray:
+    """Two's complement wrap to int32 (what the C code's unsigned shifts produce)."""
+    return ((_i64(x) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def srdhm(a, b) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul."""
+    a, b = _i64(a), _i64(b)
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    s = ab + nudge
+    r = np.where(s >= 0, s >> 31, -((-s) >> 31))  # C division truncates toward zero
+    return np.where((a == I32_MIN) & (b == I32_MIN), I32_MAX, r)
+
+
+def rdbpot(x, exponent) -> np.ndarray:
+    """RoundingDivideByPOT: round half away from zero."""
+    x, e = _i64(x), _i64(exponent)
+    mask = (np.int64(1) << e) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> e) + (remainder > threshold)
+
+
+def mbqm_single_rounding(x, multiplier, shift) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier, single rounding (round half up)."""
+    total = 31 - _i64(shift)
+    return (_i64(x) * _i64(multiplier) + (np.int64(1) << (total - 1))) >> total
+
+
+def mbqm(x, multiplier, shift) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier, gemmlowp's double-rounding form."""
+    shift = _i64(shift)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    return rdbpot(srdhm(wrap32(_i64(x) << left), multiplier), right)
+
+
+def saturating_left_shift(x, exponent: int) -> np.ndarray:
+    """SaturatingRoundingMultiplyByPOT with a non-negative exponent."""
+    return np.clip(_i64(x) << exponent, I32_MIN, I32_MAX)
+
+
+# ---- gemmlowp FixedPoint<int32, IntegerBits> helpers -----------------------
+
+def _one(integer_bits: int) -> int:
+    return I32_MAX if integer_bits == 0 else 1 << (31 - integer_bits)
+
+
+def fp_mul(a, b) -> np.ndarray:
+    return srdhm(a, b)
+
+
+def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> np.ndarray:
+    """exp(x) for x in [-1/4, 0), Q0.31 in and out."""
+    constant_term = 1895147668  # exp(-1/8)
+    constant_1_over_3 = 715827883
+    x = _i64(a) + (1 << 28)  # a + 1/8
+    x2 = fp_mul(x, x)
+    x3 = fp_mul(x2, x)
+    x4 = fp_mul(x2, x2)
+    x4_over_4 = rdbpot(x4, 2)
+    poly = rdbpot(fp_mul(x4_over_4 + x3, constant_1_over_3) + x2, 1)
+    return constant_term + fp_mul(constant_term, x + poly)
+
+
+def exp_on_negative_values(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp exp_on_negative_values for FixedPoint<int32, integer_bits>; result Q0.31."""
+    a = _i64(a)
+    fractional_bits = 31 - integer_bits
+    one_quarter = 1 << (fractional_bits - 2)
+    mask = one_quarter - 1
+    a_mod_quarter_minus_one_quarter = (a & mask) - one_quarter
+    # rescale a_mod... from integer_bits to 0 integer bits
+    result = exp_on_interval_between_negative_one_quarter_and_0_excl(
+        saturating_left_shift(a_mod_quarter_minus_one_quarter, integer_bits))
+    remainder = a_mod_quarter_minus_one_quarter - a
+    multipliers = {-2: 1672461947, -1: 1302514674, 0: 790015084, 1: 290630308,
+                   2: 39332535, 3: 720401, 4: 242}
+    for exponent, mult in multipliers.items():
+        if integer_bits > exponent:
+            shift = fractional_bits + exponent
+            if 0 <= shift < 31:
+                bit = (remainder & (1 << shift)) != 0
+                result = np.where(bit, fp_mul(result, mult), result)
+    if integer_bits > 5:
+        clamp = -(1 << (fractional_bits + 5))
+        result = np.where(a < clamp, 0, result)
+    return np.where(a == 0, I32_MAX, result)
+
+
+def one_over_one_plus_x_for_x_in_0_1(a) -> np.ndarray:
+    """1 / (1 + x) for x in [0, 1); Q0.31 in, Q0.31 out (Newton-Raphson, as gemmlowp)."""
+    a = _i64(a)
+    half_denominator = rounding_half_sum(a, I32_MAX)
+    constant_48_over_17 = 1515870810  # Q2.29
+    constant_neg_32_over_17 = -1010580540  # Q2.29
+    x = constant_48_over_17 + fp_mul(half_denominator, constant_neg_32_over_17)  # Q2.29
+    one_q2 = 1 << 29
+    for _ in range(3):
+        half_denominator_times_x = fp_mul(half_denominator, x)  # Q2.29
+        one_minus = one_q2 - half_denominator_times_x
+        x = x + saturating_left_shift(fp_mul(x, one_minus), 2)
+    # ExactMulByPot<-1> reinterprets Q2.29 as Q1.30 (x / 2); rescaling Q1.30 to Q0.31
+    # is a saturating left shift by one.
+    return saturating_left_shift(x, 1)
+
+
+def rounding_half_sum(a, b) -> np.ndarray:
+    """RoundingHalfSum: (a + b) / 2, rounding half away from zero."""
+    s = _i64(a) + _i64(b)
+    return np.where(s >= 0, (s + 1) >> 1, -((-s + 1) >> 1))
+
+
+def count_leading_zeros32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return 32 - x.bit_length()
+
+
+def get_reciprocal(x: int, integer_bits: int) -> tuple[int, int]:
+    """GetReciprocal: (1 / x as Q0.31 of the normalised value, num_bits_over_unit)."""
+    headroom_plus_one = count_leading_zeros32(x)
+    num_bits_over_unit = integer_bits - headroom_plus_one
+    shifted_minus_one = (((x & 0xFFFFFFFF) << headroom_plus_one) - (1 << 31)) & 0xFFFFFFFF
+    shifted_minus_one = shifted_minus_one - (1 << 32) if shifted_minus_one >= (1 << 31) else shifted_minus_one
+    return int(one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)), num_bits_over_unit
+
+
+def logistic(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp logistic for FixedPoint<int32, integer_bits>; result Q0.31."""
+    a = _i64(a)
+    abs_a = np.where(a > 0, a, -a)
+    positive = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(-abs_a, integer_bits))
+    negative = I32_MAX - positive
+    return np.where(a == 0, 1 << 30, np.where(a > 0, positive, negative))

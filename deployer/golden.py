@@ -1,0 +1,222 @@
+"""A numpy executor of the IR with TFLite reference-kernel integer semantics.
+
+It runs the same lowered kernel records as the C backends, so a layer where
+the C engine and this executor agree but the reference interpreter does not
+points at the lowering, and a layer where only the C differs points at the
+templates (``deploy verify --per-layer``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from layer_analyzer import kernels as K
+from network_parser.ir import Graph
+
+from . import fixedpoint as fx
+
+NP_DTYPES = {"int8": np.int8, "float32": np.float32, "int32": np.int32}
+
+
+def _conv(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    x = x.astype(np.int64) + k.input_offset
+    pad_b = max(0, (k.out_h - 1) * k.stride_h + (k.k_h - 1) * k.dil_h + 1 - k.in_h - k.pad_t)
+    pad_r = max(0, (k.out_w - 1) * k.stride_w + (k.k_w - 1) * k.dil_w + 1 - k.in_w - k.pad_l)
+    # Padding contributes zero after the input offset, as the reference skips it.
+    xp = np.pad(x, ((0, 0), (k.pad_t, pad_b), (k.pad_l, pad_r), (0, 0)))
+    taps = []
+    for i in range(k.k_h):
+        for j in range(k.k_w):
+            r0, c0 = i * k.dil_h, j * k.dil_w
+            taps.append(xp[:, r0: r0 + (k.out_h - 1) * k.stride_h + 1: k.stride_h,
+                           c0: c0 + (k.out_w - 1) * k.stride_w + 1: k.stride_w, :])
+    patches = np.stack(taps, axis=3).astype(np.float64)  # n, oh, ow, kh*kw, ic (exact in float64)
+    if k.depthwise:
+        patches = np.repeat(patches, k.depth_multiplier, axis=4)  # channel ic*m + j
+        wf = w.reshape(k.k_h * k.k_w, k.out_c).astype(np.float64)
+        acc = np.einsum("nhwkc,kc->nhwc", patches, wf)
+    else:
+        wf = w.reshape(k.out_c, k.k_h * k.k_w * k.in_c).astype(np.float64)
+        acc = patches.reshape(k.batch, k.out_h, k.out_w, -1) @ wf.T
+    acc = np.rint(acc).astype(np.int64)
+    if b is not None:
+        acc += b.astype(np.int64)
+    out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _fc(k: K.FullyConnected, x, w, b):
+    xs = x.reshape(k.batch, k.in_features).astype(np.float64) + k.input_offset
+    acc = np.rint(xs @ w.astype(np.float64).T).astype(np.int64)
+    if b is not None:
+        acc += b.astype(np.int64)
+    out = fx.mbqm_single_rounding(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _views(view: K.Broadcast, a, b):
+    sa = np.lib.stride_tricks.as_strided(a.reshape(-1).astype(np.int64), view.shape,
+                                         [s * 8 for s in view.a_strides])
+    sb = np.lib.stride_tricks.as_strided(b.reshape(-1).astype(np.int64), view.shape,
+                                         [s * 8 for s in view.b_strides])
+    return sa, sb
+
+
+def _add(k: K.Add, a, b):
+    sa, sb = _views(k.view, a, b)
+    xa = fx.mbqm((sa + k.a_offset) << k.left_shift, k.a_multiplier, k.a_shift)
+    xb = fx.mbqm((sb + k.b_offset) << k.left_shift, k.b_multiplier, k.b_shift)
+    out = fx.mbqm(xa + xb, k.out_multiplier, k.out_shift) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _mul(k: K.Mul, a, b):
+    sa, sb = _views(k.view, a, b)
+    out = fx.mbqm((sa + k.a_offset) * (sb + k.b_offset), k.out_multiplier, k.out_shift) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _pool(k: K.Pool, x):
+    out = np.zeros((k.batch, k.out_h, k.out_w, k.channels), np.int64)
+    xi = x.astype(np.int64)
+    for oy in range(k.out_h):
+        y0 = oy * k.stride_h - k.pad_t
+        ys = slice(max(y0, 0), min(y0 + k.f_h, k.in_h))
+        for ox in range(k.out_w):
+            x0 = ox * k.stride_w - k.pad_l
+            win = xi[:, ys, max(x0, 0): min(x0 + k.f_w, k.in_w), :]
+            if k.kind == "max":
+                out[:, oy, ox, :] = win.max(axis=(1, 2))
+            else:
+                count = win.shape[1] * win.shape[2]
+                s = win.sum(axis=(1, 2))
+                # round half away from zero, C integer division truncating
+                out[:, oy, ox, :] = np.where(s > 0, (s + count // 2) // count,
+                                             -((-s + count // 2) // count))
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _mean(k: K.Mean, x):
+    xs = x.reshape(k.outer, k.reduced, k.inner).astype(np.int64)
+    s = (xs + k.input_offset).sum(axis=1)
+    # reference_integer_ops::Mean: scale by 1/count through the multiplier, rounding as TFLite.
+    count = k.reduced
+    shift = k.shift
+    mult = k.multiplier
+    # num_elements reduction folded into the multiplier: see layer_analyzer.kernels._mean
+    out = fx.mbqm(s, mult, shift)
+    out = _div_round(out, count) + k.output_offset
+    return np.clip(out, -128, 127).astype(np.int8)
+
+
+def _div_round(s, count):
+    s = np.asarray(s, np.int64)
+    return np.where(s >= 0, (s + count // 2) // count, -((-s + count // 2) // count))
+
+
+def _softmax(k: K.Softmax, x):
+    xs = x.reshape(k.rows, k.depth).astype(np.int64)
+    out = np.empty_like(xs)
+    for r in range(k.rows):
+        diff = xs[r] - xs[r].max()
+        valid = diff >= k.diff_min
+        rescaled = fx.srdhm(fx.wrap32(diff << k.input_left_shift), k.input_multiplier)
+        exps = fx.exp_on_negative_values(rescaled, 5)
+        total = int(fx.wrap32(np.where(valid, fx.rdbpot(exps, 12), 0).sum()))
+        scale, bits = fx.get_reciprocal(total, 12)
+        unsat = fx.rdbpot(fx.srdhm(scale, exps), bits + 31 - 8) - 128
+        out[r] = np.where(valid, np.clip(unsat, -128, 127), -128)
+    return out.reshape(x.shape).astype(np.int8)
+
+
+def _logistic(k: K.Logistic, x):
+    v = x.astype(np.int64) - k.input_zero_point
+    q4 = fx.mbqm(v, k.input_multiplier, k.input_left_shift)
+    q0 = fx.logistic(q4, 4)
+    out = np.clip(fx.rdbpot(q0, 23) - 128, -128, 127)
+    out = np.where(v <= -k.input_range_radius, -128, np.where(v >= k.input_range_radius, 127, out))
+    return out.astype(np.int8)
+
+
+def _hard_swish(k: K.HardSwish, x):
+    raise NotImplementedError("HARD_SWISH golden")
+
+
+def _requantize(k: K.Requantize, x):
+    out = fx.mbqm(x.astype(np.int64) + k.input_offset, k.multiplier, k.shift) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _quantize(k: K.Quantize, x):
+    v = x.astype(np.float32) / np.float32(k.scale)
+    r = np.where(v >= 0, np.floor(v + np.float32(0.5)), -np.floor(-v + np.float32(0.5)))
+    return np.clip(r.astype(np.int64) + k.zero_point, -128, 127).astype(np.int8)
+
+
+def _dequantize(k: K.Dequantize, x):
+    return (np.float64(k.scale) * (x.astype(np.int64) - k.zero_point)).astype(np.float32)
+
+
+def _pad(k: K.Pad, x):
+    widths = [(b, o - i - b) for i, o, b in zip(k.in_shape, k.out_shape, k.before)]
+    return np.pad(x, widths, constant_values=k.value)
+
+
+def _concat(k: K.Concat, *xs):
+    parts = [x.reshape(k.outer, -1) for x in xs]
+    return np.concatenate(parts, axis=1)
+
+
+def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np.ndarray:
+    ins = [values[i] if i >= 0 and not graph.tensors[i].is_const else
+           (graph.tensors[i].data if i >= 0 else None) for i in layer.inputs]
+    out_t = graph.tensors[layer.outputs[0]]
+    match kernel:
+        case K.Conv():
+            y = _conv(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+        case K.FullyConnected():
+            y = _fc(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+        case K.Add():
+            y = _add(kernel, ins[0], ins[1])
+        case K.Mul():
+            y = _mul(kernel, ins[0], ins[1])
+        case K.Pool():
+            y = _pool(kernel, ins[0])
+        case K.Mean():
+            y = _mean(kernel, ins[0])
+        case K.Softmax():
+            y = _softmax(kernel, ins[0])
+        case K.Logistic():
+            y = _logistic(kernel, ins[0])
+        case K.HardSwish():
+            y = _hard_swish(kernel, ins[0])
+        case K.Requantize():
+            y = _requantize(kernel, ins[0])
+        case K.Quantize():
+            y = _quantize(kernel, ins[0])
+        case K.Dequantize():
+            y = _dequantize(kernel, ins[0])
+        case K.Copy():
+            y = ins[0]
+        case K.Pad():
+            y = _pad(kernel, ins[0])
+        case K.Concat():
+            y = _concat(kernel, *ins)
+        case K.Transpose():
+            y = np.transpose(ins[0], kernel.perm)
+        case _:
+            raise TypeError(kernel)
+    return np.ascontiguousarray(y).reshape(out_t.shape).astype(NP_DTYPES[out_t.dtype])
+
+
+def run(graph: Graph, inputs: list[np.ndarray], kernels=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Run the graph; returns (outputs, the output of every layer in order)."""
+    kernels = kernels or K.lower_graph(graph)
+    values: dict[int, np.ndarray] = {}
+    for t, x in zip(graph.inputs, inputs):
+        values[t] = np.asarray(x).reshape(graph.tensors[t].shape)
+    trace = []
+    for kernel, layer in zip(kernels, graph.layers):
+        y = run_kernel(kernel, layer, graph, values)
+        values[layer.outputs[0]] = y
+        trace.append(y)
+    return [values[o] for o in graph.outputs], trace

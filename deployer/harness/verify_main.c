@@ -1,0 +1,39 @@
+/* Test harness for generated engines (not part of an engine): reads raw input
+ * samples from stdin, runs one inference per sample and writes the raw outputs
+ * to stdout. Built with -DINFERENCE_TRACE it first writes every layer's output
+ * as a record: int32 layer index, uint32 byte count, the bytes. */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "inference_api.h"
+
+#ifdef INFERENCE_TRACE
+void inference_trace(int layer, const void *data, unsigned bytes)
+{
+    const int32_t header[2] = {layer, (int32_t)bytes};
+    fwrite(header, sizeof header, 1, stdout);
+    fwrite(data, 1, bytes, stdout);
+}
+#endif
+
+int main(void)
+{
+    if (inference_init() != 0) {
+        return 2;
+    }
+    for (;;) {
+        for (int i = 0; i < INFERENCE_NUM_INPUTS; ++i) {
+            const unsigned n = inference_input_bytes(i);
+            if (fread(inference_get_input(i), 1, n, stdin) != n) {
+                return (i == 0 && feof(stdin)) ? 0 : 3;
+            }
+        }
+        if (inference_run() != 0) {
+            return 4;
+        }
+        for (int o = 0; o < INFERENCE_NUM_OUTPUTS; ++o) {
+            fwrite(inference_get_output(o), 1, inference_output_bytes(o), stdout);
+        }
+        fflush(stdout);
+    }
+}

@@ -1,0 +1,52 @@
+"""manifest.json: everything the engine's memory plan decided, for tools and people."""
+from __future__ import annotations
+
+from layer_analyzer import kernels as K
+from network_parser.ir import Graph, Tensor
+
+from .emit import c_identifier
+
+MANIFEST_VERSION = 1
+
+
+def _tensor_info(t: Tensor) -> dict:
+    info = dict(name=t.name, shape=list(t.shape), dtype=t.dtype)
+    if t.quant is not None and not t.quant.per_channel:
+        info.update(scale=t.scale, zero_point=t.zero_point)
+    return info
+
+
+def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend) -> dict:
+    name = {lt.tensor: lt.name for lt in lives}
+
+    def io(ts):
+        return [dict(_tensor_info(graph.tensors[t]), offset=offsets[t], bytes=graph.tensors[t].nbytes)
+                for t in ts]
+
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "model": graph.name,
+        "library": c_identifier(graph.name),
+        "target": backend.name,
+        "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash},
+        "macs": sum(K.macs(k) for k in kernels),
+        "memory": memory,
+        "arena": {
+            "bytes": plan.peak,
+            "planner": plan.method,
+            "lower_bound": plan.lower_bound,
+            "status": plan.status,
+            "alignment": backend.alignment,
+            "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size,
+                             first_op=lt.first_op, last_op=lt.last_op,
+                             alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
+                        for lt in lives],
+        },
+        "inputs": io(graph.inputs),
+        "outputs": io(graph.outputs),
+        "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(kern),
+                        inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
+                                if i >= 0 and not graph.tensors[i].is_const],
+                        outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs])
+                   for k, (layer, kern) in enumerate(zip(graph.layers, kernels))],
+    }

@@ -1,0 +1,99 @@
+"""The whole compiler on one screen: read -> lower -> lifetimes -> arena -> budgets -> emit."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends import BACKENDS, Backend
+from layer_analyzer import kernels as K
+from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
+from network_parser.ir import Graph
+from network_parser.lifetimes import Lifetime, lifetimes
+from network_parser.tflite_reader import read_tflite
+from solver.arena import ArenaPlan, ArenaProblem, Buffer, plan_arena
+
+from . import emit
+from .manifest import build_manifest
+
+# Rough .text per generated layer function and for the fixed runtime; replaced by
+# the measured size once the engine is compiled (``deploy verify``).
+CODE_BYTES_PER_LAYER = 640
+CODE_BYTES_BASE = 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    target: str = "host"
+    l1: int | None = None
+    sram: int | None = None
+    flash: int | None = None
+    arena: str = "first-fit"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    graph: Graph
+    kernels: tuple
+    lives: list[Lifetime]
+    plan: ArenaPlan
+    offsets: dict[int, int]
+    memory: dict
+    files: dict[str, str] = field(repr=False)
+    backend: Backend
+
+    @property
+    def macs(self) -> int:
+        return sum(K.macs(k) for k in self.kernels)
+
+
+def read_model(path: Path) -> Graph:
+    suffix = path.suffix.lower()
+    if suffix == ".tflite":
+        return read_tflite(path)
+    raise ModelFormatError(f"{path}: unknown model format '{suffix}' (supported: .tflite)")
+
+
+def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, list[int]]:
+    """One buffer per tensor that owns bytes (aliases share their owner's)."""
+    owners = [lt for lt in lives if lt.alias_of is None]
+    return (ArenaProblem(tuple(Buffer(lt.name, lt.size, lt.first_op, lt.last_op) for lt in owners), alignment),
+            [lt.tensor for lt in owners])
+
+
+def memory_report(graph: Graph, kernels, plan: ArenaPlan) -> dict:
+    weights = emit.constant_bytes(graph, kernels)
+    code = CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * len(graph.layers)
+    return dict(arena_bytes=plan.peak, scratch_bytes=0, sram_bytes=plan.peak,
+                weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code)
+
+
+def check_budgets(memory: dict, options: Options) -> None:
+    for key, budget, flag in (("sram_bytes", options.sram, "--sram"), ("flash_bytes", options.flash, "--flash")):
+        need = memory[key]
+        if budget is not None and need > budget:
+            raise InfeasibleBudget(f"the plan needs {need} bytes of {key.split('_')[0].upper()} but {flag} is "
+                                   f"{budget}; the smallest {flag} that works is {need} "
+                                   f"({-(-need // 1024)}K)", need)
+
+
+def deploy(model: Path, options: Options) -> Deployment:
+    backend = BACKENDS.get(options.target)
+    if backend is None:
+        raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
+    graph = read_model(Path(model))
+    kernels = K.lower_graph(graph)
+    lives = lifetimes(graph)
+    problem, owners = arena_problem(lives, backend.alignment)
+    plan = plan_arena(problem, options.arena)
+    offsets = dict(zip(owners, plan.offsets))
+    for lt in lives:
+        if lt.alias_of is not None:
+            offsets[lt.tensor] = offsets[lt.alias_of]
+    memory = memory_report(graph, kernels, plan)
+    check_budgets(memory, options)
+    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend).files
+    files["manifest.json"] = json.dumps(
+        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend),
+        indent=2, sort_keys=False) + "\n"
+    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend)

@@ -1,0 +1,164 @@
+"""Build a generated engine with the host compiler, run it, compare with the references."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from network_parser.errors import DeployError
+from network_parser.ir import Graph
+
+from . import golden
+from .golden import NP_DTYPES
+from .pipeline import Deployment
+from .reference import run_reference
+
+HARNESS = Path(__file__).resolve().parent / "harness" / "verify_main.c"
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1")
+CACHE = Path(os.environ.get("DEPLOY_BUILD_CACHE", Path(tempfile.gettempdir()) / "deploy-build-cache"))
+
+
+class BuildError(DeployError):
+    kind = "BuildError"
+
+
+@dataclass(frozen=True)
+class Engine:
+    exe: Path
+    graph: Graph
+    trace: bool
+
+
+def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
+                 extra_flags: tuple[str, ...] = ()) -> Engine:
+    """Compile engine + harness; identical sources and flags reuse the cached binary."""
+    flags = [*dep.backend.cflags, *extra_flags]
+    if sanitize:
+        flags = [f for f in flags if not f.startswith("-O")] + list(SANITIZE_FLAGS)
+    if trace:
+        flags.append("-DINFERENCE_TRACE")
+    digest = hashlib.sha256()
+    for name in sorted(dep.files):
+        digest.update(name.encode() + b"\0" + dep.files[name].encode() + b"\0")
+    digest.update(HARNESS.read_bytes() + " ".join(flags).encode())
+    folder = CACHE / digest.hexdigest()[:24]
+    exe = folder / "engine"
+    if exe.exists():
+        return Engine(exe, dep.graph, trace)
+    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE.mkdir(parents=True, exist_ok=True) or CACHE))
+    try:
+        for name, text in dep.files.items():
+            (tmp / name).write_text(text)
+        sources = [str(tmp / n) for n in dep.files if n.endswith(".c")] + [str(HARNESS)]
+        cmd = [dep.backend.cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"{dep.backend.cc} failed on the generated engine:\n{proc.stderr[-4000:]}")
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process built the same engine first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Engine(exe, dep.graph, trace)
+
+
+def run_engine(engine: Engine, samples: list[list[np.ndarray]]):
+    """Run every sample through the engine; returns (outputs per sample, traces per sample)."""
+    g = engine.graph
+    payload = b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[g.tensors[t].dtype]).tobytes()
+                       for sample in samples for t, x in zip(g.inputs, sample))
+    proc = subprocess.run([str(engine.exe)], input=payload, capture_output=True, timeout=600)
+    if proc.returncode != 0:
+        raise BuildError(f"engine exited with status {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}")
+    data, pos = proc.stdout, 0
+    outs, traces = [], []
+    for _ in samples:
+        trace = []
+        if engine.trace:
+            for layer in g.layers:
+                idx, n = np.frombuffer(data[pos:pos + 8], np.int32)
+                pos += 8
+                t = g.tensors[layer.outputs[0]]
+                trace.append(np.frombuffer(data[pos:pos + n], NP_DTYPES[t.dtype]).reshape(t.shape))
+                pos += int(n)
+        sample_out = []
+        for o in g.outputs:
+            t = g.tensors[o]
+            sample_out.append(np.frombuffer(data[pos:pos + t.nbytes], NP_DTYPES[t.dtype]).reshape(t.shape))
+            pos += t.nbytes
+        outs.append(sample_out)
+        traces.append(trace)
+    if pos != len(data):
+        raise BuildError(f"engine wrote {len(data)} bytes, expected {pos}")
+    return outs, traces
+
+
+def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
+    """Seeded inputs covering the whole int8 range (float inputs: values that quantize across it)."""
+    rng = np.random.default_rng(seed)
+    result = []
+    for t in graph.inputs:
+        tt = graph.tensors[t]
+        if tt.dtype == "int8":
+            result.append(rng.integers(-128, 128, tt.shape, dtype=np.int8))
+            continue
+        q = next((graph.tensors[l.outputs[0]].quant for l in graph.layers
+                  if l.op == "QUANTIZE" and t in l.inputs), None)
+        scale, zp = (q.scale[0], q.zero_point[0]) if q else (1.0 / 64, 0)
+        levels = rng.integers(-128, 128, tt.shape)
+        result.append(((levels - zp) * scale + rng.uniform(-0.45, 0.45, tt.shape) * scale).astype(np.float32))
+    return result
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
+
+
+def verify(dep: Deployment, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False) -> dict:
+    """Compare the compiled engine with the reference interpreter on every sample."""
+    engine = build_engine(dep, sanitize=sanitize)
+    outs, _ = run_engine(engine, samples)
+    diffs = [0.0] * len(dep.graph.outputs)
+    reference = None
+    for sample, ours in zip(samples, outs):
+        reference, ref, _ = run_reference(model, sample)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            diffs[i] = max(diffs[i], max_abs_diff(a, b.reshape(a.shape)))
+    return {
+        "model": dep.graph.name,
+        "target": dep.backend.name,
+        "outputs": [dict(index=i, max_abs_diff=d, elements=dep.graph.tensors[o].elements)
+                    for i, (o, d) in enumerate(zip(dep.graph.outputs, diffs))],
+        "reference": reference,
+        "samples": len(samples),
+        "sram_bytes": dep.memory["sram_bytes"],
+        "flash_bytes": dep.memory["flash_bytes"],
+        "macs": dep.macs,
+    }
+
+
+def first_divergence(dep: Deployment, model: Path, sample: list[np.ndarray]) -> dict:
+    """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference."""
+    engine = build_engine(dep, trace=True)
+    _, traces = run_engine(engine, [sample])
+    _, gold = golden.run(dep.graph, sample, dep.kernels)
+    reference, _, tensors = run_reference(model, sample, preserve=True)
+    for k, (layer, c_out, g_out) in enumerate(zip(dep.graph.layers, traces[0], gold)):
+        ref = None if tensors is None else tensors.get(layer.outputs[0])
+        ref = None if ref is None else ref.reshape(c_out.shape)
+        vs_gold = max_abs_diff(c_out, g_out)
+        vs_ref = None if ref is None else max_abs_diff(c_out, ref)
+        gold_vs_ref = None if ref is None else max_abs_diff(g_out, ref)
+        if vs_gold or vs_ref or gold_vs_ref:
+            return dict(layer=k, op=layer.op, name=layer.name, c_vs_golden=vs_gold,
+                        c_vs_reference=vs_ref, golden_vs_reference=gold_vs_ref,
+                        elements=int(c_out.size), reference=reference)
+    return dict(layer=None, reference=reference)

@@ -1,0 +1,483 @@
+"""Lower each IR layer to the integer kernel it runs: shapes, offsets, multipliers.
+
+The golden executor and every C backend consume the same records, so the
+arithmetic is decided once, here, from the IR.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from network_parser.errors import UnsupportedOperator
+from network_parser.ir import Graph, Layer, Tensor
+
+from . import geometry as geo
+from .requant import (INT8_MAX, INT8_MIN, activation_range, f32, quantize_multiplier,
+                      quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
+
+
+@dataclass(frozen=True, slots=True)
+class Conv:
+    """CONV_2D and DEPTHWISE_CONV_2D (depthwise when ``depthwise``)."""
+    depthwise: bool
+    batch: int
+    in_h: int
+    in_w: int
+    in_c: int
+    out_h: int
+    out_w: int
+    out_c: int
+    k_h: int
+    k_w: int
+    stride_h: int
+    stride_w: int
+    dil_h: int
+    dil_w: int
+    pad_t: int
+    pad_l: int
+    depth_multiplier: int
+    input_offset: int
+    output_offset: int
+    multiplier: tuple[int, ...]
+    shift: tuple[int, ...]
+    act_min: int
+    act_max: int
+    weights: int  # tensor index
+    bias: int  # tensor index or -1
+
+    @property
+    def macs(self) -> int:
+        per_out = self.k_h * self.k_w * (1 if self.depthwise else self.in_c)
+        return self.batch * self.out_h * self.out_w * self.out_c * per_out
+
+
+@dataclass(frozen=True, slots=True)
+class FullyConnected:
+    batch: int
+    in_features: int
+    units: int
+    input_offset: int
+    output_offset: int
+    multiplier: tuple[int, ...]  # one per unit, or a single one
+    shift: tuple[int, ...]
+    act_min: int
+    act_max: int
+    weights: int
+    bias: int
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.in_features * self.units
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """A binary elementwise op on 4-D views; a stride of 0 broadcasts that dim."""
+    shape: tuple[int, int, int, int]
+    a_strides: tuple[int, int, int, int]
+    b_strides: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    view: Broadcast
+    a_offset: int
+    b_offset: int
+    left_shift: int
+    a_multiplier: int
+    a_shift: int
+    b_multiplier: int
+    b_shift: int
+    out_multiplier: int
+    out_shift: int
+    output_offset: int
+    act_min: int
+    act_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mul:
+    view: Broadcast
+    a_offset: int
+    b_offset: int
+    out_multiplier: int
+    out_shift: int
+    output_offset: int
+    act_min: int
+    act_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    kind: str  # "avg" | "max"
+    batch: int
+    in_h: int
+    in_w: int
+    channels: int
+    out_h: int
+    out_w: int
+    f_h: int
+    f_w: int
+    stride_h: int
+    stride_w: int
+    pad_t: int
+    pad_l: int
+    act_min: int
+    act_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mean:
+    """Mean over the middle axis of an (outer, reduced, inner) view of the input."""
+    outer: int
+    reduced: int
+    inner: int
+    input_offset: int
+    output_offset: int
+    multiplier: int
+    shift: int
+
+
+@dataclass(frozen=True, slots=True)
+class Softmax:
+    rows: int
+    depth: int
+    input_multiplier: int
+    input_left_shift: int
+    diff_min: int
+
+
+@dataclass(frozen=True, slots=True)
+class Logistic:
+    elements: int
+    input_zero_point: int
+    input_range_radius: int
+    input_multiplier: int
+    input_left_shift: int
+
+
+@dataclass(frozen=True, slots=True)
+class HardSwish:
+    elements: int
+    input_zero_point: int
+    output_zero_point: int
+    reluish_multiplier: int
+    reluish_shift: int
+    output_multiplier: int
+    output_shift: int
+
+
+@dataclass(frozen=True, slots=True)
+class Requantize:
+    """RELU, RELU6 and int8->int8 QUANTIZE: rescale, then clamp."""
+    elements: int
+    input_offset: int
+    output_offset: int
+    multiplier: int
+    shift: int
+    act_min: int
+    act_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class Quantize:
+    """float32 -> int8."""
+    elements: int
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dequantize:
+    """int8 -> float32."""
+    elements: int
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """RESHAPE / SQUEEZE: the bytes do not change."""
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pad:
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    before: tuple[int, ...]
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Concat:
+    outer: int
+    chunks: tuple[int, ...]  # bytes each input contributes per outer step
+
+
+@dataclass(frozen=True, slots=True)
+class Transpose:
+    in_shape: tuple[int, ...]
+    perm: tuple[int, ...]
+    out_shape: tuple[int, ...]
+
+
+def _nhwc(t: Tensor, where: str) -> tuple[int, int, int, int]:
+    if len(t.shape) != 4:
+        raise UnsupportedOperator(f"{where}: expects a 4-D NHWC tensor, '{t.name}' is {list(t.shape)}")
+    return t.shape  # type: ignore[return-value]
+
+
+def _where(graph: Graph, layer: Layer) -> str:
+    return f"{graph.name}: op {layer.index} {layer.op} (output '{layer.name}')"
+
+
+def _act(t: Tensor, activation: str) -> tuple[int, int]:
+    return activation_range(activation, t.scale, t.zero_point)
+
+
+def _conv(g: Graph, l: Layer, where: str) -> Conv:
+    x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
+    bias = l.inputs[2] if len(l.inputs) > 2 else -1
+    y = g.tensors[l.outputs[0]]
+    a = l.attrs
+    depthwise = l.op == "DEPTHWISE_CONV_2D"
+    n, ih, iw, ic = _nhwc(x, where)
+    _, oh, ow, oc = _nhwc(y, where)
+    if w.data is None:
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be constant")
+    if w.quant is None or any(z != 0 for z in w.quant.zero_point):
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric int8 (zero point 0)")
+    if w.dtype != "int8":
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' are {w.dtype}, expected int8")
+    kh, kw = w.shape[1], w.shape[2]
+    mult = a.depth_multiplier if depthwise else 1
+    if depthwise:
+        if w.shape[0] != 1 or w.shape[3] != oc or oc != ic * mult:
+            raise UnsupportedOperator(f"{where}: depthwise weights {list(w.shape)} do not match "
+                                      f"{ic} input / {oc} output channels")
+    elif w.shape[3] != ic or w.shape[0] != oc:
+        raise UnsupportedOperator(f"{where}: weights {list(w.shape)} do not match {ic} input / "
+                                  f"{oc} output channels (grouped convolution is not supported)")
+    (sh, sw), (dh, dw) = a.stride, a.dilation
+    exp_h = geo.output_size(ih, kh, sh, dh, a.padding)
+    exp_w = geo.output_size(iw, kw, sw, dw, a.padding)
+    if (oh, ow) != (exp_h, exp_w):
+        raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the geometry ({exp_h}x{exp_w})")
+    # PopulateConvolutionQuantizationParams: double(input) * double(filter) / double(output).
+    scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
+    ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
+    lo, hi = _act(y, a.activation)
+    return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
+                geo.pad_before(ih, kh, sh, dh, a.padding), geo.pad_before(iw, kw, sw, dw, a.padding),
+                mult, -x.zero_point, y.zero_point, ms, ss, lo, hi, l.inputs[1], bias)
+
+
+def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
+    x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
+    bias = l.inputs[2] if len(l.inputs) > 2 else -1
+    y = g.tensors[l.outputs[0]]
+    if w.data is None or len(w.shape) != 2 or w.dtype != "int8":
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be a constant 2-D int8 matrix")
+    units, depth = w.shape
+    if x.elements % depth:
+        raise UnsupportedOperator(f"{where}: input of {x.elements} elements is not a multiple of {depth}")
+    if any(z != 0 for z in w.quant.zero_point):
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric (zero point 0)")
+    # GetQuantizedConvolutionMultipler: the float product is widened after rounding to float.
+    ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale)
+                   for s in w.quant.scale))
+    lo, hi = _act(y, l.attrs.activation)
+    return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point,
+                          ms, ss, lo, hi, l.inputs[1], bias)
+
+
+def _broadcast(a: Tensor, b: Tensor, out: Tensor, where: str) -> Broadcast:
+    rank = len(out.shape)
+    if rank > 4:
+        raise UnsupportedOperator(f"{where}: more than 4 dimensions")
+    shape = (1,) * (4 - rank) + tuple(out.shape)
+
+    def strides(t: Tensor):
+        s = (1,) * (4 - len(t.shape)) + tuple(t.shape)
+        res, acc = [0] * 4, 1
+        for d in range(3, -1, -1):
+            if s[d] not in (1, shape[d]):
+                raise UnsupportedOperator(f"{where}: cannot broadcast {list(t.shape)} to {list(out.shape)}")
+            res[d] = 0 if s[d] == 1 and shape[d] != 1 else acc
+            acc *= s[d]
+        return tuple(res)
+    return Broadcast(shape, strides(a), strides(b))  # type: ignore[arg-type]
+
+
+def _add(g: Graph, l: Layer, where: str) -> Add:
+    a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    left_shift = 20  # int8 ADD headroom
+    twice_max = 2.0 * f32(max(np.float32(a.scale), np.float32(b.scale)))
+    am, ash = quantize_multiplier_smaller_than_one(a.scale / twice_max)
+    bm, bsh = quantize_multiplier_smaller_than_one(b.scale / twice_max)
+    om, osh = quantize_multiplier_smaller_than_one(twice_max / f32((1 << left_shift) * np.float32(y.scale)))
+    lo, hi = _act(y, l.attrs.activation)
+    return Add(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, left_shift,
+               am, ash, bm, bsh, om, osh, y.zero_point, lo, hi)
+
+
+def _mul(g: Graph, l: Layer, where: str) -> Mul:
+    a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    real = f32(np.float32(a.scale) * np.float32(b.scale) / np.float32(y.scale))
+    m, s = quantize_multiplier(real)
+    lo, hi = _act(y, l.attrs.activation)
+    return Mul(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, m, s, y.zero_point, lo, hi)
+
+
+def _pool(g: Graph, l: Layer, where: str) -> Pool:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    n, ih, iw, c = _nhwc(x, where)
+    _, oh, ow, oc = _nhwc(y, where)
+    a = l.attrs
+    if (x.scale, x.zero_point) != (y.scale, y.zero_point):
+        raise UnsupportedOperator(f"{where}: pooling with different input and output quantization")
+    (fh, fw), (sh, sw) = a.filter, a.stride
+    if (oh, ow) != (geo.output_size(ih, fh, sh, 1, a.padding), geo.output_size(iw, fw, sw, 1, a.padding)):
+        raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the pooling geometry")
+    lo, hi = _act(y, a.activation)
+    return Pool("avg" if l.op == "AVERAGE_POOL_2D" else "max", n, ih, iw, c, oh, ow, fh, fw, sh, sw,
+                geo.pad_before(ih, fh, sh, 1, a.padding), geo.pad_before(iw, fw, sw, 1, a.padding), lo, hi)
+
+
+def _mean(g: Graph, l: Layer, where: str) -> Mean:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    rank = len(x.shape)
+    axes = sorted({a % rank for a in l.attrs.axes}) if rank else []
+    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+        raise UnsupportedOperator(f"{where}: MEAN over axes {list(l.attrs.axes)} (only contiguous axes)")
+    outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
+    reduced = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+    m, s = quantize_multiplier(x.scale / y.scale)
+    return Mean(outer, reduced, inner, -x.zero_point, y.zero_point, m, s)
+
+
+def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    if (y.scale, y.zero_point) != (1 / 256, -128):
+        raise UnsupportedOperator(f"{where}: int8 softmax output must have scale 1/256, zero point -128")
+    score_bits = 5  # kScaledDiffIntegerBits
+    real = min(l.attrs.beta * x.scale * (1 << (31 - score_bits)), (1 << 31) - 1.0)
+    m, s = quantize_multiplier_greater_than_one(real)
+    # CalculateInputRadius(5, shift, 31)
+    max_rescaled = ((1 << score_bits) - 1) * (1 << (31 - score_bits)) / (1 << s)
+    diff_min = -int(np.floor(max_rescaled))
+    depth = x.shape[-1]
+    return Softmax(x.elements // depth, depth, m, s, diff_min)
+
+
+def _logistic(g: Graph, l: Layer, where: str) -> Logistic:
+    x = g.tensors[l.inputs[0]]
+    y = g.tensors[l.outputs[0]]
+    if (y.scale, y.zero_point) != (1 / 256, -128):
+        raise UnsupportedOperator(f"{where}: int8 logistic output must have scale 1/256, zero point -128")
+    input_bits = 4
+    m, s = quantize_multiplier_greater_than_one(x.scale * (1 << (31 - input_bits)))
+    radius = int(np.floor(((1 << input_bits) - 1) * (1 << (31 - input_bits)) / (1 << s)))
+    return Logistic(x.elements, x.zero_point, radius, m, s)
+
+
+def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    hires_scale = (1.0 / 128.0) * f32(x.scale)
+    reluish = f32(f32(3.0) / f32(32768.0)) / f32(x.scale)  # placeholder, replaced below
+    del reluish
+    reluish_scale = 3.0 / 32768.0
+    rm, rs = quantize_multiplier(hires_scale / reluish_scale)
+    om, os_ = quantize_multiplier(hires_scale / y.scale)
+    return HardSwish(x.elements, x.zero_point, y.zero_point, rm, rs, om, os_)
+
+
+def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    m, s = quantize_multiplier(x.scale / y.scale)
+    act = {"RELU": "RELU", "RELU6": "RELU6"}.get(l.op, "NONE")
+    lo, hi = _act(y, act)
+    return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi)
+
+
+def _quantize(g: Graph, l: Layer, where: str):
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    if x.dtype == "float32":
+        return Quantize(y.elements, y.scale, y.zero_point)
+    return _requantize_act(g, l, where)
+
+
+def _dequantize(g: Graph, l: Layer, where: str) -> Dequantize:
+    x = g.tensors[l.inputs[0]]
+    return Dequantize(x.elements, x.scale, x.zero_point)
+
+
+def _copy(g: Graph, l: Layer, where: str) -> Copy:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    if x.nbytes != y.nbytes:
+        raise UnsupportedOperator(f"{where}: reshape from {list(x.shape)} to {list(y.shape)} changes the size")
+    return Copy(x.nbytes)
+
+
+def _pad(g: Graph, l: Layer, where: str) -> Pad:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    p = l.attrs.paddings
+    if len(p) != len(x.shape) or tuple(d + a + b for d, (a, b) in zip(x.shape, p)) != y.shape:
+        raise UnsupportedOperator(f"{where}: paddings {list(p)} do not turn {list(x.shape)} into {list(y.shape)}")
+    if (x.scale, x.zero_point) != (y.scale, y.zero_point):
+        raise UnsupportedOperator(f"{where}: PAD with different input and output quantization")
+    return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point)
+
+
+def _concat(g: Graph, l: Layer, where: str) -> Concat:
+    y = g.tensors[l.outputs[0]]
+    axis = l.attrs.axis % len(y.shape)
+    ins = [g.tensors[i] for i in l.inputs]
+    for t in ins:
+        if t.quant is None or (t.scale, t.zero_point) != (y.scale, y.zero_point):
+            raise UnsupportedOperator(f"{where}: int8 CONCATENATION inputs must share the output's "
+                                      f"quantization ('{t.name}' differs)")
+    if l.attrs.activation != "NONE":
+        raise UnsupportedOperator(f"{where}: fused activation on CONCATENATION")
+    outer = int(np.prod(y.shape[:axis], dtype=np.int64))
+    return Concat(outer, tuple(t.nbytes // outer for t in ins))
+
+
+def _transpose(g: Graph, l: Layer, where: str) -> Transpose:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    perm = l.attrs.perm
+    if sorted(perm) != list(range(len(x.shape))) or tuple(x.shape[p] for p in perm) != y.shape:
+        raise UnsupportedOperator(f"{where}: permutation {list(perm)} does not map {list(x.shape)} to {list(y.shape)}")
+    return Transpose(x.shape, perm, y.shape)
+
+
+LOWERINGS = {
+    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
+    "ADD": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
+    "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
+    "RELU": _requantize_act, "RELU6": _requantize_act, "QUANTIZE": _quantize,
+    "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
+    "CONCATENATION": _concat, "TRANSPOSE": _transpose,
+}
+
+Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Logistic | HardSwish
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose)
+
+
+def lower(graph: Graph, layer: Layer) -> Kernel:
+    return LOWERINGS[layer.op](graph, layer, _where(graph, layer))
+
+
+def lower_graph(graph: Graph) -> tuple[Kernel, ...]:
+    return tuple(lower(graph, layer) for layer in graph.layers)
+
+
+def macs(kernel: Kernel) -> int:
+    return getattr(kernel, "macs", 0)
+
+
+def clamp8(lo: int, hi: int) -> tuple[int, int]:
+    return max(lo, INT8_MIN), min(hi, INT8_MAX)

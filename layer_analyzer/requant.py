@@ -1,0 +1,73 @@
+"""Fixed-point parameters exactly as TFLite's kernels prepare them.
+
+Every float-to-integer conversion here mirrors the reference kernels' types
+(float32 products where TFLite multiplies floats, doubles where it widens),
+because a single ULP of difference in a multiplier moves outputs by one LSB.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+INT8_MIN, INT8_MAX = -128, 127
+
+
+def f32(x) -> float:
+    """Round a Python float (double) to float32 and back, like a C float variable."""
+    return float(np.float32(x))
+
+
+def round_away(x: float) -> int:
+    """std::round / TfLiteRound: halves away from zero."""
+    return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """QuantizeMultiplier: real = m * 2^(shift - 31) with m in [2^30, 2^31)."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = round_away(q * (1 << 31))
+    if q_fixed == (1 << 31):
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    if shift > 30:  # TFLite saturates multipliers that large
+        return (1 << 31) - 1, 30
+    return q_fixed, shift
+
+
+def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
+    """QuantizeMultiplierSmallerThanOneExp: shift is the (non-positive) exponent."""
+    assert 0.0 < real < 1.0, real
+    return quantize_multiplier(real)
+
+
+def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
+    assert real > 1.0, real
+    m, shift = quantize_multiplier(real)
+    assert shift >= 0
+    return m, shift
+
+
+def quantize_value(x: float, scale: float, zero_point: int) -> int:
+    """zero_point + round(x / scale), computed in float32 as TFLite's Quantize helper does."""
+    return zero_point + round_away(f32(f32(x) / f32(scale)))
+
+
+def activation_range(activation: str, scale: float, zero_point: int,
+                     qmin: int = INT8_MIN, qmax: int = INT8_MAX) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized for a fused activation."""
+    if activation == "NONE":
+        return qmin, qmax
+    if activation == "RELU":
+        return max(qmin, quantize_value(0.0, scale, zero_point)), qmax
+    if activation == "RELU6":
+        return (max(qmin, quantize_value(0.0, scale, zero_point)),
+                min(qmax, quantize_value(6.0, scale, zero_point)))
+    if activation == "RELU_N1_TO_1":
+        return (max(qmin, quantize_value(-1.0, scale, zero_point)),
+                min(qmax, quantize_value(1.0, scale, zero_point)))
+    raise ValueError(activation)

@@ -1,0 +1,165 @@
+"""The typed intermediate representation every reader produces.
+
+Frozen records only: passes build new graphs with ``dataclasses.replace``.
+Tensors are referenced by their index in ``Graph.tensors``; a layer's
+``inputs`` hold only data operands (shape/axes/paddings constants that a
+reader understood are folded into the layer's typed attributes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+DTYPE_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float32": 4}
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+@dataclass(frozen=True, slots=True)
+class Quant:
+    """Affine quantization: real = scale * (q - zero_point), per tensor or per channel."""
+
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    axis: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return len(self.scale) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    quant: Quant | None = None
+    data: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    @property
+    def elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * DTYPE_BYTES[self.dtype]
+
+    @property
+    def scale(self) -> float:
+        return self.quant.scale[0]
+
+    @property
+    def zero_point(self) -> int:
+        return self.quant.zero_point[0]
+
+
+# ---- typed layer attributes -------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Conv2D:
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: str  # "SAME" | "VALID"
+    activation: str
+
+
+@dataclass(frozen=True, slots=True)
+class DepthwiseConv2D:
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: str
+    activation: str
+    depth_multiplier: int
+
+
+@dataclass(frozen=True, slots=True)
+class FullyConnected:
+    activation: str
+    keep_num_dims: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Pool2D:
+    filter: tuple[int, int]
+    stride: tuple[int, int]
+    padding: str
+    activation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    activation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mean:
+    axes: tuple[int, ...]
+    keep_dims: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Softmax:
+    beta: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pad:
+    paddings: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Concat:
+    axis: int
+    activation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Transpose:
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoAttrs:
+    """Ops fully described by their tensors (RESHAPE, RELU, QUANTIZE, ...)."""
+
+
+Attrs = Union[Conv2D, DepthwiseConv2D, FullyConnected, Pool2D, Elementwise, Mean,
+              Softmax, Pad, Concat, Transpose, NoAttrs]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    index: int
+    op: str  # TFLite builtin name, e.g. "CONV_2D"
+    inputs: tuple[int, ...]  # tensor indices; -1 marks an absent optional operand
+    outputs: tuple[int, ...]
+    attrs: Attrs
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    name: str
+    tensors: tuple[Tensor, ...]
+    layers: tuple[Layer, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def tensor(self, index: int) -> Tensor:
+        return self.tensors[index]
+
+    def activations(self) -> list[int]:
+        """Indices of every non-constant tensor a layer reads or writes, in first-use order."""
+        seen: dict[int, None] = {}
+        for t in self.inputs:
+            seen.setdefault(t, None)
+        for layer in self.layers:
+            for t in (*layer.inputs, *layer.outputs):
+                if t >= 0 and not self.tensors[t].is_const:
+                    seen.setdefault(t, None)
+        return list(seen)

@@ -1,0 +1,653 @@
+"""Synthetic int8 ``.tflite`` model builder for property tests.
+
+``ModelBuilder`` writes small, valid, fully int8-quantized TFLite flatbuffers with
+random weights and plausible quantization, so that our C compiler can be checked
+against LiteRT's reference kernels on arbitrary mixes of ops and geometries.
+
+How quantization is chosen: every tensor carries a float "calibration sample"
+(``_CALIB`` random inputs pushed through a float model of the graph, fake-quantized
+at every int8 tensor).  An op's output scale/zero point is taken from the observed
+range of its sample (widened by a random 0-15 % so tests see varied scales), which
+keeps outputs well spread but unsaturated.  The same float model is available
+through ``simulate()`` as an approximate oracle (float math, not TFLite's fixed-point).
+
+Conventions and constraints:
+  * Layout NHWC; tensors are integer ids; activations are int8 unless an input is
+    declared float32 (then use ``quantize``/``dequantize`` at the edges).
+  * int8 inputs are calibrated for the full int8 range; float32 inputs for values in
+    ``FLOAT_INPUT_RANGE``.
+  * Weights are symmetric int8 in [-127, 127] (zero point 0).  CONV_2D: OHWI, per-channel
+    (quantized_dimension 0) or per-tensor; DEPTHWISE_CONV_2D: (1, KH, KW, C*M) per-channel
+    along dim 3; FULLY_CONNECTED: (units, in) per-tensor.  Biases are int32 with scale
+    input_scale * weight_scale[c] and zero point 0.
+  * Fixed output quantization: SOFTMAX and LOGISTIC use 1/256, -128.  AVERAGE/MAX_POOL,
+    RESHAPE, SQUEEZE, PAD, TRANSPOSE keep the input's quantization.
+  * CONCATENATION: all inputs and the output must share one quantization (LiteRT
+    requires it for int8).  If the given inputs already agree, that is used; otherwise
+    the output quantization covers the union of the input ranges and a requantizing
+    QUANTIZE (int8 -> int8) op is inserted for every input that differs.
+  * Op versions (one OperatorCode per builtin, with the highest version any use needs):
+    CONV_2D 3, DEPTHWISE_CONV_2D 3, FULLY_CONNECTED 4 (5 with keep_num_dims, 6 without
+    bias), ADD 2, MUL 2 (3 when in1_scale*in2_scale/out_scale >= 1), AVERAGE_POOL_2D 2,
+    MAX_POOL_2D 2, MEAN 2, SOFTMAX 2, LOGISTIC 2, RELU 2, RELU6 2, PAD 2 (4 if rank > 4),
+    CONCATENATION 2, DEQUANTIZE 2, TRANSPOSE 2 (4 if rank 5, 6 if rank > 5),
+    RESHAPE 1, SQUEEZE 1, HARD_SWISH 1, QUANTIZE 1.
+  * ``fully_connected(bias=False)`` has 2 inputs (v6); ``conv2d(bias=False)`` gets an all-zero
+    bias, because LiteRT's CONV_2D kernel refuses a missing bias.
+  * CONCATENATION never carries a fused activation (LiteRT rejects it): ``concat(activation=...)``
+    appends a separate RELU / RELU6 / RELU_N1_TO_1 op (v2 / v2 / v1) with the same quantization.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import flatbuffers
+import numpy as np
+import tflite as fb
+
+Op = fb.BuiltinOperator
+_ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
+_PADDING = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
+_TYPES = {"int8": fb.TensorType.INT8, "int32": fb.TensorType.INT32, "float32": fb.TensorType.FLOAT32}
+_CALIB = 8  # calibration samples per tensor (leading axis of every sample array)
+FLOAT_INPUT_RANGE = (-1.0, 1.0)
+_FIXED_SIGMOID_QUANT = (1.0 / 256.0, -128)
+
+
+@dataclass
+class _Tensor:
+    name: str
+    shape: tuple
+    dtype: str
+    scale: np.ndarray | None = None  # float32, length 1 or per channel
+    zero_point: np.ndarray | None = None  # int64
+    qdim: int = 0
+    buffer: int = 0  # 0 = no data (activation)
+    sim: np.ndarray | None = None  # calibration sample, shape (_CALIB, *shape), float64
+
+
+@dataclass
+class _Op:
+    code: int
+    version: int
+    inputs: list
+    outputs: list
+    options: tuple | None  # (BuiltinOptions type, fn(builder) -> offset)
+    srcs: list  # activation inputs fed to fn
+    fn: Callable
+    act: str
+
+
+def _pair(v):
+    return (int(v), int(v)) if np.isscalar(v) else tuple(int(i) for i in v)
+
+
+def _apply_act(y, act):
+    if act == "RELU":
+        return np.maximum(y, 0.0)
+    if act == "RELU6":
+        return np.clip(y, 0.0, 6.0)
+    if act == "RELU_N1_TO_1":
+        return np.clip(y, -1.0, 1.0)
+    return y
+
+
+def _fake_quant(y, scale, zp):
+    return (np.clip(np.round(y / scale) + zp, -128, 127) - zp) * scale
+
+
+def _geometry(hw, k, s, d, padding):
+    """Output size and (before, after) padding per spatial dim, TFLite's SAME/VALID rule."""
+    if padding not in _PADDING:
+        raise ValueError(f"padding must be 'SAME' or 'VALID', got {padding!r}")
+    out, pads = [], []
+    for size, kk, ss, dd in zip(hw, k, s, d):
+        ek = (kk - 1) * dd + 1
+        if padding == "SAME":
+            o = -(-size // ss)
+            total = max((o - 1) * ss + ek - size, 0)
+            pads.append((total // 2, total - total // 2))  # odd padding goes after
+        else:
+            o = (size - ek) // ss + 1
+            pads.append((0, 0))
+        if o < 1:
+            raise ValueError(f"kernel {k} (dilation {d}) does not fit input {hw} with {padding}")
+        out.append(o)
+    return tuple(out), pads
+
+
+def _taps(v, k, s, d, out, pads, fill=0.0):
+    """Yield (i, j, view) for sample arrays (S, N, H, W, C): view[..., y, x, :] is the
+    input pixel under kernel tap (i, j) for output pixel (y, x)."""
+    vp = np.pad(v, ((0, 0), (0, 0), pads[0], pads[1], (0, 0)), constant_values=fill)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            y0, x0 = i * d[0], j * d[1]
+            yield i, j, vp[:, :, y0:y0 + (out[0] - 1) * s[0] + 1:s[0], x0:x0 + (out[1] - 1) * s[1] + 1:s[1], :]
+
+
+def _bcast(v, rank):
+    """Left-pad a sample array's shape (after the sample axis) to `rank` like numpy broadcasting."""
+    return v.reshape(v.shape[:1] + (1,) * (rank + 1 - v.ndim) + v.shape[1:])
+
+
+def _opts(name, **fields):
+    """(options type, builder fn) for builtin options table `name`; list fields become int32 vectors."""
+    def build(b):
+        vecs = {k: b.CreateNumpyVector(np.asarray(v, np.int32))
+                for k, v in fields.items() if isinstance(v, (list, tuple))}
+        getattr(fb, f"{name}Start")(b)
+        for k, v in fields.items():
+            getattr(fb, f"{name}Add{k}")(b, vecs.get(k, v))
+        return getattr(fb, f"{name}End")(b)
+    return getattr(fb.BuiltinOptions, name), build
+
+
+def _offset_vector(b, offsets):
+    b.StartVector(4, len(offsets), 4)
+    for o in reversed(offsets):
+        b.PrependUOffsetTRelative(o)
+    return b.EndVector()
+
+
+class ModelBuilder:
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.description = f"synthetic int8 model (network_parser.tflite_builder, seed={seed})"
+        self._tensors: list[_Tensor] = []
+        self._ops: list[_Op] = []
+        self._buffers: list[bytes] = [b""]  # buffer 0 is the empty sentinel
+        self._inputs: list[int] = []
+        self._outputs: list[int] = []
+        self._counts: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def inputs(self) -> list[int]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[int]:
+        return list(self._outputs)
+
+    def shape(self, t: int) -> tuple:
+        return self._tensors[t].shape
+
+    def dtype(self, t: int) -> str:
+        return self._tensors[t].dtype
+
+    def quantization(self, t: int) -> tuple[float, int] | None:
+        """(scale, zero_point) of an int8 activation tensor, None for float tensors."""
+        tt = self._tensors[t]
+        return None if tt.scale is None else (float(tt.scale[0]), int(tt.zero_point[0]))
+
+    # ------------------------------------------------------------------ internals
+    def _name(self, kind):
+        n = self._counts.get(kind, 0)
+        self._counts[kind] = n + 1
+        return f"{kind}_{n}"
+
+    def _add_tensor(self, t: _Tensor) -> int:
+        self._tensors.append(t)
+        return len(self._tensors) - 1
+
+    def _const(self, name, arr, dtype, scale=None, qdim=0):
+        arr = np.ascontiguousarray(arr, dtype=dtype)
+        self._buffers.append(arr.tobytes())
+        zp = None if scale is None else np.zeros(len(scale), np.int64)
+        return self._add_tensor(_Tensor(name, arr.shape, dtype, scale, zp, qdim, len(self._buffers) - 1))
+
+    def _int8(self, x, rank=None):
+        if not 0 <= x < len(self._tensors) or self._tensors[x].sim is None:
+            raise ValueError(f"{x} is not an activation tensor id")
+        t = self._tensors[x]
+        if t.dtype != "int8":
+            raise ValueError(f"tensor {t.name} is {t.dtype}; this op needs int8 (use quantize())")
+        if rank is not None and len(t.shape) != rank:
+            raise ValueError(f"tensor {t.name} has shape {t.shape}; expected rank {rank}")
+        return t
+
+    def _q(self, x):
+        return self.quantization(x)
+
+    def _range_quant(self, y):
+        """Scale/zero point covering the sample's range (incl. 0), randomly widened by 0-15 %."""
+        lo, hi = min(float(y.min()), 0.0), max(float(y.max()), 0.0)
+        span = max(hi - lo, 1e-6)
+        if lo < 0:  # an exact-zero edge (e.g. after ReLU) stays exact: zp = -128
+            lo -= span * self.rng.uniform(0.0, 0.15)
+        if hi > 0:
+            hi += span * self.rng.uniform(0.0, 0.15)
+        if hi - lo < 1e-4:  # degenerate (constant-zero) sample
+            hi = lo + 1e-2
+        scale = float(np.float32((hi - lo) / 255.0))
+        zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
+        return scale, zp
+
+    def _check_act(self, act):
+        if act not in _ACT:
+            raise ValueError(f"activation must be one of {sorted(_ACT)}, got {act!r}")
+        return _ACT[act]
+
+    def _emit(self, name, code, version, inputs, srcs, fn, out_shape, dtype="int8", act="NONE",
+              quant=None, options=None) -> int:
+        """Create the output tensor (calibrating its quantization) and the op that produces it."""
+        self._check_act(act)
+        y = _apply_act(fn(*[self._tensors[i].sim for i in srcs]), act)
+        assert y.shape == (_CALIB, *out_shape), (name, y.shape, out_shape)
+        scale = zp = None
+        if dtype == "int8":
+            s, z = self._range_quant(y) if quant is None else quant
+            scale, zp = np.array([s], np.float32), np.array([z], np.int64)
+            y = _fake_quant(y, float(scale[0]), z)
+        out = self._add_tensor(_Tensor(f"{name}/out", tuple(int(d) for d in out_shape), dtype, scale, zp, sim=y))
+        self._ops.append(_Op(code, version, list(inputs), [out], options, list(srcs), fn, act))
+        return out
+
+    def _bias(self, acc, bscale):
+        """int32 bias ~ N(0, (std of the channel's accumulator / 2)^2), in units of bscale."""
+        std = acc.reshape(-1, acc.shape[-1]).std(axis=0)
+        bf = self.rng.normal(0.0, 0.5 * std + 1e-9)
+        return np.clip(np.round(bf / bscale), -(2**31 - 1), 2**31 - 1).astype(np.int32)
+
+    def _weights(self, shape, n_scales, fan_in):
+        wq = self.rng.integers(-127, 128, shape).astype(np.int8)
+        ws = (self.rng.uniform(0.5, 2.0, n_scales) / (127.0 * math.sqrt(fan_in))).astype(np.float32)
+        return wq, ws
+
+    # ------------------------------------------------------------------ graph API
+    def input(self, shape, dtype="int8", scale=None, zero_point=None) -> int:
+        """Graph input.  int8: missing scale / zero point are drawn at random (scale in
+        [0.01, 0.1], zero point in [-32, 32]); float32: no quantization, values expected in
+        FLOAT_INPUT_RANGE."""
+        shape = tuple(int(d) for d in shape)
+        name = self._name("input")
+        if dtype == "int8":
+            s = float(np.float32(self.rng.uniform(0.01, 0.1) if scale is None else scale))
+            z = int(self.rng.integers(-32, 33) if zero_point is None else zero_point)
+            sim = (self.rng.integers(-128, 128, (_CALIB, *shape)) - z) * s
+            t = _Tensor(name, shape, "int8", np.array([s], np.float32), np.array([z], np.int64), sim=sim)
+        elif dtype == "float32":
+            if scale is not None or zero_point is not None:
+                raise ValueError("float32 inputs carry no quantization")
+            t = _Tensor(name, shape, "float32", sim=self.rng.uniform(*FLOAT_INPUT_RANGE, (_CALIB, *shape)))
+        else:
+            raise ValueError(f"input dtype must be 'int8' or 'float32', got {dtype!r}")
+        self._inputs.append(self._add_tensor(t))
+        return self._inputs[-1]
+
+    def conv2d(self, x, out_channels, kernel=(3, 3), stride=(1, 1), padding="SAME", dilation=(1, 1),
+               activation="NONE", per_channel=True, bias=True) -> int:
+        t = self._int8(x, 4)
+        n, h, w, c = t.shape
+        k, s, d = _pair(kernel), _pair(stride), _pair(dilation)
+        out, pads = _geometry((h, w), k, s, d, padding)
+        name = self._name("conv2d")
+        wq, ws = self._weights((out_channels, *k, c), out_channels if per_channel else 1, k[0] * k[1] * c)
+        wf = (wq * ws.reshape(-1, 1, 1, 1)).transpose(1, 2, 3, 0).astype(np.float64)  # (KH, KW, C, O)
+
+        def conv(v):
+            return sum(p @ wf[i, j] for i, j, p in _taps(v, k, s, d, out, pads))
+
+        # LiteRT's int8 CONV_2D requires a bias tensor, so bias=False means an all-zero bias.
+        bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
+        bq = self._bias(conv(t.sim), bscale.astype(np.float64)) if bias else np.zeros(out_channels, np.int32)
+        bf = bq * bscale.astype(np.float64)
+        inputs = [x, self._const(f"{name}/weights", wq, "int8", ws, qdim=0),
+                  self._const(f"{name}/bias", bq, "int32", bscale, qdim=0)]
+        opts = _opts("Conv2DOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
+                     FusedActivationFunction=self._check_act(activation),
+                     DilationWFactor=d[1], DilationHFactor=d[0])
+        return self._emit(name, Op.CONV_2D, 3, inputs, [x], lambda v: conv(v) + bf, (n, *out, out_channels),
+                          act=activation, options=opts)
+
+    def depthwise_conv2d(self, x, multiplier=1, kernel=(3, 3), stride=(1, 1), padding="SAME", dilation=(1, 1),
+                         activation="NONE") -> int:
+        t = self._int8(x, 4)
+        n, h, w, c = t.shape
+        k, s, d = _pair(kernel), _pair(stride), _pair(dilation)
+        out, pads = _geometry((h, w), k, s, d, padding)
+        name = self._name("depthwise_conv2d")
+        oc = c * multiplier
+        wq, ws = self._weights((1, *k, oc), oc, k[0] * k[1])
+        wf = (wq[0] * ws).astype(np.float64)  # (KH, KW, C*M); output channel o reads input o // M
+
+        def dwconv(v):
+            return sum(np.repeat(p, multiplier, axis=-1) * wf[i, j] for i, j, p in _taps(v, k, s, d, out, pads))
+
+        bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
+        bq = self._bias(dwconv(t.sim), bscale.astype(np.float64))
+        bf = bq * bscale.astype(np.float64)
+        inputs = [x, self._const(f"{name}/weights", wq, "int8", ws, qdim=3),
+                  self._const(f"{name}/bias", bq, "int32", bscale, qdim=0)]
+        opts = _opts("DepthwiseConv2DOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
+                     DepthMultiplier=multiplier, FusedActivationFunction=self._check_act(activation),
+                     DilationWFactor=d[1], DilationHFactor=d[0])
+        return self._emit(name, Op.DEPTHWISE_CONV_2D, 3, inputs, [x], lambda v: dwconv(v) + bf,
+                          (n, *out, oc), act=activation, options=opts)
+
+    def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True) -> int:
+        t = self._int8(x)
+        in_f = t.shape[-1]
+        out_shape = (*t.shape[:-1], units) if keep_num_dims else (math.prod(t.shape[:-1]), units)
+        name = self._name("fully_connected")
+        wq, ws = self._weights((units, in_f), 1, in_f)
+        wf = (wq * ws[0]).astype(np.float64).T
+
+        def fc(v):
+            return (v.reshape(len(v), -1, in_f) @ wf).reshape(len(v), *out_shape)
+
+        inputs = [x, self._const(f"{name}/weights", wq, "int8", ws)]
+        fn = fc
+        if bias:
+            bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
+            bq = self._bias(fc(t.sim), bscale.astype(np.float64))
+            inputs.append(self._const(f"{name}/bias", bq, "int32", bscale))
+            bf = bq * bscale.astype(np.float64)
+            fn = lambda v: fc(v) + bf  # noqa: E731
+        version = 6 if not bias else 5 if keep_num_dims else 4
+        opts = _opts("FullyConnectedOptions", FusedActivationFunction=self._check_act(activation),
+                     KeepNumDims=bool(keep_num_dims))
+        return self._emit(name, Op.FULLY_CONNECTED, version, inputs, [x], fn, out_shape, act=activation,
+                          options=opts)
+
+    def _binary(self, kind, code, a, b, activation, np_fn):
+        ta, tb = self._int8(a), self._int8(b)
+        out_shape = np.broadcast_shapes(ta.shape, tb.shape)
+        r = len(out_shape)
+        opts = _opts(f"{kind.capitalize()}Options", FusedActivationFunction=self._check_act(activation))
+        return self._emit(self._name(kind), code, 2, [a, b], [a, b],
+                          lambda va, vb: np_fn(_bcast(va, r), _bcast(vb, r)), out_shape,
+                          act=activation, options=opts)
+
+    def add(self, a, b, activation="NONE") -> int:
+        return self._binary("add", Op.ADD, a, b, activation, np.add)
+
+    def mul(self, a, b, activation="NONE") -> int:
+        out = self._binary("mul", Op.MUL, a, b, activation, np.multiply)
+        if self._q(a)[0] * self._q(b)[0] / self._q(out)[0] >= 1.0:
+            self._ops[-1].version = 3  # rescale >= 1 needs MUL v3
+        return out
+
+    def _pool(self, kind, code, x, filter, stride, padding, activation, reduce):
+        t = self._int8(x, 4)
+        k, s = _pair(filter), _pair(stride)
+        out, pads = _geometry(t.shape[1:3], k, s, (1, 1), padding)
+        # Padding is NaN so that max/mean ignore it, like TFLite (average counts valid taps only).
+
+        def fn(v):
+            return reduce(np.stack([p for _, _, p in _taps(v, k, s, (1, 1), out, pads, np.nan)]), axis=0)
+
+        opts = _opts("Pool2DOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
+                     FilterWidth=k[1], FilterHeight=k[0], FusedActivationFunction=self._check_act(activation))
+        return self._emit(self._name(kind), code, 2, [x], [x], fn, (t.shape[0], *out, t.shape[3]),
+                          act=activation, quant=self._q(x), options=opts)
+
+    def avg_pool(self, x, filter=(2, 2), stride=(2, 2), padding="VALID", activation="NONE") -> int:
+        return self._pool("avg_pool", Op.AVERAGE_POOL_2D, x, filter, stride, padding, activation, np.nanmean)
+
+    def max_pool(self, x, filter=(2, 2), stride=(2, 2), padding="VALID", activation="NONE") -> int:
+        return self._pool("max_pool", Op.MAX_POOL_2D, x, filter, stride, padding, activation, np.nanmax)
+
+    def mean(self, x, axes=(1, 2), keep_dims=True) -> int:
+        t = self._int8(x)
+        rank = len(t.shape)
+        axes = sorted({int(a) % rank for a in np.atleast_1d(axes)})
+        out_shape = tuple(1 if i in axes else dim for i, dim in enumerate(t.shape) if keep_dims or i not in axes)
+        name = self._name("mean")
+        ax = self._const(f"{name}/axes", axes, "int32")
+        fn = lambda v: v.mean(axis=tuple(a + 1 for a in axes), keepdims=keep_dims)  # noqa: E731
+        return self._emit(name, Op.MEAN, 2, [x, ax], [x], fn, out_shape,
+                          options=_opts("ReducerOptions", KeepDims=bool(keep_dims)))
+
+    def reshape(self, x, shape) -> int:
+        t = self._int8(x)
+        shape = [int(d) for d in shape]
+        if shape.count(-1) == 1:
+            shape[shape.index(-1)] = math.prod(t.shape) // -math.prod(shape)
+        if math.prod(shape) != math.prod(t.shape):
+            raise ValueError(f"cannot reshape {t.shape} to {shape}")
+        name = self._name("reshape")
+        sh = self._const(f"{name}/shape", shape, "int32")
+        return self._emit(name, Op.RESHAPE, 1, [x, sh], [x], lambda v: v.reshape(len(v), *shape), shape,
+                          quant=self._q(x), options=_opts("ReshapeOptions", NewShape=shape))
+
+    def squeeze(self, x, dims=None) -> int:
+        t = self._int8(x)
+        rank = len(t.shape)
+        dims = ([i for i, dim in enumerate(t.shape) if dim == 1] if dims is None
+                else sorted({int(a) % rank for a in np.atleast_1d(dims)}))
+        if any(t.shape[i] != 1 for i in dims):
+            raise ValueError(f"cannot squeeze dims {dims} of {t.shape}")
+        out_shape = tuple(dim for i, dim in enumerate(t.shape) if i not in dims)
+        return self._emit(self._name("squeeze"), Op.SQUEEZE, 1, [x], [x], lambda v: v.reshape(len(v), *out_shape),
+                          out_shape, quant=self._q(x), options=_opts("SqueezeOptions", SqueezeDims=dims))
+
+    def softmax(self, x, beta=1.0) -> int:
+        t = self._int8(x)
+
+        def fn(v):
+            e = np.exp(beta * (v - v.max(axis=-1, keepdims=True)))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        return self._emit(self._name("softmax"), Op.SOFTMAX, 2, [x], [x], fn, t.shape,
+                          quant=_FIXED_SIGMOID_QUANT, options=_opts("SoftmaxOptions", Beta=float(beta)))
+
+    def logistic(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("logistic"), Op.LOGISTIC, 2, [x], [x], lambda v: 1.0 / (1.0 + np.exp(-v)),
+                          t.shape, quant=_FIXED_SIGMOID_QUANT)
+
+    def hard_swish(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("hard_swish"), Op.HARD_SWISH, 1, [x], [x],
+                          lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0, t.shape)
+
+    def relu(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("relu"), Op.RELU, 2, [x], [x], lambda v: v, t.shape, act="RELU")
+
+    def relu6(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("relu6"), Op.RELU6, 2, [x], [x], lambda v: v, t.shape, act="RELU6")
+
+    def pad(self, x, paddings) -> int:
+        t = self._int8(x)
+        p = np.asarray(paddings, np.int32).reshape(-1, 2)
+        if len(p) != len(t.shape) or (p < 0).any():
+            raise ValueError(f"paddings must be [[before, after]] >= 0 for each of the {len(t.shape)} dims")
+        out_shape = tuple(int(dim + a + b) for dim, (a, b) in zip(t.shape, p))
+        name = self._name("pad")
+        pt = self._const(f"{name}/paddings", p, "int32")
+        widths = [(0, 0)] + [tuple(r) for r in p.tolist()]  # float 0 == zero point, as TFLite pads
+        return self._emit(name, Op.PAD, 4 if len(t.shape) > 4 else 2, [x, pt], [x], lambda v: np.pad(v, widths),
+                          out_shape, quant=self._q(x))
+
+    def concat(self, xs, axis=-1, activation="NONE") -> int:
+        self._check_act(activation)
+        ts = [self._int8(x) for x in xs]
+        rank = len(ts[0].shape)
+        ax = int(axis) % rank
+        for tt in ts:
+            if len(tt.shape) != rank or any(a != b for i, (a, b) in enumerate(zip(tt.shape, ts[0].shape)) if i != ax):
+                raise ValueError(f"concat shapes differ outside axis {ax}: {[u.shape for u in ts]}")
+        name = self._name("concat")
+        quants = {self._q(x) for x in xs}
+        if len(quants) == 1:
+            quant = quants.pop()
+        else:  # LiteRT int8 concat needs one shared quantization: requantize the odd ones out
+            quant = self._range_quant(np.concatenate([tt.sim.ravel() for tt in ts]))
+            xs = [x if self._q(x) == quant else self._requantize(x, quant, f"{name}/requant_{i}")
+                  for i, x in enumerate(xs)]
+        out_shape = list(ts[0].shape)
+        out_shape[ax] = sum(tt.shape[ax] for tt in ts)
+        out = self._emit(name, Op.CONCATENATION, 2, xs, xs, lambda *vs: np.concatenate(vs, axis=ax + 1),
+                         out_shape, quant=quant, options=_opts("ConcatenationOptions", Axis=ax))
+        if activation == "NONE":
+            return out
+        # LiteRT's CONCATENATION rejects fused activations: apply it as a separate op instead.
+        code = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU_N1_TO_1}[activation]
+        return self._emit(f"{name}/{activation.lower()}", code, 1 if code == Op.RELU_N1_TO_1 else 2, [out], [out],
+                          lambda v: v, out_shape, act=activation, quant=quant)
+
+    def _requantize(self, x, quant, name):
+        return self._emit(name, Op.QUANTIZE, 1, [x], [x], lambda v: v, self._tensors[x].shape, quant=quant)
+
+    def quantize(self, x, scale=None, zero_point=None) -> int:
+        """float32 -> int8, or int8 -> int8 requantization.  Without scale / zero point the
+        output quantization is calibrated; with only a scale the zero point is 0."""
+        t = self._tensors[x]
+        if t.dtype not in ("float32", "int8") or t.sim is None:
+            raise ValueError(f"quantize needs a float32 or int8 activation, got {t.name} ({t.dtype})")
+        quant = None
+        if scale is not None or zero_point is not None:
+            quant = (float(np.float32(scale if scale is not None else self._range_quant(t.sim)[0])),
+                     int(zero_point if zero_point is not None else 0))
+        return self._emit(self._name("quantize"), Op.QUANTIZE, 1, [x], [x], lambda v: v, t.shape, quant=quant)
+
+    def dequantize(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("dequantize"), Op.DEQUANTIZE, 2, [x], [x], lambda v: v, t.shape,
+                          dtype="float32")
+
+    def transpose(self, x, perm) -> int:
+        t = self._int8(x)
+        perm = [int(p) % len(t.shape) for p in perm]
+        if sorted(perm) != list(range(len(t.shape))):
+            raise ValueError(f"bad permutation {perm} for rank {len(t.shape)}")
+        name = self._name("transpose")
+        pt = self._const(f"{name}/perm", perm, "int32")
+        rank = len(perm)
+        version = 6 if rank > 5 else 4 if rank > 4 else 2
+        return self._emit(name, Op.TRANSPOSE, version, [x, pt], [x],
+                          lambda v: v.transpose(0, *[p + 1 for p in perm]),
+                          tuple(t.shape[p] for p in perm), quant=self._q(x))
+
+    def output(self, *xs) -> None:
+        for x in xs:
+            if self._tensors[x].sim is None:
+                raise ValueError(f"{x} is not an activation tensor id")
+            self._outputs.append(int(x))
+
+    # ------------------------------------------------------------------ float oracle
+    def simulate(self, *inputs) -> list[np.ndarray]:
+        """Run the float model of the graph (fake-quantized at every int8 tensor) on one
+        array per graph input (int8 or float32, model shapes).  Returns one array per output
+        in the model's output dtype.  Approximate: float math, not TFLite's fixed point."""
+        vals = {}
+        for tid, a in zip(self._inputs, inputs, strict=True):
+            t = self._tensors[tid]
+            a = np.asarray(a, np.float64)[None]
+            vals[tid] = (a - t.zero_point[0]) * t.scale[0] if t.dtype == "int8" else a
+        for op in self._ops:
+            y = _apply_act(op.fn(*[vals[i] for i in op.srcs]), op.act)
+            t = self._tensors[op.outputs[0]]
+            vals[op.outputs[0]] = y if t.scale is None else _fake_quant(y, float(t.scale[0]), int(t.zero_point[0]))
+        res = []
+        for o in self._outputs:
+            t, v = self._tensors[o], vals[o][0]
+            if t.dtype == "int8":
+                v = np.clip(np.round(v / t.scale[0]) + t.zero_point[0], -128, 127).astype(np.int8)
+            res.append(v.astype(np.float32) if t.dtype == "float32" else v)
+        return res
+
+    # ------------------------------------------------------------------ serialization
+    def to_bytes(self) -> bytes:
+        if not self._outputs:
+            raise ValueError("no outputs marked; call output() first")
+        b = flatbuffers.Builder(4096)
+
+        buffers = []
+        for data in self._buffers:
+            vec = None
+            if data:
+                b.Prep(16, len(data))  # 16-byte aligned constant data (int32 bias etc.)
+                vec = b.CreateNumpyVector(np.frombuffer(data, np.uint8))
+            fb.BufferStart(b)
+            if vec is not None:
+                fb.BufferAddData(b, vec)
+            buffers.append(fb.BufferEnd(b))
+
+        tensors = []
+        for t in self._tensors:
+            name = b.CreateString(t.name)
+            shape = b.CreateNumpyVector(np.asarray(t.shape, np.int32))
+            quant = None
+            if t.scale is not None:
+                sc = b.CreateNumpyVector(np.asarray(t.scale, np.float32))
+                zp = b.CreateNumpyVector(np.asarray(t.zero_point, np.int64))
+                fb.QuantizationParametersStart(b)
+                fb.QuantizationParametersAddScale(b, sc)
+                fb.QuantizationParametersAddZeroPoint(b, zp)
+                fb.QuantizationParametersAddQuantizedDimension(b, t.qdim)
+                quant = fb.QuantizationParametersEnd(b)
+            fb.TensorStart(b)
+            fb.TensorAddShape(b, shape)
+            fb.TensorAddType(b, _TYPES[t.dtype])
+            fb.TensorAddBuffer(b, t.buffer)
+            fb.TensorAddName(b, name)
+            if quant is not None:
+                fb.TensorAddQuantization(b, quant)
+            tensors.append(fb.TensorEnd(b))
+
+        # One OperatorCode per builtin, at the highest version any of its uses needs.
+        versions: dict[int, int] = {}
+        for op in self._ops:
+            versions[op.code] = max(versions.get(op.code, 1), op.version)
+        index = {code: i for i, code in enumerate(versions)}
+
+        operators = []
+        for op in self._ops:
+            ins = b.CreateNumpyVector(np.asarray(op.inputs, np.int32))
+            outs = b.CreateNumpyVector(np.asarray(op.outputs, np.int32))
+            opt = op.options[1](b) if op.options else None
+            fb.OperatorStart(b)
+            fb.OperatorAddOpcodeIndex(b, index[op.code])
+            fb.OperatorAddInputs(b, ins)
+            fb.OperatorAddOutputs(b, outs)
+            if opt is not None:
+                fb.OperatorAddBuiltinOptionsType(b, op.options[0])
+                fb.OperatorAddBuiltinOptions(b, opt)
+            operators.append(fb.OperatorEnd(b))
+
+        codes = []
+        for code, version in versions.items():
+            fb.OperatorCodeStart(b)
+            fb.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+            fb.OperatorCodeAddBuiltinCode(b, code)
+            fb.OperatorCodeAddVersion(b, version)
+            codes.append(fb.OperatorCodeEnd(b))
+
+        sg_tensors = _offset_vector(b, tensors)
+        sg_inputs = b.CreateNumpyVector(np.asarray(self._inputs, np.int32))
+        sg_outputs = b.CreateNumpyVector(np.asarray(self._outputs, np.int32))
+        sg_ops = _offset_vector(b, operators)
+        sg_name = b.CreateString("main")
+        fb.SubGraphStart(b)
+        fb.SubGraphAddTensors(b, sg_tensors)
+        fb.SubGraphAddInputs(b, sg_inputs)
+        fb.SubGraphAddOutputs(b, sg_outputs)
+        fb.SubGraphAddOperators(b, sg_ops)
+        fb.SubGraphAddName(b, sg_name)
+        subgraph = fb.SubGraphEnd(b)
+
+        m_codes = _offset_vector(b, codes)
+        m_subgraphs = _offset_vector(b, [subgraph])
+        m_desc = b.CreateString(self.description)
+        m_buffers = _offset_vector(b, buffers)
+        fb.ModelStart(b)
+        fb.ModelAddVersion(b, 3)
+        fb.ModelAddOperatorCodes(b, m_codes)
+        fb.ModelAddSubgraphs(b, m_subgraphs)
+        fb.ModelAddDescription(b, m_desc)
+        fb.ModelAddBuffers(b, m_buffers)
+        b.Finish(fb.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    def save(self, path) -> None:
+        with open(path, "wb") as f:
+            f.write(self.to_bytes())

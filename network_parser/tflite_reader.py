@@ -1,0 +1,271 @@
+"""Read an int8 ``.tflite`` flatbuffer into the IR (subgraph 0)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tflite
+
+from .errors import ModelFormatError, UnsupportedOperator
+from .ir import (ACTIVATIONS, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
+                 Graph, Layer, Mean, NoAttrs, Pad, Pool2D, Quant, Softmax, Tensor, Transpose)
+
+_OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+_TYPE_NAMES = {v: k.lower() for k, v in vars(tflite.TensorType).items() if not k.startswith("_")}
+_NP_TYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
+             "int64": np.int64, "float32": np.float32}
+_PADDING = {tflite.Padding.SAME: "SAME", tflite.Padding.VALID: "VALID"}
+_ACT = {getattr(tflite.ActivationFunctionType, a): a for a in ACTIVATIONS}
+
+# Activation dtypes each op accepts on its data inputs / outputs.
+_INT8 = ("int8",)
+_IO_TYPES = {"QUANTIZE": (("float32", "int8"), _INT8), "DEQUANTIZE": (_INT8, ("float32",))}
+
+
+def _options(op, cls):
+    table = op.BuiltinOptions()
+    if table is None:
+        return None
+    opts = cls()
+    opts.Init(table.Bytes, table.Pos)
+    return opts
+
+
+def _act(code: int, where: str) -> str:
+    if code not in _ACT:
+        raise UnsupportedOperator(f"{where}: fused activation {code} is not supported "
+                                  f"(supported: {', '.join(ACTIVATIONS)})")
+    return _ACT[code]
+
+
+def _pad(code: int, where: str) -> str:
+    if code not in _PADDING:
+        raise ModelFormatError(f"{where}: unknown padding {code}")
+    return _PADDING[code]
+
+
+def _conv(op, where):
+    o = _options(op, tflite.Conv2DOptions)
+    return Conv2D((o.StrideH(), o.StrideW()), (o.DilationHFactor() or 1, o.DilationWFactor() or 1),
+                  _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
+
+
+def _dwconv(op, where):
+    o = _options(op, tflite.DepthwiseConv2DOptions)
+    return DepthwiseConv2D((o.StrideH(), o.StrideW()),
+                           (o.DilationHFactor() or 1, o.DilationWFactor() or 1),
+                           _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where),
+                           o.DepthMultiplier() or 1)
+
+
+def _fc(op, where):
+    o = _options(op, tflite.FullyConnectedOptions)
+    if o is None:
+        return FullyConnected("NONE", False)
+    if o.WeightsFormat() != 0:
+        raise UnsupportedOperator(f"{where}: shuffled FULLY_CONNECTED weights are not supported")
+    return FullyConnected(_act(o.FusedActivationFunction(), where), bool(o.KeepNumDims()))
+
+
+def _pool(op, where):
+    o = _options(op, tflite.Pool2DOptions)
+    return Pool2D((o.FilterHeight(), o.FilterWidth()), (o.StrideH(), o.StrideW()),
+                  _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
+
+
+def _elementwise(cls):
+    def parse(op, where):
+        o = _options(op, cls)
+        return Elementwise(_act(o.FusedActivationFunction(), where) if o else "NONE")
+    return parse
+
+
+def _softmax(op, where):
+    o = _options(op, tflite.SoftmaxOptions)
+    return Softmax(float(o.Beta()) if o else 1.0)
+
+
+def _concat(op, where):
+    o = _options(op, tflite.ConcatenationOptions)
+    return Concat(o.Axis(), _act(o.FusedActivationFunction(), where))
+
+
+def _mean(op, where):
+    o = _options(op, tflite.ReducerOptions)
+    return Mean((), bool(o.KeepDims()) if o else False)  # axes filled from the constant input
+
+
+def _none(op, where):
+    return NoAttrs()
+
+
+# op name -> (attribute parser, number of leading data inputs; the rest are constants)
+_OPS = {
+    "CONV_2D": (_conv, None), "DEPTHWISE_CONV_2D": (_dwconv, None),
+    "FULLY_CONNECTED": (_fc, None),
+    "ADD": (_elementwise(tflite.AddOptions), None), "MUL": (_elementwise(tflite.MulOptions), None),
+    "AVERAGE_POOL_2D": (_pool, None), "MAX_POOL_2D": (_pool, None),
+    "MEAN": (_mean, 1), "RESHAPE": (_none, 1), "SQUEEZE": (_none, 1),
+    "SOFTMAX": (_softmax, None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
+    "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
+    "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
+    "RELU6": (_none, None),
+}
+
+
+def read_tflite(path: str | Path) -> Graph:
+    path = Path(path)
+    try:
+        buf = path.read_bytes()
+    except OSError as e:
+        raise ModelFormatError(f"{path}: cannot read ({e.strerror})") from None
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise ModelFormatError(f"{path}: not a TFLite flatbuffer (no 'TFL3' identifier)")
+    try:
+        return _read(buf, path)
+    except (ModelFormatError, UnsupportedOperator):
+        raise
+    except Exception as e:  # a corrupt flatbuffer surfaces as any decoding error
+        raise ModelFormatError(f"{path}: corrupt TFLite flatbuffer ({type(e).__name__}: {e})") from None
+
+
+def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:
+    t = graph.Tensors(index)
+    name = (t.Name() or b"").decode("utf-8", "replace") or f"tensor_{index}"
+    dtype = _TYPE_NAMES.get(t.Type(), f"type{t.Type()}")
+    shape = tuple(int(d) for d in (t.ShapeAsNumpy() if t.ShapeLength() else ()))
+    if any(d < 0 for d in shape):
+        raise ModelFormatError(f"{path}: tensor {index} '{name}' has a negative or dynamic "
+                               f"dimension {list(shape)}")
+    quant = None
+    q = t.Quantization()
+    if q is not None and q.ScaleLength() > 0:
+        scales = tuple(float(s) for s in q.ScaleAsNumpy())
+        zps = tuple(int(z) for z in q.ZeroPointAsNumpy()) if q.ZeroPointLength() else (0,) * len(scales)
+        if len(zps) == 1 and len(scales) > 1:
+            zps = zps * len(scales)
+        # A 1-D tensor can only be quantized along axis 0 (person_detect stores 3 there).
+        axis = 0 if len(shape) <= 1 else int(q.QuantizedDimension())
+        if len(scales) != len(zps) or (len(scales) > 1 and (axis >= len(shape) or shape[axis] != len(scales))):
+            raise ModelFormatError(f"{path}: tensor {index} '{name}': {len(scales)} scales and "
+                                   f"{len(zps)} zero points do not match shape {list(shape)} "
+                                   f"on axis {axis}")
+        if not all(np.isfinite(s) and s > 0 for s in scales):
+            raise ModelFormatError(f"{path}: tensor {index} '{name}' has a zero, negative or "
+                                   f"non-finite quantization scale")
+        quant = Quant(scales, zps, axis)
+    data = None
+    b = t.Buffer()
+    if 0 < b < model.BuffersLength():
+        buffer = model.Buffers(b)
+        raw = None
+        if buffer.DataLength() > 0:
+            raw = buffer.DataAsNumpy().tobytes()
+        elif buffer.Offset() > 1:  # large models keep data after the flatbuffer
+            raw = buf[buffer.Offset(): buffer.Offset() + buffer.Size()]
+        if raw is not None:
+            if dtype not in _NP_TYPES:
+                raise UnsupportedOperator(f"{path}: constant tensor {index} '{name}' has "
+                                          f"unsupported type {dtype}")
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if len(raw) != count * np.dtype(_NP_TYPES[dtype]).itemsize:
+                raise ModelFormatError(f"{path}: tensor {index} '{name}' holds {len(raw)} bytes, "
+                                       f"shape {list(shape)} {dtype} needs "
+                                       f"{count * np.dtype(_NP_TYPES[dtype]).itemsize}")
+            data = np.frombuffer(raw, dtype=_NP_TYPES[dtype]).reshape(shape).copy()
+            data.setflags(write=False)
+    return Tensor(name, shape, dtype, quant, data)
+
+
+def _read(buf: bytes, path) -> Graph:
+    model = tflite.Model.GetRootAsModel(buf, 0)
+    if model.SubgraphsLength() < 1:
+        raise ModelFormatError(f"{path}: model has no subgraph")
+    g = model.Subgraphs(0)
+    tensors = [_tensor(model, g, i, buf, path) for i in range(g.TensorsLength())]
+    n = len(tensors)
+
+    def check_index(i, what):
+        if not -1 <= i < n:
+            raise ModelFormatError(f"{path}: {what} refers to tensor {i}, the model has {n}")
+        return int(i)
+
+    inputs = tuple(check_index(i, "graph input") for i in g.InputsAsNumpy()) if g.InputsLength() else ()
+    outputs = tuple(check_index(i, "graph output") for i in g.OutputsAsNumpy()) if g.OutputsLength() else ()
+    layers = []
+    produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const}
+    for k in range(g.OperatorsLength()):
+        op = g.Operators(k)
+        if not 0 <= op.OpcodeIndex() < model.OperatorCodesLength():
+            raise ModelFormatError(f"{path}: op {k} uses opcode {op.OpcodeIndex()}, the model has "
+                                   f"{model.OperatorCodesLength()}")
+        oc = model.OperatorCodes(op.OpcodeIndex())
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        name = _OP_NAMES.get(code, f"CUSTOM({(oc.CustomCode() or b'?').decode('utf-8', 'replace')})"
+                             if code == tflite.BuiltinOperator.CUSTOM else f"builtin {code}")
+        ins = [check_index(i, f"op {k} ({name}) input") for i in (op.InputsAsNumpy() if op.InputsLength() else [])]
+        outs = [check_index(i, f"op {k} ({name}) output") for i in (op.OutputsAsNumpy() if op.OutputsLength() else [])]
+        out_name = tensors[outs[0]].name if outs and outs[0] >= 0 else "?"
+        where = f"{path.name}: op {k} {name} (output '{out_name}')"
+        if name not in _OPS:
+            raise UnsupportedOperator(f"{where}: operator {name} is not supported")
+        if not outs or any(o < 0 for o in outs):
+            raise ModelFormatError(f"{path}: {where} has no output tensor")
+        parse, n_data = _OPS[name]
+        attrs = parse(op, where)
+        data_ins = ins if n_data is None else ins[:n_data]
+        consts = ins[len(data_ins):]
+        for i in data_ins:
+            if i >= 0 and i not in produced:
+                raise ModelFormatError(f"{path}: {where} reads tensor {i} '{tensors[i].name}' before "
+                                       f"any op writes it (cycle or dangling tensor)")
+        _check_types(name, where, [tensors[i] for i in data_ins if i >= 0 and not tensors[i].is_const],
+                     [tensors[o] for o in outs])
+        attrs = _fold_constants(name, attrs, [tensors[i] for i in consts], where)
+        layers.append(Layer(k, name, tuple(data_ins), tuple(outs), attrs, out_name))
+        produced.update(outs)
+    for o in outputs:
+        if o < 0 or o not in produced:
+            raise ModelFormatError(f"{path}: graph output {o} is never written")
+    for i in inputs:
+        if tensors[i].dtype not in ("int8", "float32"):
+            raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
+                                      f"{tensors[i].dtype}; only int8 and float32 are supported")
+    name = path.stem
+    return Graph(name, tuple(tensors), tuple(layers), inputs, outputs)
+
+
+def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> None:
+    in_ok, out_ok = _IO_TYPES.get(op, (_INT8, _INT8))
+    for t in ins:
+        if t.dtype not in in_ok:
+            raise UnsupportedOperator(f"{where}: input '{t.name}' is {t.dtype}; {op} supports "
+                                      f"{'/'.join(in_ok)} (float-only models are not supported)")
+        if t.dtype == "int8" and t.quant is None:
+            raise ModelFormatError(f"{where}: int8 tensor '{t.name}' has no quantization")
+    for t in outs:
+        if t.dtype not in out_ok:
+            raise UnsupportedOperator(f"{where}: output '{t.name}' is {t.dtype}; {op} supports "
+                                      f"{'/'.join(out_ok)}")
+        if t.dtype == "int8" and t.quant is None:
+            raise ModelFormatError(f"{where}: int8 tensor '{t.name}' has no quantization")
+
+
+def _const_ints(ts: list[Tensor], what: str, where: str) -> np.ndarray:
+    if not ts or not ts[0].is_const:
+        raise UnsupportedOperator(f"{where}: {what} must be a constant tensor")
+    return np.asarray(ts[0].data, dtype=np.int64)
+
+
+def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
+    if op == "MEAN":
+        axes = _const_ints(consts, "the axes", where).reshape(-1)
+        return Mean(tuple(int(a) for a in axes), attrs.keep_dims)
+    if op == "PAD":
+        p = _const_ints(consts, "the paddings", where)
+        if p.ndim != 2 or p.shape[1] != 2 or (p < 0).any():
+            raise ModelFormatError(f"{where}: paddings must be a non-negative N x 2 array, got {p.tolist()}")
+        return Pad(tuple((int(a), int(b)) for a, b in p))
+    if op == "TRANSPOSE":
+        return Transpose(tuple(int(a) for a in _const_ints(consts, "the permutation", where)))
+    return attrs
