@@ -96,21 +96,9 @@ def _pool(k: K.Pool, x):
 
 
 def _mean(k: K.Mean, x):
-    xs = x.reshape(k.outer, k.reduced, k.inner).astype(np.int64)
-    s = (xs + k.input_offset).sum(axis=1)
-    # reference_integer_ops::Mean: scale by 1/count through the multiplier, rounding as TFLite.
-    count = k.reduced
-    shift = k.shift
-    mult = k.multiplier
-    # num_elements reduction folded into the multiplier: see layer_analyzer.kernels._mean
-    out = fx.mbqm(s, mult, shift)
-    out = _div_round(out, count) + k.output_offset
+    s = x.reshape(k.outer, k.reduced, k.inner).astype(np.int64).sum(axis=1) + k.sum_offset
+    out = fx.mbqm(s, k.multiplier, k.shift) + k.output_offset
     return np.clip(out, -128, 127).astype(np.int8)
-
-
-def _div_round(s, count):
-    s = np.asarray(s, np.int64)
-    return np.where(s >= 0, (s + count // 2) // count, -((-s + count // 2) // count))
 
 
 def _softmax(k: K.Softmax, x):

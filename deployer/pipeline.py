@@ -41,6 +41,7 @@ class Deployment:
     memory: dict
     files: dict[str, str] = field(repr=False)
     backend: Backend
+    options: Options
 
     @property
     def macs(self) -> int:
@@ -96,4 +97,4 @@ def deploy(model: Path, options: Options) -> Deployment:
     files["manifest.json"] = json.dumps(
         build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend),
         indent=2, sort_keys=False) + "\n"
-    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend)
+    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options)

@@ -133,7 +133,7 @@ class Mean:
     outer: int
     reduced: int
     inner: int
-    input_offset: int
+    sum_offset: int  # -input_zero_point * reduced, added to the raw sum
     output_offset: int
     multiplier: int
     shift: int
@@ -356,7 +356,10 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
     reduced = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
     m, s = quantize_multiplier(x.scale / y.scale)
-    return Mean(outer, reduced, inner, -x.zero_point, y.zero_point, m, s)
+    # QuantizedMeanOrSum folds the division by the element count into the multiplier.
+    extra = min((reduced.bit_length() - 1), 32, 31 + s)
+    m, s = (m << extra) // reduced, s - extra
+    return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s)
 
 
 def _softmax(g: Graph, l: Layer, where: str) -> Softmax:

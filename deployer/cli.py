@@ -1,0 +1,146 @@
+"""The ``deploy`` command.
+
+    deploy MODEL --l1 64K --sram 256K --flash 1M --target host -o out/
+    deploy verify MODEL [same options] [--input x.npy] [--seeds N] [--json] [--per-layer]
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from network_parser.errors import DeployError, UsageError
+
+from .output import write_output
+from .pipeline import Options, deploy
+from .report import summary_table
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
+
+
+def parse_size(text: str | None) -> int | None:
+    """'64K' -> 65536, '1M' -> 1048576, '1000' -> 1000 (K and M are multiples of 1024)."""
+    if text is None:
+        return None
+    m = _SIZE.match(str(text))
+    if not m:
+        raise UsageError(f"cannot read size '{text}' (examples: 65536, 64K, 1M)")
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+
+
+def _options(target, l1, sram, flash) -> Options:
+    return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash))
+
+
+def budget_options(f):
+    for opt in reversed((
+        click.option("--target", default="host", show_default=True, help="target (see backends)"),
+        click.option("--l1", default=None, help="L1 scratchpad budget, e.g. 64K"),
+        click.option("--sram", default=None, help="SRAM budget for the arena, e.g. 256K"),
+        click.option("--flash", default=None, help="flash budget for weights and code, e.g. 1M"),
+    )):
+        f = opt(f)
+    return f
+
+
+def _fail(error: DeployError) -> None:
+    click.echo(f"error: {error}", err=True)
+    sys.exit(2 if isinstance(error, UsageError) else 1)
+
+
+class DefaultGroup(click.Group):
+    """`deploy MODEL ...` runs the `build` command; `deploy verify ...` the subcommand."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Compile an int8 .tflite model into a self-contained C inference engine."""
+
+
+@main.command("build")
+@click.argument("model", type=click.Path(path_type=Path))
+@budget_options
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("out"),
+              show_default=True, help="output folder")
+@click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
+def build_cmd(model, target, l1, sram, flash, out_dir, force):
+    """Generate the C engine for MODEL into the output folder."""
+    try:
+        start = time.perf_counter()
+        dep = deploy(model, _options(target, l1, sram, flash))
+        write_output(dep.files, out_dir, force=force)
+        click.echo(summary_table(dep))
+        click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {time.perf_counter() - start:.2f} s")
+    except DeployError as e:
+        _fail(e)
+
+
+def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
+    if len(paths) != len(graph.inputs):
+        raise UsageError(f"the model has {len(graph.inputs)} inputs, {len(paths)} --input files given")
+    arrays = []
+    for p, t in zip(paths, graph.inputs):
+        tt = graph.tensors[t]
+        try:
+            a = np.load(p)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--input {p}: cannot load .npy ({e})") from None
+        if a.size != tt.elements:
+            raise UsageError(f"--input {p}: {a.size} values, input '{tt.name}' {list(tt.shape)} needs {tt.elements}")
+        arrays.append(a.reshape(tt.shape).astype(np.int8 if tt.dtype == "int8" else np.float32))
+    return arrays
+
+
+@main.command("verify")
+@click.argument("model", type=click.Path(path_type=Path))
+@budget_options
+@click.option("--input", "inputs", multiple=True, type=click.Path(path_type=Path),
+              help=".npy input (one per model input); default: seeded random inputs")
+@click.option("--seeds", default=3, show_default=True, help="number of seeded random inputs")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
+@click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
+def verify_cmd(model, target, l1, sram, flash, inputs, seeds, as_json, per_layer, sanitize):
+    """Build the engine with the host compiler, run it and compare with the reference interpreter."""
+    from .verify import first_divergence, random_inputs, verify
+
+    try:
+        dep = deploy(model, _options(target, l1, sram, flash))
+        samples = [_load_inputs(inputs, dep.graph)] if inputs else \
+            [random_inputs(dep.graph, s) for s in range(seeds)]
+        result = verify(dep, model, samples, sanitize=sanitize)
+        if per_layer:
+            result["first_divergence"] = first_divergence(dep, model, samples[0])
+    except DeployError as e:
+        _fail(e)
+    exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        for o in result["outputs"]:
+            click.echo(f"output {o['index']}: max |diff| = {o['max_abs_diff']:g} over {o['elements']} "
+                       f"elements x {result['samples']} inputs vs {result['reference']}")
+        if per_layer:
+            d = result["first_divergence"]
+            if d["layer"] is None:
+                click.echo("every layer matches")
+            else:
+                click.echo(f"first divergence: op {d['layer']} {d['op']} '{d['name']}': C vs golden "
+                           f"{d['c_vs_golden']:g}, C vs reference {d['c_vs_reference']}, "
+                           f"golden vs reference {d['golden_vs_reference']}")
+        click.echo("bit-exact" if exact else "MISMATCH")
+    sys.exit(0 if exact else 1)
+
+
+if __name__ == "__main__":
+    main()
