@@ -37,7 +37,7 @@ def c_double(v: float) -> str:
 
 def c_array(values, per_line: int = 16) -> str:
     flat = np.asarray(values).reshape(-1)
-    fmt = c_float if flat.dtype.kind == "f" else c_int
+    fmt = {"f4": c_float, "f8": c_double}.get(flat.dtype.str[1:], c_int)
     items = [fmt(v) for v in flat.tolist()]
     return ",\n".join("    " + ", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
 
@@ -77,12 +77,68 @@ class Rendered:
     files: dict[str, str]  # file name -> text
 
 
+class _Symbols:
+    """C names for arena tensors and .rodata arrays, shared by every layer of one engine."""
+
+    def __init__(self, graph: Graph, macro: dict[int, str]):
+        self.graph, self.macro = graph, macro
+        self.constants: list[dict] = []
+        self._tensor_names: dict[int, str] = {}
+
+    def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
+        arr = np.asarray(values).reshape(-1)
+        self.constants.append(dict(name=name, ctype=ctype, count=arr.size, aligned=aligned,
+                                   data=c_array(arr)))
+        return name
+
+    def tensor(self, t: int, label: str, writable: bool = False) -> str:
+        """A pointer expression: into the arena, or to the tensor's .rodata array."""
+        tt = self.graph.tensors[t]
+        if tt.is_const:
+            if t not in self._tensor_names:
+                self._tensor_names[t] = self.array(label, CTYPES[tt.dtype], tt.data, aligned=True)
+            return self._tensor_names[t]
+        qual = "" if writable else "const "
+        return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
+
+
+def _weights_context(kern, k: int, sym: _Symbols) -> dict:
+    ctx = dict(w=sym.tensor(kern.weights, f"op{k}_weights"),
+               b=sym.tensor(kern.bias, f"op{k}_bias") if kern.bias >= 0 else None)
+    if isinstance(kern, K.Conv):
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", kern.multiplier),
+                   shift=sym.array(f"op{k}_shift", "int8_t", kern.shift))
+    else:
+        ctx.update(scale=sym.array(f"op{k}_scale", "double", np.array(kern.scale, np.float64)),
+                   channel="u" if len(kern.scale) > 1 else "0")
+    return ctx
+
+
+def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
+    """Template values beyond the kernel record itself, per kernel kind."""
+    match kern:
+        case K.Conv() | K.FullyConnected():
+            return _weights_context(kern, k, sym)
+        case K.Lookup():
+            return dict(table=sym.array(f"op{k}_table", "int8_t", kern.table))
+        case K.Concat():
+            return dict(concat_parts=[(sym.tensor(i, f"op{k}_in{j}"), c)
+                                      for j, (i, c) in enumerate(zip(data, kern.chunks))])
+        case K.Pad():
+            return dict(in4=_pad4(kern.in_shape, 1), out4=_pad4(kern.out_shape, 1),
+                        before4=_pad4(kern.before, 0))
+        case K.Transpose():
+            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
+            return dict(out4=_pad4(kern.out_shape, 1), perm_strides4=_pad4([strides[p] for p in kern.perm], 0))
+    return {}
+
+
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
            planner: str, backend: Backend) -> Rendered:
     ident = c_identifier(graph.name)
-    guard = ident.upper()
     macro = {lt.tensor: f"T{lt.tensor}_{_short(lt.name)}" for lt in lives}
     life = {lt.tensor: lt for lt in lives}
+    sym = _Symbols(graph, macro)
 
     tensors = []
     for lt in sorted(lives, key=lambda lt: (offsets[lt.tensor], lt.tensor)):
@@ -92,60 +148,20 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                             comment=f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype, t.dtype)}, "
                                     f"live ops {lt.first_op}..{lt.last_op}{note}"))
 
-    constants: list[dict] = []
-    const_names: dict[int, str] = {}
-
-    def const(name: str, ctype: str, values, aligned: bool = False) -> str:
-        arr = np.asarray(values).reshape(-1)
-        constants.append(dict(name=name, ctype=ctype, count=max(arr.size, 1), aligned=aligned,
-                              data=c_array(arr if arr.size else np.zeros(1, np.int32))))
-        return name
-
-    def tensor_const(t: int, label: str) -> str:
-        if t not in const_names:
-            tt = graph.tensors[t]
-            const_names[t] = const(label, CTYPES[tt.dtype], tt.data, aligned=True)
-        return const_names[t]
-
-    def ptr(t: int, k: int, role: str, writable: bool) -> str:
-        tt = graph.tensors[t]
-        if tt.is_const:
-            return tensor_const(t, f"op{k}_{role}")
-        qual = "" if writable else "const "
-        return f"({qual}{CTYPES[tt.dtype]} *)(arena + {macro[t]})"
-
     layers = []
     for k, (layer, kern) in enumerate(zip(graph.layers, kernels)):
         out_t = graph.tensors[layer.outputs[0]]
-        L = dict(index=k, kind=type(kern).__name__, k=kern,
-                 func=f"op{k}_{layer.op.lower()}",
+        data = [i for i in layer.inputs if i >= 0 and not (isinstance(kern, (K.Conv, K.FullyConnected))
+                                                            and i in (kern.weights, kern.bias))]
+        L = dict(index=k, kind=type(kern).__name__, k=kern, func=f"op{k}_{layer.op.lower()}",
                  title=f"{layer.op} '{layer.name}' -> {shape_text(out_t)}",
-                 y=ptr(layer.outputs[0], k, "out", True), out_bytes=out_t.nbytes,
-                 alias=None, b=None)
-        data = [i for i in layer.inputs if i >= 0]
-        if isinstance(kern, (K.Conv, K.FullyConnected)):
-            L["x"] = ptr(data[0], k, "in", False)
-            L["w"] = tensor_const(kern.weights, f"op{k}_weights")
-            if kern.bias >= 0:
-                L["b"] = tensor_const(kern.bias, f"op{k}_bias")
-            L["mult"] = const(f"op{k}_multiplier", "int32_t", kern.multiplier)
-            L["shift"] = const(f"op{k}_shift", "int8_t", kern.shift)
-            L["channel"] = "u" if len(kern.multiplier) > 1 else "0"
-        elif isinstance(kern, K.Concat):
-            L["concat_parts"] = [(ptr(i, k, f"in{j}", False), c) for j, (i, c)
-                                 in enumerate(zip(data, kern.chunks))]
-        else:
-            L["x"] = ptr(data[0], k, "in", False)
-            if len(data) > 1:
-                L["x2"] = ptr(data[1], k, "in2", False)
+                 y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,
+                 x=sym.tensor(data[0], f"op{k}_in") if data else None,
+                 x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
+                 alias=None)
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
-        if isinstance(kern, K.Pad):
-            L.update(in4=_pad4(kern.in_shape, 1), out4=_pad4(kern.out_shape, 1),
-                     before4=_pad4(kern.before, 0))
-        if isinstance(kern, K.Transpose):
-            in_strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
-            L.update(out4=_pad4(kern.out_shape, 1), perm_strides4=_pad4([in_strides[p] for p in kern.perm], 0))
+        L.update(_extra_context(kern, k, sym, data))
         layers.append(L)
 
     def io(ts):
@@ -153,20 +169,15 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                      comment=f"'{graph.tensors[t].name}' {shape_text(graph.tensors[t])} "
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
-    ctx = dict(model=graph.name, ident=ident, guard=guard, target=backend.name,
+    ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name,
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
-               constants=constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
+               constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels))
     env = environment(backend)
-    files = {
-        f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),
-        f"{ident}_engine.h": env.get_template("engine.h.j2").render(ctx),
-        f"{ident}_fixedpoint.h": env.get_template("fixedpoint.h.j2").render(ctx),
-        "inference_api.h": env.get_template("inference_api.h.j2").render(ctx),
-        "inference_task.c": env.get_template("inference_task.c.j2").render(ctx),
-        "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
-    }
-    return Rendered(files)
+    names = {"engine.c.j2": f"{ident}_engine.c", "engine.h.j2": f"{ident}_engine.h",
+             "fixedpoint.h.j2": f"{ident}_fixedpoint.h", "inference_api.h.j2": "inference_api.h",
+             "inference_task.c.j2": "inference_task.c", "CMakeLists.txt.j2": "CMakeLists.txt"}
+    return Rendered({out: env.get_template(tpl).render(ctx) for tpl, out in names.items()})
 
 
 def constant_bytes(graph: Graph, kernels) -> int:
@@ -178,6 +189,10 @@ def constant_bytes(graph: Graph, kernels) -> int:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)
                 total += graph.tensors[t].nbytes
-        if isinstance(kern, (K.Conv, K.FullyConnected)):
+        if isinstance(kern, K.Conv):
             total += 5 * len(kern.multiplier)
+        elif isinstance(kern, K.FullyConnected):
+            total += 8 * len(kern.scale)
+        elif isinstance(kern, K.Lookup):
+            total += 256
     return total

@@ -14,6 +14,14 @@ def _i64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
+def round_half_away(v) -> np.ndarray:
+    """C round(): to nearest, halves away from zero (exact, no v + 0.5 double rounding)."""
+    v = np.asarray(v)
+    t = np.trunc(v)
+    frac = v - t
+    return (t + (frac >= 0.5) - (frac <= -0.5)).astype(np.int64)
+
+
 def wrap32(x) -> np.ndarray:
     """Two's complement wrap to int32 (what the C code's unsigned shifts produce)."""
     return ((_i64(x) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
@@ -142,10 +150,26 @@ def get_reciprocal(x: int, integer_bits: int) -> tuple[int, int]:
     return int(one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)), num_bits_over_unit
 
 
-def logistic(a, integer_bits: int) -> np.ndarray:
-    """gemmlowp logistic for FixedPoint<int32, integer_bits>; result Q0.31."""
-    a = _i64(a)
-    abs_a = np.where(a > 0, a, -a)
-    positive = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(-abs_a, integer_bits))
-    negative = I32_MAX - positive
-    return np.where(a == 0, 1 << 30, np.where(a > 0, positive, negative))
+# ---- int16 helpers of the HARD_SWISH reference kernel --------------------------
+
+I16_MIN, I16_MAX = -(1 << 15), (1 << 15) - 1
+
+
+def srdhm16(a, b) -> np.ndarray:
+    a, b = _i64(a), _i64(b)
+    ab = a * b
+    s = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    r = np.where(s >= 0, s >> 15, -((-s) >> 15))
+    return np.where((a == I16_MIN) & (b == I16_MIN), I16_MAX, r)
+
+
+def sdhm16(a, b) -> np.ndarray:
+    """SaturatingDoublingHighMul without rounding (truncating division)."""
+    a, b = _i64(a), _i64(b)
+    ab = a * b
+    r = np.where(ab >= 0, ab >> 15, -((-ab) >> 15))
+    return np.where((a == I16_MIN) & (b == I16_MIN), I16_MAX, r)
+
+
+def shl16_saturating(x, shift: int) -> np.ndarray:
+    return np.clip(_i64(x) << shift, I16_MIN, I16_MAX)

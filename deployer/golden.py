@@ -49,7 +49,7 @@ def _fc(k: K.FullyConnected, x, w, b):
     acc = np.rint(xs @ w.astype(np.float64).T).astype(np.int64)
     if b is not None:
         acc += b.astype(np.int64)
-    out = fx.mbqm_single_rounding(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
+    out = fx.round_half_away(acc.astype(np.float64) * np.array(k.scale)) + k.output_offset
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 
@@ -116,17 +116,24 @@ def _softmax(k: K.Softmax, x):
     return out.reshape(x.shape).astype(np.int8)
 
 
-def _logistic(k: K.Logistic, x):
-    v = x.astype(np.int64) - k.input_zero_point
-    q4 = fx.mbqm(v, k.input_multiplier, k.input_left_shift)
-    q0 = fx.logistic(q4, 4)
-    out = np.clip(fx.rdbpot(q0, 23) - 128, -128, 127)
-    out = np.where(v <= -k.input_range_radius, -128, np.where(v >= k.input_range_radius, 127, out))
-    return out.astype(np.int8)
+def _lookup(k: K.Lookup, x):
+    return np.array(k.table, np.int8)[x.astype(np.int64) + 128]
 
 
 def _hard_swish(k: K.HardSwish, x):
-    raise NotImplementedError("HARD_SWISH golden")
+    hires = (x.astype(np.int64) - k.input_zero_point) * 128
+    preshift_out = fx.srdhm16(hires, k.output_multiplier)
+    reluish = hires
+    if k.reluish_shift > 0:
+        reluish = fx.shl16_saturating(reluish, k.reluish_shift - 1)
+    reluish = fx.srdhm16(reluish, k.reluish_multiplier)
+    if k.reluish_shift > 0:
+        reluish = fx.shl16_saturating(reluish, 1)
+    if k.reluish_shift < 0:
+        reluish = fx.rdbpot(reluish, -k.reluish_shift)
+    reluish = (reluish + (1 << 15)) >> 1  # [-1, 1] -> [0, 1] in Q15
+    out = fx.rdbpot(fx.sdhm16(reluish, preshift_out), -k.output_shift) + k.output_zero_point
+    return np.clip(out, -128, 127).astype(np.int8)
 
 
 def _requantize(k: K.Requantize, x):
@@ -135,9 +142,8 @@ def _requantize(k: K.Requantize, x):
 
 
 def _quantize(k: K.Quantize, x):
-    v = x.astype(np.float32) / np.float32(k.scale)
-    r = np.where(v >= 0, np.floor(v + np.float32(0.5)), -np.floor(-v + np.float32(0.5)))
-    return np.clip(r.astype(np.int64) + k.zero_point, -128, 127).astype(np.int8)
+    v = np.clip(x.astype(np.float32) / np.float32(k.scale), -1e6, 1e6)
+    return np.clip(fx.round_half_away(v) + k.zero_point, -128, 127).astype(np.int8)
 
 
 def _dequantize(k: K.Dequantize, x):
@@ -173,8 +179,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _mean(kernel, ins[0])
         case K.Softmax():
             y = _softmax(kernel, ins[0])
-        case K.Logistic():
-            y = _logistic(kernel, ins[0])
+        case K.Lookup():
+            y = _lookup(kernel, ins[0])
         case K.HardSwish():
             y = _hard_swish(kernel, ins[0])
         case K.Requantize():

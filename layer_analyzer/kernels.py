@@ -13,7 +13,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, Layer, Tensor
 
 from . import geometry as geo
-from .requant import (INT8_MAX, INT8_MIN, activation_range, f32, quantize_multiplier,
+from .requant import (INT8_MAX, INT8_MIN, activation_range, f32, quantize_multiplier, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -54,13 +54,13 @@ class Conv:
 
 @dataclass(frozen=True, slots=True)
 class FullyConnected:
+    """LiteRT's reference FC requantizes in double: round(acc * scale), halves away from zero."""
     batch: int
     in_features: int
     units: int
     input_offset: int
     output_offset: int
-    multiplier: tuple[int, ...]  # one per unit, or a single one
-    shift: tuple[int, ...]
+    scale: tuple[float, ...]  # in_scale * w_scale / out_scale (double), one per unit or one
     act_min: int
     act_max: int
     weights: int
@@ -149,12 +149,10 @@ class Softmax:
 
 
 @dataclass(frozen=True, slots=True)
-class Logistic:
+class Lookup:
+    """LOGISTIC: LiteRT's reference kernel is a 256-entry table indexed by the int8 input."""
     elements: int
-    input_zero_point: int
-    input_range_radius: int
-    input_multiplier: int
-    input_left_shift: int
+    table: tuple[int, ...]  # output for input -128..127
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,12 +283,10 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
         raise UnsupportedOperator(f"{where}: input of {x.elements} elements is not a multiple of {depth}")
     if any(z != 0 for z in w.quant.zero_point):
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric (zero point 0)")
-    # GetQuantizedConvolutionMultipler: the float product is widened after rounding to float.
-    ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale)
-                   for s in w.quant.scale))
+    scales = tuple(x.scale * s / y.scale for s in w.quant.scale)
     lo, hi = _act(y, l.attrs.activation)
     return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point,
-                          ms, ss, lo, hi, l.inputs[1], bias)
+                          scales, lo, hi, l.inputs[1], bias)
 
 
 def _broadcast(a: Tensor, b: Tensor, out: Tensor, where: str) -> Broadcast:
@@ -376,31 +372,36 @@ def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
     return Softmax(x.elements // depth, depth, m, s, diff_min)
 
 
-def _logistic(g: Graph, l: Layer, where: str) -> Logistic:
-    x = g.tensors[l.inputs[0]]
-    y = g.tensors[l.outputs[0]]
-    if (y.scale, y.zero_point) != (1 / 256, -128):
-        raise UnsupportedOperator(f"{where}: int8 logistic output must have scale 1/256, zero point -128")
-    input_bits = 4
-    m, s = quantize_multiplier_greater_than_one(x.scale * (1 << (31 - input_bits)))
-    radius = int(np.floor(((1 << input_bits) - 1) * (1 << (31 - input_bits)) / (1 << s)))
-    return Logistic(x.elements, x.zero_point, radius, m, s)
+def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    if y.scale != 1.0 / 256:
+        raise UnsupportedOperator(f"{where}: int8 logistic output scale must be 1/256")
+    return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
+
+
+def _int16_multiplier(m32: int) -> int:
+    """DownScaleInt32ToInt16Multiplier: round a Q31 multiplier to Q15."""
+    return (1 << 15) - 1 if m32 >= (1 << 31) - 1 - (1 << 15) else (m32 + (1 << 15)) >> 16
 
 
 def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
-    hires_scale = (1.0 / 128.0) * f32(x.scale)
-    reluish = f32(f32(3.0) / f32(32768.0)) / f32(x.scale)  # placeholder, replaced below
-    del reluish
-    reluish_scale = 3.0 / 32768.0
-    rm, rs = quantize_multiplier(hires_scale / reluish_scale)
-    om, os_ = quantize_multiplier(hires_scale / y.scale)
-    return HardSwish(x.elements, x.zero_point, y.zero_point, rm, rs, om, os_)
+    # HardSwishPrepare computes every scale in float32.
+    hires = np.float32(1.0 / 128.0) * np.float32(x.scale)
+    reluish_scale = np.float32(3.0) / np.float32(32768.0)
+    om, oe = quantize_multiplier(float(hires / np.float32(y.scale)))
+    rm, re_ = quantize_multiplier(float(hires / reluish_scale))
+    if oe > 0:
+        raise UnsupportedOperator(f"{where}: HARD_SWISH output scale too small for the int8 kernel")
+    return HardSwish(x.elements, x.zero_point, y.zero_point, _int16_multiplier(rm), re_,
+                     _int16_multiplier(om), oe)
 
 
 def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
-    m, s = quantize_multiplier(x.scale / y.scale)
+    # ReluPrepare divides the scales in float; int8 QUANTIZE divides in double.
+    real = x.scale / y.scale if l.op == "QUANTIZE" else f32(np.float32(x.scale) / np.float32(y.scale))
+    m, s = quantize_multiplier(real)
     act = {"RELU": "RELU", "RELU6": "RELU6"}.get(l.op, "NONE")
     lo, hi = _act(y, act)
     return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi)
@@ -466,7 +467,7 @@ LOWERINGS = {
     "CONCATENATION": _concat, "TRANSPOSE": _transpose,
 }
 
-Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Logistic | HardSwish
+Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose)
 
 

@@ -6,6 +6,8 @@ because a single ULP of difference in a multiplier moves outputs by one LSB.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 
 import numpy as np
@@ -71,3 +73,34 @@ def activation_range(activation: str, scale: float, zero_point: int,
         return (max(qmin, quantize_value(-1.0, scale, zero_point)),
                 min(qmax, quantize_value(1.0, scale, zero_point)))
     raise ValueError(activation)
+
+
+def _libm_expf():
+    """The C library's expf: LiteRT builds its sigmoid table with it."""
+    name = ctypes.util.find_library("m")
+    if name is None:
+        return None
+    fn = ctypes.CDLL(name).expf
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+    return fn
+
+
+_EXPF = _libm_expf()
+
+
+def expf(x: np.float32) -> np.float32:
+    return np.float32(_EXPF(float(x))) if _EXPF else np.exp(np.float32(x))
+
+
+def sigmoid_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """LUTPopulateInt8 for the logistic function, all in float32 as the reference does."""
+    one = np.float32(1.0)
+    inv = one / np.float32(out_scale)
+    table = []
+    for v in range(-128, 128):
+        x = np.float32(in_scale) * np.float32(v - in_zp)
+        y = one / (one + expf(-x))
+        r = np.float32(round_away(float(np.float32(y * inv))))
+        q = int(np.float32(r + np.float32(out_zp)))
+        table.append(min(max(q, INT8_MIN), INT8_MAX))
+    return tuple(table)
