@@ -1,0 +1,116 @@
+"""Property tests: random synthetic int8 models, compiled to C and run, equal LiteRT's reference."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deployer.pipeline import Options, deploy
+from deployer.reference import run_litert
+from deployer.verify import build_engine, random_inputs, run_engine
+from network_parser.tflite_builder import ModelBuilder
+
+ACTS = st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1"])
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _window(draw, h, w):
+    k = draw(st.integers(1, 3))
+    return dict(kernel=(k, draw(st.integers(1, 3))), stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+                padding=draw(st.sampled_from(["SAME", "VALID"])) if min(h, w) >= 3 else "SAME")
+
+
+@st.composite
+def layer_step(draw, mb: ModelBuilder, x: int) -> int:
+    """Apply one random op to tensor x (NHWC) and return its output."""
+    _, h, w, c = mb.shape(x)
+    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "mul", "avg", "max", "relu", "relu6", "hswish",
+                               "logistic", "pad", "concat", "requant"]))
+    if op == "conv":
+        return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
+                         per_channel=draw(st.booleans()), **_window(draw, h, w))
+    if op == "dw":
+        return mb.depthwise_conv2d(x, multiplier=draw(st.integers(1, 2)), activation=draw(ACTS),
+                                   **{k: v for k, v in _window(draw, h, w).items()})
+    if op == "dil":
+        return mb.depthwise_conv2d(x, kernel=(3, 3), dilation=(2, draw(st.integers(1, 2))), padding="SAME")
+    if op in ("add", "mul"):
+        other = mb.conv2d(x, c, kernel=(1, 1))
+        if draw(st.booleans()):
+            other = mb.avg_pool(other, filter=(h, w), stride=(1, 1))  # broadcast (1,1,1,c)
+        return (mb.add if op == "add" else mb.mul)(x, other, activation=draw(ACTS))
+    if op in ("avg", "max"):
+        win = _window(draw, h, w)
+        pool = mb.avg_pool if op == "avg" else mb.max_pool
+        return pool(x, filter=win["kernel"], stride=win["stride"], padding="SAME", activation=draw(ACTS))
+    if op == "relu":
+        return mb.relu(x)
+    if op == "relu6":
+        return mb.relu6(x)
+    if op == "hswish":
+        return mb.hard_swish(x)
+    if op == "logistic":
+        return mb.logistic(x)
+    if op == "pad":
+        return mb.pad(x, [[0, 0], [draw(st.integers(0, 2)), draw(st.integers(0, 2))],
+                          [draw(st.integers(0, 2)), draw(st.integers(0, 2))], [0, 0]])
+    if op == "concat":
+        return mb.concat([x, mb.conv2d(x, draw(st.integers(1, 4)), kernel=(1, 1))], axis=3)
+    return mb.quantize(x)
+
+
+@st.composite
+def models(draw):
+    mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
+    if draw(st.booleans()):
+        x = mb.quantize(mb.input((1, draw(st.integers(2, 9)), draw(st.integers(2, 9)), draw(st.integers(1, 6))),
+                                 dtype="float32"))
+        float_out = True
+    else:
+        x = mb.input((1, draw(st.integers(1, 9)), draw(st.integers(1, 9)), draw(st.integers(1, 6))))
+        float_out = False
+    for _ in range(draw(st.integers(1, 4))):
+        x = draw(layer_step(mb, x))
+    head = draw(st.sampled_from(["none", "fc", "mean", "softmax", "transpose"]))
+    _, h, w, c = mb.shape(x)
+    if head == "fc":
+        x = mb.fully_connected(mb.reshape(x, (1, h * w * c)), draw(st.integers(1, 16)), activation=draw(ACTS))
+    elif head == "mean":
+        x = mb.mean(x, axes=draw(st.sampled_from([(1, 2), (1,), (2,), (3,)])), keep_dims=draw(st.booleans()))
+    elif head == "softmax":
+        x = mb.softmax(x, beta=draw(st.sampled_from([1.0, 0.5, 2.0])))
+    elif head == "transpose":
+        x = mb.transpose(x, draw(st.permutations([0, 1, 2, 3])))
+    mb.output(mb.dequantize(x) if float_out else x)
+    return mb
+
+
+def check(tmp_path, mb: ModelBuilder):
+    path = tmp_path / "model.tflite"
+    mb.save(path)
+    dep = deploy(path, Options())
+    samples = [random_inputs(dep.graph, s) for s in range(2)]
+    for sanitize in (False, True):
+        outs, _ = run_engine(build_engine(dep, sanitize=sanitize), samples)
+        for sample, ours in zip(samples, outs):
+            ref, _ = run_litert(path, sample)
+            for a, b in zip(ours, ref):
+                assert np.array_equal(a, b.reshape(a.shape)), \
+                    f"{int((a != b.reshape(a.shape)).sum())} of {a.size} elements differ (sanitize={sanitize})"
+
+
+@SETTINGS
+@given(mb=models())
+def test_random_models_bit_exact(tmp_path, mb):
+    check(tmp_path, mb)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**16), shape=st.tuples(st.integers(1, 7), st.integers(1, 7), st.integers(1, 8)))
+def test_two_input_add_and_broadcast_mul(tmp_path, seed, shape):
+    mb = ModelBuilder(seed)
+    a, b = mb.input((1, *shape)), mb.input((1, 1, 1, shape[2]))
+    mb.output(mb.mul(mb.add(a, mb.input((1, *shape))), b))
+    check(tmp_path, mb)
