@@ -100,6 +100,7 @@ class Row:
     litert_ns: float | None = None
     sram: int | None = None
     check: str = ""
+    failed: bool = False  # deploy or build failed (a missing file is only a note)
     ok: bool | None = None
     details: list[str] = field(default_factory=list)
 
@@ -221,7 +222,7 @@ def bench_model(name: str, path: Path, args, workroot: Path) -> Row:
             dep = deploy(path, Options(target="host"))
             times.append(time.perf_counter() - t0)
     except DeployError as e:
-        row.note = f"skipped: deploy failed: {e}"
+        row.note, row.failed = f"skipped: deploy failed: {e}", True
         return row
     row.deploy_s = statistics.median(times)
     row.macs = dep.macs
@@ -237,7 +238,7 @@ def bench_model(name: str, path: Path, args, workroot: Path) -> Row:
     try:
         exe = build_timing_engine(dep, workdir)
     except RuntimeError as e:
-        row.note = f"build failed: {e}"
+        row.note, row.failed = f"skipped: build failed: {e}", True
         return row
     row.ours_ns, ours = time_ours(dep, exe, inputs, warmup, runs)
 
@@ -261,7 +262,9 @@ def bench_model(name: str, path: Path, args, workroot: Path) -> Row:
         row.ok = equal
         row.check = f"ours == {ref_name}" if equal else f"ours != {ref_name} (max |diff| {diff:g})"
         if ref_name == "LiteRT-ref" and tflm_outs is not None:
-            row.check += "; TFLM " + ("agrees" if same(ours, tflm_outs)[0] else "differs")
+            t_equal, t_diff = same(ours, tflm_outs)
+            row.check += ("; TFLM agrees" if t_equal
+                          else f"; TFLM itself differs from LiteRT-ref (max |diff| {t_diff:g})")
     return row
 
 
@@ -343,8 +346,8 @@ def parse_args(argv=None):
     p.add_argument("--models", nargs="+", metavar="NAME",
                    help="subset to run (short names above, file stems or paths under the models folder; "
                         "comma-separated also accepted)")
-    p.add_argument("--repeat", type=int, default=50,
-                   help=f"timed inferences per runtime and model (default 50; models above "
+    p.add_argument("--repeat", type=int, default=100,
+                   help=f"timed inferences per runtime and model (default 100; models above "
                         f"{LARGE_MACS:,} MACs get max(3, N/10))")
     p.add_argument("--deploy-repeat", type=int, default=3, help="deploy() calls per model, median (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
@@ -407,7 +410,8 @@ def main(argv=None) -> int:
     print("ratios: TFLM/ours and LiteRT/ours = how many times faster our engine is; "
           "SRAM/TFLM = our sram_bytes / TFLite Micro's minimal arena (shared/models/README.md).")
     print(f"total {time.perf_counter() - start:.0f} s", flush=True)
-    return 0 if all(r.ok for r in rows if r.ours_ns is not None) else 1
+    good = all(r.ok for r in rows if r.ours_ns is not None) and not any(r.failed for r in rows)
+    return 0 if good else 1
 
 
 if __name__ == "__main__":
