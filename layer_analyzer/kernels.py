@@ -13,7 +13,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, Layer, Tensor
 
 from . import geometry as geo
-from .requant import (INT8_MAX, INT8_MIN, activation_range, f32, quantize_multiplier, sigmoid_table,
+from .requant import (activation_range, f32, quantize_multiplier, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -482,6 +482,3 @@ def lower_graph(graph: Graph) -> tuple[Kernel, ...]:
 def macs(kernel: Kernel) -> int:
     return getattr(kernel, "macs", 0)
 
-
-def clamp8(lo: int, hi: int) -> tuple[int, int]:
-    return max(lo, INT8_MIN), min(hi, INT8_MAX)
