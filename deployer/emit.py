@@ -119,6 +119,12 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
     match kern:
         case K.Conv() | K.FullyConnected():
             return _weights_context(kern, k, sym)
+        case K.Add() | K.Mul():
+            v = kern.view
+            dense = tuple(int(np.prod(v.shape[d + 1:], dtype=np.int64)) for d in range(4))
+            dense = tuple(0 if n == 1 else s for n, s in zip(v.shape, dense))
+            same = all(n == 1 or (a == s and b == s) for n, a, b, s in zip(v.shape, v.a_strides, v.b_strides, dense))
+            return dict(flat=int(np.prod(v.shape, dtype=np.int64)) if same else None)
         case K.Lookup():
             return dict(table=sym.array(f"op{k}_table", "int8_t", kern.table))
         case K.Concat():

@@ -26,4 +26,6 @@ def summary_table(dep) -> str:
         f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
     ]
+    if dep.options.l1 is not None and dep.backend.l1_bytes is None:
+        rows.append(f"L1 budget {_kib(dep.options.l1)} unused: target '{dep.backend.name}' has no scratchpad")
     return "\n".join(rows)
