@@ -1,0 +1,83 @@
+"""Greedy arena planners: the baselines and the hints for the CP-SAT planner.
+
+Each takes an ArenaProblem and returns one offset per buffer; ``solver.arena``
+checks and scores the plan.
+"""
+from __future__ import annotations
+
+from .arena_types import ArenaProblem, Buffer, align, overlaps_in_time
+
+
+def _busy(problem: ArenaProblem, b: Buffer, offsets: dict[int, int]) -> list[tuple[int, int]]:
+    """Byte ranges taken by already-placed buffers live at the same time as b, by start."""
+    return sorted((offsets[j], offsets[j] + problem.buffers[j].size) for j in offsets
+                  if overlaps_in_time(b, problem.buffers[j]))
+
+
+def _gaps(busy: list[tuple[int, int]], alignment: int):
+    """(start, length) of every free aligned gap below the top, then the open space above."""
+    cursor = 0
+    for start, end in busy:
+        if start > cursor:
+            yield cursor, start - cursor
+        cursor = max(cursor, align(end, alignment))
+    yield cursor, None  # unbounded
+
+
+def _size_order(problem: ArenaProblem) -> list[int]:
+    """Largest first; longer lifetimes first among equals (TFLite Micro's greedy order)."""
+    return sorted(range(len(problem.buffers)),
+                  key=lambda i: (-problem.buffers[i].size,
+                                 -(problem.buffers[i].last - problem.buffers[i].first), i))
+
+
+def first_fit(problem: ArenaProblem) -> list[int]:
+    """Decreasing size; each buffer at the lowest offset where it fits."""
+    offsets: dict[int, int] = {}
+    for i in _size_order(problem):
+        b = problem.buffers[i]
+        offsets[i] = next(start for start, length in _gaps(_busy(problem, b, offsets), problem.alignment)
+                          if length is None or length >= b.size)
+    return [offsets[i] for i in range(len(problem.buffers))]
+
+
+def best_fit(problem: ArenaProblem) -> list[int]:
+    """Decreasing size; each buffer in the smallest gap that holds it (TFLite's arena planner)."""
+    offsets: dict[int, int] = {}
+    for i in _size_order(problem):
+        b = problem.buffers[i]
+        gaps = list(_gaps(_busy(problem, b, offsets), problem.alignment))
+        fitting = [(length, start) for start, length in gaps if length is not None and length >= b.size]
+        offsets[i] = min(fitting)[1] if fitting else gaps[-1][0]
+    return [offsets[i] for i in range(len(problem.buffers))]
+
+
+def bidirectional(problem: ArenaProblem) -> list[int]:
+    """DORY's two stacks: buffers in creation order, alternately on the bottom and the top stack.
+
+    Each new buffer goes on top of the live buffers of its stack (a stack does not
+    reuse holes below a live buffer, so residual tensors pin their stack until they
+    die). Top-stack buffers are placed from the arena's end once its size is known.
+    """
+    order = sorted(range(len(problem.buffers)),
+                   key=lambda i: (problem.buffers[i].first, -problem.buffers[i].last, i))
+    side: dict[int, int] = {}
+    height: dict[int, int] = {}  # offset from the stack's own end
+    last_side = 1
+    for i in order:
+        b = problem.buffers[i]
+        s = 1 - last_side
+        live = [j for j in side if side[j] == s and problem.buffers[j].last >= b.first]
+        height[i] = align(max((height[j] + problem.buffers[j].size for j in live), default=0),
+                          problem.alignment)
+        side[i] = last_side = s
+    # Smallest arena where no bottom buffer meets a top buffer alive at the same time.
+    ends = [(i, align(height[i] + problem.buffers[i].size, problem.alignment)) for i in order]
+    arena = max((e for _, e in ends), default=0)
+    for i, ei in ends:
+        if side[i] == 0:
+            for j, ej in ends:
+                if side[j] == 1 and overlaps_in_time(problem.buffers[i], problem.buffers[j]):
+                    arena = max(arena, ei + ej)
+    return [height[i] if side[i] == 0 else arena - align(height[i] + problem.buffers[i].size, problem.alignment)
+            for i in range(len(problem.buffers))]

@@ -1,0 +1,34 @@
+"""An independent proof that an arena plan is sound.
+
+Deliberately shares no code with the planners: a sweep over op indices, not
+pairwise interval logic, so a bug in one is unlikely to hide in the other.
+"""
+from __future__ import annotations
+
+
+class PlanError(AssertionError):
+    """A plan violates a constraint: a bug in a planner, never a user error."""
+
+
+def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None) -> int:
+    """Raise PlanError unless no two simultaneously live buffers share a byte, every offset is
+    aligned and (when given) inside ``arena_bytes``; return the bytes the plan spans."""
+    if len(offsets) != len(buffers):
+        raise PlanError(f"{len(offsets)} offsets for {len(buffers)} buffers")
+    end = 0
+    for b, o in zip(buffers, offsets):
+        if o < 0 or o % alignment:
+            raise PlanError(f"buffer {b.name}: offset {o} is negative or not {alignment}-byte aligned")
+        end = max(end, o + b.size)
+    if arena_bytes is not None and end > arena_bytes:
+        raise PlanError(f"plan reaches byte {end}, beyond the arena of {arena_bytes}")
+    # Sweep: at each op, the live buffers sorted by offset must not overlap their neighbour.
+    events = sorted({b.first for b in buffers})
+    for op in events:
+        live = sorted((o, o + b.size, b.name) for b, o in zip(buffers, offsets)
+                      if b.first <= op <= b.last and b.size > 0)
+        for (s0, e0, n0), (s1, e1, n1) in zip(live, live[1:]):
+            if s1 < e0:
+                raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "
+                                f"are live at op {op}")
+    return end
