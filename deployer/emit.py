@@ -11,7 +11,7 @@ import numpy as np
 from backends import Backend
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
-from network_parser.lifetimes import Lifetime
+from network_parser.lifetimes import Lifetime, scratch_key
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
@@ -140,19 +140,22 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
 
 
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
-           planner: str, backend: Backend) -> Rendered:
+           planner: str, backend: Backend, reuses=()) -> Rendered:
     ident = c_identifier(graph.name)
-    macro = {lt.tensor: f"T{lt.tensor}_{_short(lt.name)}" for lt in lives}
+    macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
+             for lt in lives}
+    in_place = {r.layer: r for r in reuses if r.rule == "depthwise-in-place"}
     life = {lt.tensor: lt for lt in lives}
     sym = _Symbols(graph, macro)
 
     tensors = []
     for lt in sorted(lives, key=lambda lt: (offsets[lt.tensor], lt.tensor)):
-        t = graph.tensors[lt.tensor]
+        t = graph.tensors[lt.tensor] if lt.tensor >= 0 else None
         note = f", alias of {graph.tensors[lt.alias_of].name}" if lt.alias_of is not None else ""
+        what = (f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype, t.dtype)}" if lt.tensor >= 0
+                else f"{lt.size} B scratch")
         tensors.append(dict(macro=macro[lt.tensor], offset=offsets[lt.tensor],
-                            comment=f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype, t.dtype)}, "
-                                    f"live ops {lt.first_op}..{lt.last_op}{note}"))
+                            comment=f"{what}, live ops {lt.first_op}..{lt.last_op}{note}"))
 
     layers = []
     for k, (layer, kern) in enumerate(zip(graph.layers, kernels)):
@@ -164,7 +167,9 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                  y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
-                 alias=None)
+                 alias=None, in_place=False)
+        if k in in_place:
+            L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
         L.update(_extra_context(kern, k, sym, data))

@@ -9,9 +9,11 @@ from backends import BACKENDS, Backend
 from layer_analyzer import kernels as K
 from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
 from network_parser.ir import Graph
+from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import Lifetime, lifetimes
+from network_parser.rewrites import apply_rewrites
 from network_parser.tflite_reader import read_tflite
-from solver.arena import ArenaPlan, ArenaProblem, Buffer, plan_arena
+from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
 
 from . import emit
 from .manifest import build_manifest
@@ -28,7 +30,10 @@ class Options:
     l1: int | None = None
     sram: int | None = None
     flash: int | None = None
-    arena: str = "first-fit"
+    planner: str = "first-fit"
+    time_limit_s: float = 5.0
+    in_place: bool = True  # in-place rules beyond zero-copy reshapes
+    fuse: bool = True  # graph rewrites such as PAD folded into convolutions
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class Deployment:
     files: dict[str, str] = field(repr=False)
     backend: Backend
     options: Options
+    reuses: tuple = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def macs(self) -> int:
@@ -83,18 +90,21 @@ def deploy(model: Path, options: Options) -> Deployment:
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
     graph = read_model(Path(model))
+    graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
-    lives = lifetimes(graph)
+    reuses = plan_in_place(graph, options.in_place)
+    lives = lifetimes(graph, reuses)
     problem, owners = arena_problem(lives, backend.alignment)
-    plan = plan_arena(problem, options.arena)
+    plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
     offsets = dict(zip(owners, plan.offsets))
     for lt in lives:
         if lt.alias_of is not None:
             offsets[lt.tensor] = offsets[lt.alias_of]
     memory = memory_report(graph, kernels, plan)
     check_budgets(memory, options)
-    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend).files
+    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses).files
     files["manifest.json"] = json.dumps(
         build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend),
         indent=2, sort_keys=False) + "\n"
-    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options)
+    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
+                      tuple(notes))

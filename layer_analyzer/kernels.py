@@ -259,8 +259,9 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
         raise UnsupportedOperator(f"{where}: weights {list(w.shape)} do not match {ic} input / "
                                   f"{oc} output channels (grouped convolution is not supported)")
     (sh, sw), (dh, dw) = a.stride, a.dilation
-    exp_h = geo.output_size(ih, kh, sh, dh, a.padding)
-    exp_w = geo.output_size(iw, kw, sw, dw, a.padding)
+    ph, pw = (a.pads[:2], a.pads[2:]) if a.pads else (None, None)
+    exp_h = geo.output_size(ih, kh, sh, dh, a.padding, ph)
+    exp_w = geo.output_size(iw, kw, sw, dw, a.padding, pw)
     if (oh, ow) != (exp_h, exp_w):
         raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the geometry ({exp_h}x{exp_w})")
     # PopulateConvolutionQuantizationParams: double(input) * double(filter) / double(output).
@@ -268,7 +269,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
     lo, hi = _act(y, a.activation)
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
-                geo.pad_before(ih, kh, sh, dh, a.padding), geo.pad_before(iw, kw, sw, dw, a.padding),
+                geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
                 mult, -x.zero_point, y.zero_point, ms, ss, lo, hi, l.inputs[1], bias)
 
 
@@ -472,7 +473,11 @@ Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Lookup | H
 
 
 def lower(graph: Graph, layer: Layer) -> Kernel:
-    return LOWERINGS[layer.op](graph, layer, _where(graph, layer))
+    where = _where(graph, layer)
+    try:
+        return LOWERINGS[layer.op](graph, layer, where)
+    except ValueError as e:  # parameters the int8 kernel cannot represent
+        raise UnsupportedOperator(f"{where}: {e}") from None
 
 
 def lower_graph(graph: Graph) -> tuple[Kernel, ...]:

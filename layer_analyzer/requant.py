@@ -43,14 +43,15 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
 
 def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
     """QuantizeMultiplierSmallerThanOneExp: shift is the (non-positive) exponent."""
-    assert 0.0 < real < 1.0, real
+    if not 0.0 < real < 1.0:
+        raise ValueError(f"rescale factor {real:g} must be in (0, 1) for this int8 kernel")
     return quantize_multiplier(real)
 
 
 def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
-    assert real > 1.0, real
+    if not real > 1.0:
+        raise ValueError(f"rescale factor {real:g} must be above 1 for this int8 kernel")
     m, shift = quantize_multiplier(real)
-    assert shift >= 0
     return m, shift
 
 

@@ -64,8 +64,9 @@ class Tensor:
 class Conv2D:
     stride: tuple[int, int]
     dilation: tuple[int, int]
-    padding: str  # "SAME" | "VALID"
+    padding: str  # "SAME" | "VALID" | "EXPLICIT" (then ``pads`` holds it)
     activation: str
+    pads: tuple[int, int, int, int] | None = None  # top, bottom, left, right
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class DepthwiseConv2D:
     padding: str
     activation: str
     depth_multiplier: int
+    pads: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

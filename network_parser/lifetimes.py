@@ -1,22 +1,23 @@
-"""Activation lifetimes in op order, with zero-copy aliases.
+"""Activation lifetimes in op order, with in-place aliases and per-layer scratch buffers.
 
 A tensor lives from the op that writes it (op 0 for model inputs, which the
 caller fills before the run) to the last op that reads it (the last op for
-model outputs, which the caller reads after the run).
+model outputs, which the caller reads after the run). A tensor that reuses
+another's bytes (``alias_of``) is planned as part of its owner, whose lifetime
+covers them all. Scratch buffers live for their one layer and are keyed
+``scratch_key(layer)`` (a negative number, never a tensor index).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .inplace import Reuse, plan_in_place
 from .ir import Graph
-
-# Ops whose output is the input's bytes reinterpreted: they alias, no copy.
-ZERO_COPY_OPS = ("RESHAPE", "SQUEEZE")
 
 
 @dataclass(frozen=True, slots=True)
 class Lifetime:
-    tensor: int
+    tensor: int  # tensor index, or scratch_key(layer) for a scratch buffer
     name: str
     size: int
     first_op: int
@@ -24,18 +25,20 @@ class Lifetime:
     alias_of: int | None  # tensor whose bytes this one reuses
 
 
-def aliases(graph: Graph) -> dict[int, int]:
-    """tensor -> the tensor that owns its bytes, for zero-copy reshapes."""
+def scratch_key(layer: int) -> int:
+    return -1 - layer
+
+
+def aliases(reuses: tuple[Reuse, ...]) -> dict[int, int]:
+    """tensor -> the tensor that owns its bytes (the root of its alias chain)."""
     owner: dict[int, int] = {}
-    for layer in graph.layers:
-        if layer.op in ZERO_COPY_OPS:
-            src = layer.inputs[0]
-            if not graph.tensors[src].is_const:
-                owner[layer.outputs[0]] = owner.get(src, src)
+    for r in reuses:
+        owner[r.output] = owner.get(r.input, r.input)
     return owner
 
 
-def lifetimes(graph: Graph) -> list[Lifetime]:
+def lifetimes(graph: Graph, reuses: tuple[Reuse, ...] | None = None) -> list[Lifetime]:
+    reuses = plan_in_place(graph) if reuses is None else reuses
     last = len(graph.layers) - 1
     span: dict[int, list[int]] = {}
 
@@ -51,9 +54,8 @@ def lifetimes(graph: Graph) -> list[Lifetime]:
                 touch(t, k)
     for t in graph.outputs:
         touch(t, last)
-    owner = aliases(graph)
-    # An owner lives as long as everything that aliases it.
-    for t, o in owner.items():
+    owner = aliases(reuses)
+    for t, o in owner.items():  # an owner lives as long as everything that aliases it
         touch(o, span[t][0])
         touch(o, span[t][1])
     result = []
@@ -62,4 +64,8 @@ def lifetimes(graph: Graph) -> list[Lifetime]:
         first, end = span[o if o is not None else t]
         tensor = graph.tensors[t]
         result.append(Lifetime(t, tensor.name, tensor.nbytes, first, end, o))
+    for r in reuses:
+        if r.scratch_bytes:
+            result.append(Lifetime(scratch_key(r.layer), f"op{r.layer}_scratch", r.scratch_bytes,
+                                   r.layer, r.layer, None))
     return result

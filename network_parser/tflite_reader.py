@@ -212,7 +212,11 @@ def _read(buf: bytes, path) -> Graph:
         if not outs or any(o < 0 for o in outs):
             raise ModelFormatError(f"{path}: {where} has no output tensor")
         parse, n_data = _OPS[name]
+        if len([i for i in ins if i >= 0]) < _MIN_INPUTS.get(name, 1):
+            raise ModelFormatError(f"{where}: {len(ins)} inputs, {name} needs at least "
+                                   f"{_MIN_INPUTS.get(name, 1)}")
         attrs = parse(op, where)
+        _check_window(attrs, where)
         data_ins = ins if n_data is None else ins[:n_data]
         consts = ins[len(data_ins):]
         for i in data_ins:
@@ -233,6 +237,20 @@ def _read(buf: bytes, path) -> Graph:
                                       f"{tensors[i].dtype}; only int8 and float32 are supported")
     name = path.stem
     return Graph(name, tuple(tensors), tuple(layers), inputs, outputs)
+
+
+_MIN_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "MUL": 2,
+               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2}
+
+
+def _check_window(attrs, where: str) -> None:
+    """Strides, dilations and pooling windows must be positive."""
+    for field in ("stride", "dilation", "filter"):
+        values = getattr(attrs, field, None)
+        if values is not None and any(v < 1 for v in values):
+            raise ModelFormatError(f"{where}: {field} {list(values)} must be positive")
+    if getattr(attrs, "depth_multiplier", 1) < 1:
+        raise ModelFormatError(f"{where}: depth multiplier {attrs.depth_multiplier} must be positive")
 
 
 def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> None:

@@ -1,0 +1,109 @@
+"""In-place rules: which layer outputs may reuse the bytes of an input, and at what scratch cost.
+
+Each rule is a small named function ``(graph, position, dies_here) -> Reuse | None``;
+``RULES`` is tried in order for every layer. ``dies_here(t)`` says whether the
+bytes of tensor t (with everything already aliased to them) are read for the
+last time by this layer, so overwriting them loses nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .ir import Graph
+
+# Same-shape ops whose kernels read element i before writing element i.
+UNARY_ELEMENTWISE = ("RELU", "RELU6", "LOGISTIC", "HARD_SWISH", "QUANTIZE", "SOFTMAX")
+ZERO_COPY = ("RESHAPE", "SQUEEZE")
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    rule: str
+    layer: int  # position in graph.layers
+    output: int  # tensor that takes over ...
+    input: int  # ... this tensor's bytes
+    scratch_bytes: int = 0  # temporary buffer the in-place kernel needs during the layer
+
+
+def zero_copy_reshape(graph: Graph, k: int, dies_here) -> Reuse | None:
+    """RESHAPE/SQUEEZE only reinterpret bytes: the output is the input (always legal: nobody writes either)."""
+    layer = graph.layers[k]
+    src = layer.inputs[0]
+    if layer.op in ZERO_COPY and not graph.tensors[src].is_const:
+        return Reuse("zero-copy-reshape", k, layer.outputs[0], src)
+    return None
+
+
+def elementwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
+    """ADD/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
+    layer = graph.layers[k]
+    if layer.op not in ("ADD", "MUL", *UNARY_ELEMENTWISE):
+        return None
+    out = graph.tensors[layer.outputs[0]]
+    for src in layer.inputs:
+        t = graph.tensors[src] if src >= 0 else None
+        if t is not None and not t.is_const and t.shape == out.shape and t.dtype == out.dtype == "int8" \
+                and dies_here(src):
+            return Reuse("elementwise-in-place", k, layer.outputs[0], src)
+    return None
+
+
+def depthwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
+    """Stride-1 depthwise conv with the input's shape (MCUNetV2): each channel is computed into a
+    one-channel scratch plane, then copied over that channel of the input, which no other
+    output channel reads."""
+    layer = graph.layers[k]
+    if layer.op != "DEPTHWISE_CONV_2D":
+        return None
+    src, a = layer.inputs[0], layer.attrs
+    x, y = graph.tensors[src], graph.tensors[layer.outputs[0]]
+    if (a.stride != (1, 1) or a.depth_multiplier != 1 or x.shape != y.shape or len(x.shape) != 4
+            or x.shape[0] != 1 or x.shape[3] < 2 or not dies_here(src)):
+        return None
+    return Reuse("depthwise-in-place", k, layer.outputs[0], src, scratch_bytes=x.shape[1] * x.shape[2])
+
+
+RULES: list[tuple[str, Callable]] = [
+    ("zero-copy-reshape", zero_copy_reshape),
+    ("elementwise-in-place", elementwise_in_place),
+    ("depthwise-in-place", depthwise_in_place),
+]
+
+
+def plan_in_place(graph: Graph, enabled: bool = True) -> tuple[Reuse, ...]:
+    """Apply the rules layer by layer; only zero-copy reshapes when ``enabled`` is False."""
+    n = len(graph.layers)
+    last_read: dict[int, int] = {}
+    for k, layer in enumerate(graph.layers):
+        for t in layer.inputs:
+            if t >= 0:
+                last_read[t] = k
+    for t in graph.outputs:
+        last_read[t] = n  # read by the caller after the run
+    owner: dict[int, int] = {}
+    group_last: dict[int, int] = {}  # owner -> last op reading any member
+
+    def root(t: int) -> int:
+        while t in owner:
+            t = owner[t]
+        return t
+
+    def last_of(t: int) -> int:
+        r = root(t)
+        return group_last.get(r, last_read.get(r, -1))
+
+    reuses = []
+    rules = RULES if enabled else RULES[:1]
+    for k in range(n):
+        def dies_here(t: int, k=k) -> bool:
+            return last_of(t) == k
+        for _, rule in rules:
+            r = rule(graph, k, dies_here)
+            if r is not None:
+                src_root = root(r.input)
+                group_last[src_root] = max(last_of(r.input), last_read.get(r.output, k))
+                owner[r.output] = src_root
+                reuses.append(r)
+                break
+    return tuple(reuses)

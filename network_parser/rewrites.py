@@ -1,0 +1,79 @@
+"""Graph rewrites that change which tensors exist. Each is a named function
+``(graph) -> (graph, notes)``; ``REWRITES`` lists them in the order they run."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from layer_analyzer import geometry as geo
+
+from .ir import Graph, Layer
+
+CONV_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D")
+
+
+def consumers(graph: Graph) -> dict[int, list[int]]:
+    """tensor -> positions of the layers that read it."""
+    result: dict[int, list[int]] = {}
+    for k, layer in enumerate(graph.layers):
+        for t in layer.inputs:
+            if t >= 0:
+                result.setdefault(t, []).append(k)
+    return result
+
+
+def _fused_pads(pad: Layer, conv: Layer, graph: Graph) -> tuple[int, int, int, int] | None:
+    """The conv's explicit (top, bottom, left, right) padding once the PAD before it is folded in."""
+    (n0, n1), (h0, h1), (w0, w1), (c0, c1) = pad.attrs.paddings
+    if (n0, n1, c0, c1) != (0, 0, 0, 0):
+        return None
+    padded = graph.tensors[pad.outputs[0]].shape
+    weights = graph.tensors[conv.inputs[1]].shape
+    a = conv.attrs
+    if a.pads is not None:
+        own = a.pads
+    else:
+        own = tuple(f(padded[d], weights[d], a.stride[d - 1], a.dilation[d - 1], a.padding)
+                    for d in (1, 2) for f in (geo.pad_before, geo.pad_after))
+    return own[0] + h0, own[1] + h1, own[2] + w0, own[3] + w1
+
+
+def fuse_pad_into_conv(graph: Graph) -> tuple[Graph, list[str]]:
+    """PAD whose only reader is a convolution: the convolution pads implicitly, so the padded
+    tensor never exists. Exact because PAD fills with the zero point, which the kernel's
+    input offset turns into 0, the same as a skipped tap."""
+    readers = consumers(graph)
+    drop: set[int] = set()
+    layers = list(graph.layers)
+    notes = []
+    for k, pad in enumerate(graph.layers):
+        padded = pad.outputs[0] if pad.op == "PAD" else None
+        if padded is None or padded in graph.outputs or len(readers.get(padded, [])) != 1:
+            continue
+        c = readers[padded][0]
+        conv = graph.layers[c]
+        if conv.op not in CONV_OPS or conv.inputs[0] != padded:
+            continue
+        src, dst = graph.tensors[pad.inputs[0]], graph.tensors[padded]
+        if src.quant != dst.quant or src.dtype != "int8":
+            continue
+        pads = _fused_pads(pad, conv, graph)
+        if pads is None:
+            continue
+        layers[c] = replace(conv, inputs=(pad.inputs[0], *conv.inputs[1:]),
+                            attrs=replace(conv.attrs, padding="EXPLICIT", pads=pads))
+        drop.add(k)
+        notes.append(f"op {pad.index} PAD fused into op {conv.index} {conv.op} "
+                     f"(saves the {dst.nbytes}-byte padded tensor '{dst.name}')")
+    return replace(graph, layers=tuple(l for k, l in enumerate(layers) if k not in drop)), notes
+
+
+REWRITES = [("fuse-pad-into-conv", fuse_pad_into_conv)]
+
+
+def apply_rewrites(graph: Graph, enabled: bool = True) -> tuple[Graph, list[str]]:
+    notes: list[str] = []
+    if enabled:
+        for _, rewrite in REWRITES:
+            graph, more = rewrite(graph)
+            notes += more
+    return graph, notes

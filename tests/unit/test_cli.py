@@ -1,0 +1,320 @@
+"""The `deploy` command: size parsing, errors a user can act on (one line, no traceback, no
+output folder), output-folder safety, deterministic output and the manifest's contents."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tflite
+from click.testing import CliRunner
+
+from deployer.cli import main, parse_size
+from deployer.pipeline import Options, deploy
+from network_parser.errors import UsageError
+from network_parser.tflite_builder import ModelBuilder
+
+MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tflite"
+_NEXT_TO_PYTHON = Path(sys.executable).parent / "deploy"
+DEPLOY = str(_NEXT_TO_PYTHON) if _NEXT_TO_PYTHON.exists() else shutil.which("deploy")
+
+
+def shared(rel: str) -> Path:
+    path = MODELS / rel
+    if not path.exists():
+        pytest.skip(f"shared model {rel} not found under {MODELS}")
+    return path
+
+
+# ---- parse_size ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, size", [
+    ("64K", 65536), ("64k", 65536), ("1M", 1048576), ("2m", 2097152), ("1000", 1000), ("0", 0),
+    (" 256K ", 262144), ("64KB", 65536), ("64KiB", 65536), ("1MB", 1048576), (None, None),
+])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "K", "abc", "1.5M", "-1K", "64G", "64 K B", "0x100", "1e3", "64KK"])
+def test_parse_size_rejects(text):
+    with pytest.raises(UsageError, match="cannot read size"):
+        parse_size(text)
+
+
+# ---- models ------------------------------------------------------------------------------
+
+def builder_model(path: Path, seed: int = 0, hw: int = 16) -> Path:
+    """A small CNN whose arena is a few KiB: conv -> depthwise -> add -> pool -> FC -> softmax."""
+    mb = ModelBuilder(seed)
+    x = mb.input((1, hw, hw, 8))
+    a = mb.conv2d(x, 8, activation="RELU")
+    b = mb.depthwise_conv2d(a, activation="RELU6")
+    y = mb.avg_pool(mb.add(a, b))
+    mb.output(mb.softmax(mb.fully_connected(mb.reshape(y, (1, -1)), 10)))
+    mb.save(path)
+    return path
+
+
+def kitchen_sink_model(path: Path, seed: int = 1) -> Path:
+    """Most supported ops in one graph (for determinism and manifest checks)."""
+    mb = ModelBuilder(seed)
+    x = mb.input((1, 8, 8, 3))
+    f = mb.input((1, 4), dtype="float32")
+    c = mb.conv2d(mb.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]]), 6, stride=2, activation="RELU")
+    d = mb.depthwise_conv2d(c, 2)
+    e = mb.concat([mb.hard_swish(d), mb.logistic(d)], axis=-1)
+    m = mb.mean(mb.max_pool(e), axes=(1, 2), keep_dims=True)
+    t = mb.transpose(mb.mul(m, m), (0, 3, 1, 2))
+    g = mb.fully_connected(mb.squeeze(t, (2, 3)), 4)
+    h = mb.add(g, mb.quantize(f))
+    mb.output(mb.softmax(h), mb.dequantize(mb.relu6(h)))
+    mb.save(path)
+    return path
+
+
+def unsupported_model(path: Path) -> Path:
+    """A builder model whose second op is relabelled TANH."""
+    mb = ModelBuilder(0)
+    mb.output(mb.relu(mb.relu(mb.input((1, 8)))))
+    mb._ops[1].code = tflite.BuiltinOperator.TANH
+    mb.save(path)
+    return path
+
+
+# ---- running the command ---------------------------------------------------------------------
+
+def run_clirunner(*args, env=None):
+    result = CliRunner().invoke(main, [str(a) for a in args], env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # an unexpected exception escaped the command
+    return result.exit_code, result.stdout, result.stderr
+
+
+def run_subprocess(*args, env=None):
+    if DEPLOY is None:
+        pytest.skip("the `deploy` console script is not installed")
+    proc = subprocess.run([DEPLOY, *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+RUNNERS = {"clirunner": run_clirunner, "subprocess": run_subprocess}
+
+
+@pytest.fixture(params=sorted(RUNNERS))
+def run(request):
+    return RUNNERS[request.param]
+
+
+def assert_one_line_error(code: int, stderr: str, kind: str) -> str:
+    assert code != 0
+    lines = stderr.strip("\n").splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"error: {kind}: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def assert_no_output(out_dir: Path, before: set[str]):
+    """The output folder was not created and nothing (temp folders) was left next to it."""
+    assert not out_dir.exists()
+    assert {p.name for p in out_dir.parent.iterdir()} == before
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+def test_infeasible_budget(run, tmp_path):
+    model = builder_model(tmp_path / "cnn.tflite")
+    need = deploy(model, Options()).memory["sram_bytes"]
+    assert need > 1024
+    before = {p.name for p in tmp_path.iterdir()}
+    code, _, err = run(model, "--sram", "1K", "-o", tmp_path / "out")
+    line = assert_one_line_error(code, err, "InfeasibleBudget")
+    assert f"smallest --sram that works is {need}" in line
+    assert_no_output(tmp_path / "out", before)
+
+
+def test_stated_minimum_budget_is_exact(tmp_path):
+    """The budget the error names works; one byte less does not."""
+    model = builder_model(tmp_path / "cnn.tflite")
+    code, _, err = run_clirunner(model, "--sram", "1K", "-o", tmp_path / "a")
+    need = int(re.search(r"smallest --sram that works is (\d+)", err).group(1))
+    code, _, err = run_clirunner(model, "--sram", need - 1, "-o", tmp_path / "b")
+    assert_one_line_error(code, err, "InfeasibleBudget")
+    code, out, err = run_clirunner(model, "--sram", need, "-o", tmp_path / "c")
+    assert code == 0 and err == "" and (tmp_path / "c" / "manifest.json").exists()
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["memory"]["sram_bytes"] == need
+
+
+def test_infeasible_flash(tmp_path):
+    model = builder_model(tmp_path / "cnn.tflite")
+    code, _, err = run_clirunner(model, "--flash", "1K", "-o", tmp_path / "out")
+    need = deploy(model, Options()).memory["flash_bytes"]
+    assert f"smallest --flash that works is {need}" in assert_one_line_error(code, err, "InfeasibleBudget")
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_format_error(run, tmp_path):
+    model = tmp_path / "noise.tflite"
+    model.write_bytes(np.random.default_rng(1).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    before = {p.name for p in tmp_path.iterdir()}
+    code, _, err = run(model, "-o", tmp_path / "out")
+    assert "noise.tflite" in assert_one_line_error(code, err, "ModelFormatError")
+    assert_no_output(tmp_path / "out", before)
+
+
+def test_unsupported_operator(run, tmp_path):
+    model = unsupported_model(tmp_path / "tanh.tflite")
+    before = {p.name for p in tmp_path.iterdir()}
+    code, _, err = run(model, "-o", tmp_path / "out")
+    line = assert_one_line_error(code, err, "UnsupportedOperator")
+    assert "TANH" in line and "op 1" in line
+    assert_no_output(tmp_path / "out", before)
+
+
+def test_unsupported_lstm_model(tmp_path):
+    model = shared("tflm/trained_lstm_int8.tflite")
+    code, _, err = run_clirunner(model, "-o", tmp_path / "out")
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in assert_one_line_error(code, err, "UnsupportedOperator")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, kind", [
+    (["missing.tflite"], "ModelFormatError"),
+    (["model.onnx"], "ModelFormatError"),
+    (["cnn.tflite", "--sram", "lots"], "UsageError"),
+    (["cnn.tflite", "--target", "z80"], "UsageError"),
+])
+def test_other_user_errors(tmp_path, args, kind):
+    builder_model(tmp_path / "cnn.tflite")
+    (tmp_path / "model.onnx").write_bytes(b"\0" * 16)
+    code, _, err = run_clirunner(*(tmp_path / a if a.endswith((".tflite", ".onnx")) else a for a in args),
+                                 "-o", tmp_path / "out")
+    assert_one_line_error(code, err, kind)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- the output folder -----------------------------------------------------------------------
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_refuses_foreign_folder_without_force(tmp_path):
+    model = builder_model(tmp_path / "cnn.tflite")
+    out = tmp_path / "mine"
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_text("precious")
+    (out / "sub" / "data.bin").write_bytes(b"\x01\x02")
+    (out / "manifest.json").write_text('{"not": "ours"}')
+    before = snapshot(out)
+    code, _, err = run_clirunner(model, "-o", out)
+    assert code == 2
+    assert "--force" in assert_one_line_error(code, err, "UsageError")
+    assert snapshot(out) == before
+    code, _, err = run_clirunner(model, "-o", out, "--force")
+    assert code == 0, err
+    assert not (out / "notes.txt").exists() and json.loads((out / "manifest.json").read_text())["model"] == "cnn"
+
+
+def test_output_path_is_a_file(tmp_path):
+    model = builder_model(tmp_path / "cnn.tflite")
+    (tmp_path / "out").write_text("x")
+    code, _, err = run_clirunner(model, "-o", tmp_path / "out")
+    assert_one_line_error(code, err, "UsageError")
+    assert (tmp_path / "out").read_text() == "x"
+
+
+def test_rerun_replaces_previous_output(tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run_clirunner(builder_model(tmp_path / "first.tflite"), "-o", out)
+    assert code == 0, err
+    first = set(snapshot(out))
+    assert "first_engine.c" in first
+    code, stdout, err = run_clirunner(builder_model(tmp_path / "second.tflite", seed=4, hw=8), "-o", out)
+    assert code == 0, err
+    files = snapshot(out)
+    assert "second_engine.c" in files and "first_engine.c" not in files
+    assert json.loads(files["manifest.json"])["model"] == "second"
+    assert f"wrote {len(files)} files" in stdout
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folders left
+
+
+def test_output_is_deterministic(tmp_path):
+    """Two separate processes (different hash seeds) write byte-identical folders."""
+    model = kitchen_sink_model(tmp_path / "sink.tflite")
+    for name, seed in (("a", "1"), ("b", "2")):
+        code, _, err = run_subprocess(model, "--sram", "64K", "-o", tmp_path / name, env={"PYTHONHASHSEED": seed})
+        assert code == 0, err
+    code, _, err = run_clirunner(model, "--sram", "64K", "-o", tmp_path / "c")
+    assert code == 0, err
+    a, b, c = (snapshot(tmp_path / n) for n in "abc")
+    assert len(a) >= 5 and sorted(a) == sorted(b) == sorted(c)
+    for name in a:
+        assert a[name] == b[name] == c[name], f"{name} differs between runs"
+
+
+# ---- manifest.json ---------------------------------------------------------------------------
+
+def check_manifest(m: dict, options: Options = Options()) -> None:
+    """Schema of the fields tools rely on, and the arena's soundness as the manifest states it."""
+    arena, memory = m["arena"], m["memory"]
+    assert isinstance(arena["bytes"], int) and arena["bytes"] > 0 and isinstance(arena["planner"], str)
+    assert arena["bytes"] >= arena.get("lower_bound", 0)
+    for key in ("sram_bytes", "scratch_bytes", "flash_bytes"):
+        assert isinstance(memory[key], int) and memory[key] >= 0
+    assert memory["sram_bytes"] >= arena["bytes"]
+    assert isinstance(m["layers"], list) and m["layers"]
+    for layer in m["layers"]:
+        assert {"name", "op", "macs", "inputs", "outputs"} <= set(layer)
+        assert isinstance(layer["macs"], int) and layer["macs"] >= 0 and layer["outputs"]
+    assert m["macs"] == sum(layer["macs"] for layer in m["layers"])
+    tensors = arena["tensors"]
+    names = {t["name"] for t in tensors}
+    assert len(names) == len(tensors)
+    last_op = len(m["layers"]) - 1
+    for t in tensors:
+        assert {"name", "offset", "size", "first_op", "last_op", "alias_of"} <= set(t)
+        assert 0 <= t["first_op"] <= t["last_op"] <= last_op
+        assert t["offset"] >= 0 and t["offset"] + t["size"] <= arena["bytes"]
+        assert t["alias_of"] is None or t["alias_of"] in names
+    owner = {t["name"]: t["alias_of"] or t["name"] for t in tensors}
+    for i, a in enumerate(tensors):
+        for b in tensors[:i]:
+            if owner[a["name"]] == owner[b["name"]]:
+                continue  # an alias and its owner (or two aliases of one owner) share bytes
+            if a["first_op"] <= b["last_op"] and b["first_op"] <= a["last_op"]:
+                assert a["offset"] + a["size"] <= b["offset"] or b["offset"] + b["size"] <= a["offset"], \
+                    f"{a['name']} and {b['name']} are live together and overlap in the arena"
+
+
+def test_manifest_from_cli(tmp_path):
+    code, _, err = run_clirunner(kitchen_sink_model(tmp_path / "sink.tflite"), "--sram", "64K", "-o", tmp_path / "o")
+    assert code == 0, err
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    check_manifest(m)
+    assert m["budgets"]["sram_bytes"] == 65536
+    ops = {layer["op"] for layer in m["layers"]}  # rewrites may fold some ops (PAD into CONV_2D)
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "CONCATENATION", "FULLY_CONNECTED", "SOFTMAX"} <= ops
+    assert any(t["alias_of"] for t in m["arena"]["tensors"])  # SQUEEZE at least aliases its input
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_manifest_builder_models(tmp_path, seed):
+    dep = deploy(builder_model(tmp_path / f"m{seed}.tflite", seed=seed, hw=6 + 2 * seed), Options())
+    check_manifest(json.loads(dep.files["manifest.json"]))
+
+
+@pytest.mark.parametrize("rel", ["mlperf_tiny/kws_ref_model.tflite", "mlperf_tiny/pretrainedResnet_quant.tflite",
+                                 "tflm/person_detect.tflite", "mcunet/mcunet_vww.tflite"])
+def test_manifest_shared_models(rel):
+    m = json.loads(deploy(shared(rel), Options()).files["manifest.json"])
+    check_manifest(m)
+    assert m["arena"]["bytes"] == m["arena"]["lower_bound"] or m["arena"]["status"] != "OPTIMAL"
