@@ -35,6 +35,11 @@ def c_double(v: float) -> str:
     return f"{float(v):.17g}"
 
 
+def c_comment(text: str) -> str:
+    """Text safe inside a /* */ comment."""
+    return str(text).replace("*/", "* /")
+
+
 def c_array(values, per_line: int = 16) -> str:
     flat = np.asarray(values).reshape(-1)
     fmt = {"f4": c_float, "f8": c_double}.get(flat.dtype.str[1:], c_int)
@@ -47,7 +52,7 @@ def environment(backend: Backend) -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(TEMPLATES / backend.template_dir)),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=False)
-    env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array)
+    env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_comment)
     return env
 
 

@@ -63,10 +63,28 @@ def read_model(path: Path) -> Graph:
 
 
 def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, list[int]]:
-    """One buffer per tensor that owns bytes (aliases share their owner's)."""
-    owners = [lt for lt in lives if lt.alias_of is None]
-    return (ArenaProblem(tuple(Buffer(lt.name, lt.size, lt.first_op, lt.last_op) for lt in owners), alignment),
-            [lt.tensor for lt in owners])
+    """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
+    over time: at each op, the largest of them alive."""
+    members: dict[int, list[Lifetime]] = {}
+    for lt in lives:
+        members.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
+    buffers, owners = [], []
+    for lt in lives:
+        if lt.alias_of is not None:
+            continue
+        group = members[lt.tensor]
+        first, last = min(m.first_op for m in group), max(m.last_op for m in group)
+        steps: list[list[int]] = []
+        for k in range(first, last + 1):
+            height = max((m.size for m in group if m.first_op <= k <= m.last_op), default=0)
+            if steps and steps[-1][2] == height:
+                steps[-1][1] = k
+            else:
+                steps.append([k, k, height])
+        buffers.append(Buffer(lt.name, max(s[2] for s in steps), first, last,
+                              tuple(map(tuple, steps)) if len(steps) > 1 else ()))
+        owners.append(lt.tensor)
+    return ArenaProblem(tuple(buffers), alignment), owners
 
 
 def memory_report(graph: Graph, kernels, plan: ArenaPlan) -> dict:

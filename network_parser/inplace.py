@@ -50,24 +50,38 @@ def elementwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
 
 
 def depthwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
-    """Stride-1 depthwise conv with the input's shape (MCUNetV2): each channel is computed into a
-    one-channel scratch plane, then copied over that channel of the input, which no other
-    output channel reads."""
+    """Depthwise conv over an input that dies here (MCUNetV2, any stride): each channel is
+    computed into a one-channel scratch plane, then written over that channel of the input
+    (output pixel p, channel c sits at byte p*C + c, which held input channel c: already
+    consumed, and no other output channel reads it). The output must not outgrow the input."""
     layer = graph.layers[k]
     if layer.op != "DEPTHWISE_CONV_2D":
         return None
     src, a = layer.inputs[0], layer.attrs
     x, y = graph.tensors[src], graph.tensors[layer.outputs[0]]
-    if (a.stride != (1, 1) or a.depth_multiplier != 1 or x.shape != y.shape or len(x.shape) != 4
-            or x.shape[0] != 1 or x.shape[3] < 2 or not dies_here(src)):
+    if (a.depth_multiplier != 1 or len(x.shape) != 4 or x.shape[0] != 1 or x.shape[3] < 2
+            or y.shape[3] != x.shape[3] or y.nbytes > x.nbytes or not dies_here(src)):
         return None
-    return Reuse("depthwise-in-place", k, layer.outputs[0], src, scratch_bytes=x.shape[1] * x.shape[2])
+    return Reuse("depthwise-in-place", k, layer.outputs[0], src, scratch_bytes=y.shape[1] * y.shape[2])
+
+
+def convert_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
+    """QUANTIZE float32 -> int8 and DEQUANTIZE int8 -> float32 over an input that dies here: the
+    kernels walk so that every element is read before its bytes are overwritten (QUANTIZE
+    forwards: int8 element i sits in bytes float element i already left; DEQUANTIZE backwards)."""
+    layer = graph.layers[k]
+    src = layer.inputs[0]
+    x, y = graph.tensors[src], graph.tensors[layer.outputs[0]]
+    if layer.op in ("QUANTIZE", "DEQUANTIZE") and x.dtype != y.dtype and not x.is_const and dies_here(src):
+        return Reuse("convert-in-place", k, layer.outputs[0], src)
+    return None
 
 
 RULES: list[tuple[str, Callable]] = [
     ("zero-copy-reshape", zero_copy_reshape),
     ("elementwise-in-place", elementwise_in_place),
     ("depthwise-in-place", depthwise_in_place),
+    ("convert-in-place", convert_in_place),
 ]
 
 

@@ -3,8 +3,8 @@
 A tensor lives from the op that writes it (op 0 for model inputs, which the
 caller fills before the run) to the last op that reads it (the last op for
 model outputs, which the caller reads after the run). A tensor that reuses
-another's bytes (``alias_of``) is planned as part of its owner, whose lifetime
-covers them all. Scratch buffers live for their one layer and are keyed
+another's bytes (``alias_of``) is planned as part of its owner's buffer, which
+lives as long as any of them. Scratch buffers live for their one layer and are keyed
 ``scratch_key(layer)`` (a negative number, never a tensor index).
 """
 from __future__ import annotations
@@ -55,15 +55,10 @@ def lifetimes(graph: Graph, reuses: tuple[Reuse, ...] | None = None) -> list[Lif
     for t in graph.outputs:
         touch(t, last)
     owner = aliases(reuses)
-    for t, o in owner.items():  # an owner lives as long as everything that aliases it
-        touch(o, span[t][0])
-        touch(o, span[t][1])
     result = []
     for t in graph.activations():
-        o = owner.get(t)
-        first, end = span[o if o is not None else t]
         tensor = graph.tensors[t]
-        result.append(Lifetime(t, tensor.name, tensor.nbytes, first, end, o))
+        result.append(Lifetime(t, tensor.name, tensor.nbytes, span[t][0], span[t][1], owner.get(t)))
     for r in reuses:
         if r.scratch_bytes:
             result.append(Lifetime(scratch_key(r.layer), f"op{r.layer}_scratch", r.scratch_bytes,

@@ -22,6 +22,11 @@ _INT8 = ("int8",)
 _IO_TYPES = {"QUANTIZE": (("float32", "int8"), _INT8), "DEQUANTIZE": (_INT8, ("float32",))}
 
 
+def _printable(text: str) -> str:
+    """Names end up in one-line messages and C comments: escape anything unprintable."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def _options(op, cls):
     table = op.BuiltinOptions()
     if table is None:
@@ -131,7 +136,7 @@ def read_tflite(path: str | Path) -> Graph:
 
 def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:
     t = graph.Tensors(index)
-    name = (t.Name() or b"").decode("utf-8", "replace") or f"tensor_{index}"
+    name = _printable((t.Name() or b"").decode("utf-8", "replace")) or f"tensor_{index}"
     dtype = _TYPE_NAMES.get(t.Type(), f"type{t.Type()}")
     shape = tuple(int(d) for d in (t.ShapeAsNumpy() if t.ShapeLength() else ()))
     if any(d < 0 for d in shape):

@@ -22,9 +22,9 @@ first_fit_decreasing = first_fit
 
 def lower_bound(problem: ArenaProblem) -> int:
     """Largest total of (aligned) bytes live at any one op: no plan can beat it."""
-    starts = {b.first for b in problem.buffers}
-    return max((sum(align(b.size, problem.alignment) for b in problem.buffers if b.first <= k <= b.last)
-                for k in starts), default=0)
+    pieces = [seg for b in problem.buffers for seg in b.segments()]
+    return max((sum(align(size, problem.alignment) for first, last, size in pieces if first <= k <= last)
+                for k in {p[0] for p in pieces}), default=0)
 
 
 def _greedy_plan(problem: ArenaProblem, method: str, config: SolverConfig) -> ArenaPlan:

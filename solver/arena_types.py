@@ -6,10 +6,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
+    """Bytes at one offset, live over ops [first, last].
+
+    ``steps`` describes a buffer whose height changes over time, as when an
+    in-place op writes a smaller tensor over a larger one: time-disjoint
+    (first, last, size) pieces covering [first, last]; ``size`` is their maximum.
+    """
     name: str
     size: int
     first: int  # first op index where the buffer is live
     last: int  # last op index where the buffer is live (inclusive)
+    steps: tuple[tuple[int, int, int], ...] = ()
+
+    def segments(self) -> tuple[tuple[int, int, int], ...]:
+        return self.steps or ((self.first, self.last, self.size),)
 
 
 @dataclass(frozen=True, slots=True)

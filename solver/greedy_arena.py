@@ -31,9 +31,38 @@ def _size_order(problem: ArenaProblem) -> list[int]:
                                  -(problem.buffers[i].last - problem.buffers[i].first), i))
 
 
+def _stepped_place(problem: ArenaProblem, i: int, offsets: dict[int, int], best: bool) -> int:
+    """Offset for a buffer when heights change over time: the lowest (first-fit) or the
+    tightest (best-fit: least free space left under the next blocker) candidate offset."""
+    b = problem.buffers[i]
+    clashes = [(sa, offsets[j], sb) for j in offsets for sa in b.segments()
+               for sb in problem.buffers[j].segments() if sa[0] <= sb[1] and sb[0] <= sa[1]]
+    candidates = sorted({0} | {align(o + sb[2], problem.alignment) for _, o, sb in clashes})
+
+    def fits(at: int) -> bool:
+        return all(at + sa[2] <= o or at >= o + sb[2] for sa, o, sb in clashes)
+
+    valid = [c for c in candidates if fits(c)]
+    if not best:
+        return valid[0]
+
+    def slack(at: int) -> int:
+        above = [o - (at + sa[2]) for sa, o, sb in clashes if o >= at + sa[2]]
+        return min(above, default=1 << 62)
+    return min(valid, key=lambda c: (slack(c), c))
+
+
+def _stepped(problem: ArenaProblem) -> bool:
+    return any(b.steps for b in problem.buffers)
+
+
 def first_fit(problem: ArenaProblem) -> list[int]:
     """Decreasing size; each buffer at the lowest offset where it fits."""
     offsets: dict[int, int] = {}
+    if _stepped(problem):
+        for i in _size_order(problem):
+            offsets[i] = _stepped_place(problem, i, offsets, best=False)
+        return [offsets[i] for i in range(len(problem.buffers))]
     for i in _size_order(problem):
         b = problem.buffers[i]
         offsets[i] = next(start for start, length in _gaps(_busy(problem, b, offsets), problem.alignment)
@@ -44,6 +73,10 @@ def first_fit(problem: ArenaProblem) -> list[int]:
 def best_fit(problem: ArenaProblem) -> list[int]:
     """Decreasing size; each buffer in the smallest gap that holds it (TFLite's arena planner)."""
     offsets: dict[int, int] = {}
+    if _stepped(problem):
+        for i in _size_order(problem):
+            offsets[i] = _stepped_place(problem, i, offsets, best=True)
+        return [offsets[i] for i in range(len(problem.buffers))]
     for i in _size_order(problem):
         b = problem.buffers[i]
         gaps = list(_gaps(_busy(problem, b, offsets), problem.alignment))

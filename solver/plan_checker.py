@@ -22,11 +22,11 @@ def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None)
         end = max(end, o + b.size)
     if arena_bytes is not None and end > arena_bytes:
         raise PlanError(f"plan reaches byte {end}, beyond the arena of {arena_bytes}")
-    # Sweep: at each op, the live buffers sorted by offset must not overlap their neighbour.
-    events = sorted({b.first for b in buffers})
-    for op in events:
-        live = sorted((o, o + b.size, b.name) for b, o in zip(buffers, offsets)
-                      if b.first <= op <= b.last and b.size > 0)
+    # Sweep: at each op, the live pieces sorted by offset must not overlap their neighbour.
+    pieces = [(first, last, o, o + size, b.name) for b, o in zip(buffers, offsets)
+              for first, last, size in (b.steps or ((b.first, b.last, b.size),)) if size > 0]
+    for op in sorted({p[0] for p in pieces}):
+        live = sorted((start, end, name) for first, last, start, end, name in pieces if first <= op <= last)
         for (s0, e0, n0), (s1, e1, n1) in zip(live, live[1:]):
             if s1 < e0:
                 raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "

@@ -115,7 +115,7 @@ def problems(draw):
     return problem(*specs, alignment=draw(st.sampled_from([1, 4, 16])))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(p=problems(), method=st.sampled_from(sorted(GREEDY)))
 def test_greedy_plans_are_valid_and_bounded(p, method):
     """first-fit (and the other greedy planners): valid, aligned peak, never below the bound."""
@@ -132,7 +132,7 @@ def test_greedy_plans_are_valid_and_bounded(p, method):
                 assert oa + a.size <= ob or ob + b.size <= oa
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(p=problems())
 def test_disjoint_lifetimes_bound_is_largest_buffer(p):
     """Sequential buffers (no two live together): bound and first-fit peak are the largest one."""
@@ -170,14 +170,21 @@ def test_lifetimes(graph):
         assert lt.size == graph.tensors[lt.tensor].nbytes and not graph.tensors[lt.tensor].is_const
 
 
+def owner_span(lives, owner: int) -> tuple[int, int]:
+    """[first, last] op of the arena buffer that holds `owner`'s bytes (and its aliases')."""
+    p, owners = arena_problem(lives, 16)
+    b = p.buffers[owners.index(owner)]
+    return b.first, b.last
+
+
 def test_reshape_aliases_and_owner_covers_alias(graph):
     lives = {lt.name: lt for lt in lifetimes(graph)}
     conv, reshape = lives["conv2d_0/out"], lives["reshape_0/out"]
     assert reshape.alias_of == conv.tensor and conv.alias_of is None
     assert [name for name, lt in lives.items() if lt.alias_of is not None] == ["reshape_0/out"]
+    assert (reshape.first_op, reshape.last_op) in ((1, 2), (0, 2))  # own span, or the owner's
     # the reshape output is read by FC at op 2, so the owner's bytes must live until then
-    assert (conv.first_op, conv.last_op) == (0, 2)
-    assert conv.first_op <= reshape.first_op and reshape.last_op <= conv.last_op
+    assert owner_span(list(lives.values()), conv.tensor) == (0, 2)
 
 
 def test_arena_problem_skips_aliases(graph):
@@ -199,4 +206,4 @@ def test_alias_chain_resolves_to_root(tmp_path):
     lives = {lt.name: lt for lt in lifetimes(g)}
     owner = g.layers[0].outputs[0]
     assert lives["reshape_0/out"].alias_of == owner == lives["squeeze_0/out"].alias_of
-    assert lives["conv2d_0/out"].last_op == 3  # FC (op 3) reads the squeeze output
+    assert owner_span(list(lives.values()), owner) == (0, 3)  # FC (op 3) reads the squeeze output

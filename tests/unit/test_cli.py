@@ -186,6 +186,17 @@ def test_unsupported_lstm_model(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_error_is_one_line_with_newline_in_tensor_name(tmp_path):
+    mb = ModelBuilder(0)
+    y = mb.relu(mb.input((1, 8)))
+    mb.output(y)
+    mb._tensors[y].name = "relu\nout"
+    mb._tensors[y].scale = np.array([0.0], np.float32)
+    mb.save(tmp_path / "nl.tflite")
+    code, _, err = run_clirunner(tmp_path / "nl.tflite", "-o", tmp_path / "out")
+    assert_one_line_error(code, err, "ModelFormatError")
+
+
 @pytest.mark.parametrize("args, kind", [
     (["missing.tflite"], "ModelFormatError"),
     (["model.onnx"], "ModelFormatError"),
@@ -263,7 +274,7 @@ def test_output_is_deterministic(tmp_path):
 
 # ---- manifest.json ---------------------------------------------------------------------------
 
-def check_manifest(m: dict, options: Options = Options()) -> None:
+def check_manifest(m: dict) -> None:
     """Schema of the fields tools rely on, and the arena's soundness as the manifest states it."""
     arena, memory = m["arena"], m["memory"]
     assert isinstance(arena["bytes"], int) and arena["bytes"] > 0 and isinstance(arena["planner"], str)
