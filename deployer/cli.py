@@ -9,6 +9,7 @@ import json
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -33,8 +34,14 @@ def parse_size(text: str | None) -> int | None:
     return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
 
 
-def _options(target, l1, sram, flash) -> Options:
-    return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash))
+PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
+
+
+def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False) -> Options:
+    if time_limit <= 0:
+        raise UsageError(f"--time-limit must be positive, got {time_limit}")
+    return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
+                   planner=planner, time_limit_s=time_limit, in_place=not no_in_place)
 
 
 def budget_options(f):
@@ -43,6 +50,11 @@ def budget_options(f):
         click.option("--l1", default=None, help="L1 scratchpad budget, e.g. 64K"),
         click.option("--sram", default=None, help="SRAM budget for the arena, e.g. 256K"),
         click.option("--flash", default=None, help="flash budget for weights and code, e.g. 1M"),
+        click.option("--planner", type=click.Choice(PLANNERS), default="cpsat", show_default=True,
+                     help="arena planner"),
+        click.option("--time-limit", type=float, default=5.0, show_default=True,
+                     help="seconds the CP-SAT planner may search"),
+        click.option("--no-in-place", is_flag=True, help="only zero-copy reshapes share bytes"),
     )):
         f = opt(f)
     return f
@@ -73,11 +85,11 @@ def main() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("out"),
               show_default=True, help="output folder")
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
-def build_cmd(model, target, l1, sram, flash, out_dir, force):
+def build_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, out_dir, force):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
-        dep = deploy(model, _options(target, l1, sram, flash))
+        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place))
         write_output(dep.files, out_dir, force=force)
         click.echo(summary_table(dep))
         click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {time.perf_counter() - start:.2f} s")
@@ -110,12 +122,13 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
-def verify_cmd(model, target, l1, sram, flash, inputs, seeds, as_json, per_layer, sanitize):
+def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, inputs, seeds, as_json,
+               per_layer, sanitize):
     """Build the engine with the host compiler, run it and compare with the reference interpreter."""
     from .verify import first_divergence, random_inputs, verify
 
     try:
-        dep = deploy(model, _options(target, l1, sram, flash))
+        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place))
         samples = [_load_inputs(inputs, dep.graph)] if inputs else \
             [random_inputs(dep.graph, s) for s in range(seeds)]
         result = verify(dep, model, samples, sanitize=sanitize)
@@ -140,6 +153,33 @@ def verify_cmd(model, target, l1, sram, flash, inputs, seeds, as_json, per_layer
                            f"golden vs reference {d['golden_vs_reference']}")
         click.echo("bit-exact" if exact else "MISMATCH")
     sys.exit(0 if exact else 1)
+
+
+@main.command("compare")
+@click.argument("model", type=click.Path(path_type=Path))
+@budget_options
+@click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
+              help="where to write the HTML report")
+def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, report):
+    """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
+    from .compare import compare_planners, comparison_table, live_bytes, render_report_html
+    from .pipeline import arena_problem
+    from solver.arena import SolverConfig, lower_bound
+
+    try:
+        options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place)
+        dep = deploy(model, replace(options, sram=None, flash=None))
+        problem, _ = arena_problem(dep.lives, dep.backend.alignment)
+        plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
+        click.echo(comparison_table(plans, lower_bound(problem)))
+        if options.sram is not None:
+            for p in plans:
+                fits = "fits" if p.peak <= options.sram else "OVER"
+                click.echo(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
+        report.write_text(render_report_html(dep.graph.name, problem, plans, live_bytes(problem)))
+        click.echo(f"wrote {report}")
+    except DeployError as e:
+        _fail(e)
 
 
 if __name__ == "__main__":

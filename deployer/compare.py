@@ -51,8 +51,9 @@ def live_bytes(problem: ArenaProblem) -> list[int]:
     n_ops = max((b.last + 1 for b in problem.buffers), default=0)
     curve = [0] * n_ops
     for b in problem.buffers:
-        for k in range(b.first, b.last + 1):
-            curve[k] += b.size
+        for first, last, size in b.segments():
+            for k in range(first, last + 1):
+                curve[k] += size
     return curve
 
 
@@ -106,10 +107,11 @@ def _figure(problem: ArenaProblem, plan: ArenaPlan, curve: list[int], n_ops: int
     def y(offset: float) -> float:
         return round(TOP + plot_h - offset * sy, 2)
 
-    rects = [dict(x=x(b.first), y=y(o + b.size), w=round((b.last - b.first + 1) * dx, 2),
-                  h=round(b.size * sy, 2), fill=_colour(b.name),
-                  title=f"{b.name}: {b.size:,} B, ops [{b.first}, {b.last}], offset {o:,}")
-             for b, o in zip(problem.buffers, plan.offsets)]
+    # a buffer whose height changes over time (in-place ops) is drawn one rectangle per step
+    rects = [dict(x=x(first), y=y(o + size), w=round((last - first + 1) * dx, 2),
+                  h=round(size * sy, 2), fill=_colour(b.name),
+                  title=f"{b.name}: {size:,} B, ops [{first}, {last}], offset {o:,}")
+             for b, o in zip(problem.buffers, plan.offsets) for first, last, size in b.segments()]
     steps = [(x(k + e), y(v)) for k, v in enumerate(curve) for e in (0, 1)]
     steps = [pt for i, pt in enumerate(steps) if i == 0 or pt != steps[i - 1]]
     return dict(method=plan.method, peak=f"{plan.peak:,}", status=plan.status, note=plan.note,

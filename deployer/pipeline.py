@@ -14,6 +14,7 @@ from network_parser.lifetimes import Lifetime, lifetimes
 from network_parser.rewrites import apply_rewrites
 from network_parser.tflite_reader import read_tflite
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
+from solver.plan_checker import check_tensor_plan
 
 from . import emit
 from .manifest import build_manifest
@@ -118,6 +119,8 @@ def deploy(model: Path, options: Options) -> Deployment:
     for lt in lives:
         if lt.alias_of is not None:
             offsets[lt.tensor] = offsets[lt.alias_of]
+    check_tensor_plan([(lt.name, lt.alias_of if lt.alias_of is not None else lt.tensor, lt.first_op, lt.last_op,
+                        offsets[lt.tensor], lt.size) for lt in lives], plan.peak, backend.alignment)
     memory = memory_report(graph, kernels, plan)
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses).files

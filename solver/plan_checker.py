@@ -32,3 +32,26 @@ def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None)
                 raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "
                                 f"are live at op {op}")
     return end
+
+
+def check_tensor_plan(tensors, arena_bytes: int, alignment: int) -> None:
+    """The same proof at the level of the tensors the engine uses, before any code is emitted.
+
+    ``tensors``: (name, group, first, last, offset, size) per tensor; tensors of one group
+    share bytes on purpose (in-place ops, zero-copy reshapes), so only pairs from different
+    groups are checked against each other.
+    """
+    for name, _, _, _, offset, size in tensors:
+        if offset < 0 or offset % alignment or offset + size > arena_bytes:
+            raise PlanError(f"tensor {name}: bytes [{offset}, {offset + size}) misaligned or outside "
+                            f"the {arena_bytes}-byte arena")
+    for op in sorted({t[2] for t in tensors}):
+        live = sorted((t[4], t[4] + t[5], t[1], t[0]) for t in tensors if t[2] <= op <= t[3] and t[5] > 0)
+        reach: dict = {}  # the furthest byte reached so far, per group, among lower offsets
+        for start, end, group, name in live:
+            for other, (other_end, other_name) in reach.items():
+                if other != group and start < other_end:
+                    raise PlanError(f"tensors {other_name} and {name} share bytes from {start} while both "
+                                    f"are live at op {op}")
+            if end > reach.get(group, (0, ""))[0]:
+                reach[group] = (end, name)

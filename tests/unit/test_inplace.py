@@ -1,0 +1,170 @@
+"""Each in-place rule and graph rewrite: when it fires, when it must not, and what it saves."""
+from __future__ import annotations
+
+import pytest
+
+from deployer.pipeline import Options, arena_problem, deploy
+from network_parser.inplace import plan_in_place
+from network_parser.lifetimes import lifetimes
+from network_parser.rewrites import apply_rewrites
+from network_parser.tflite_builder import ModelBuilder
+from network_parser.tflite_reader import read_tflite
+from solver.arena import lower_bound
+from solver.plan_checker import PlanError, check_tensor_plan
+
+
+def graph_of(tmp_path, mb: ModelBuilder):
+    mb.save(tmp_path / "m.tflite")
+    return read_tflite(tmp_path / "m.tflite")
+
+
+def rules(graph):
+    return {graph.layers[r.layer].op: r.rule for r in plan_in_place(graph)}
+
+
+def test_zero_copy_reshape(tmp_path):
+    mb = ModelBuilder(0)
+    mb.output(mb.fully_connected(mb.reshape(mb.conv2d(mb.input((1, 4, 4, 2)), 3), (1, 48)), 4))
+    assert rules(graph_of(tmp_path, mb))["RESHAPE"] == "zero-copy-reshape"
+
+
+def test_add_writes_onto_the_input_that_dies(tmp_path):
+    mb = ModelBuilder(1)
+    x = mb.input((1, 6, 6, 4))
+    a = mb.conv2d(x, 4, kernel=(1, 1))
+    mb.output(mb.add(a, mb.conv2d(x, 4, kernel=(1, 1))))
+    g = graph_of(tmp_path, mb)
+    (r,) = [r for r in plan_in_place(g) if g.layers[r.layer].op == "ADD"]
+    assert r.rule == "elementwise-in-place" and r.input in g.layers[r.layer].inputs
+
+
+def test_add_keeps_an_input_that_is_read_later(tmp_path):
+    """The residual operand is read again after the ADD: the ADD must not overwrite it."""
+    mb = ModelBuilder(2)
+    x = mb.conv2d(mb.input((1, 6, 6, 4)), 4, kernel=(1, 1))
+    s = mb.add(x, x)
+    mb.output(mb.mul(s, x))  # x is still needed by the MUL
+    g = graph_of(tmp_path, mb)
+    add = next(k for k, layer in enumerate(g.layers) if layer.op == "ADD")
+    assert all(r.layer != add for r in plan_in_place(g))
+
+
+def test_broadcast_operand_is_never_overwritten(tmp_path):
+    mb = ModelBuilder(3)
+    x = mb.input((1, 4, 4, 3))
+    mb.output(mb.add(mb.input((1, 1, 1, 3)), x))
+    g = graph_of(tmp_path, mb)
+    (r,) = plan_in_place(g)
+    assert g.tensors[r.input].shape == (1, 4, 4, 3)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_in_place_with_one_channel_scratch(tmp_path, stride):
+    mb = ModelBuilder(4)
+    x = mb.conv2d(mb.input((1, 8, 8, 3)), 6, kernel=(1, 1))
+    mb.output(mb.depthwise_conv2d(x, kernel=(3, 3), stride=(stride, stride)))
+    g = graph_of(tmp_path, mb)
+    (r,) = [r for r in plan_in_place(g) if r.rule == "depthwise-in-place"]
+    out = g.tensors[g.layers[r.layer].outputs[0]]
+    assert r.scratch_bytes == out.shape[1] * out.shape[2]
+
+
+def test_depthwise_with_multiplier_is_not_in_place(tmp_path):
+    mb = ModelBuilder(5)
+    mb.output(mb.depthwise_conv2d(mb.conv2d(mb.input((1, 8, 8, 3)), 4, kernel=(1, 1)), multiplier=2))
+    assert "DEPTHWISE_CONV_2D" not in rules(graph_of(tmp_path, mb))
+
+
+def test_quantize_and_dequantize_convert_in_place(tmp_path):
+    mb = ModelBuilder(6)
+    q = mb.quantize(mb.input((1, 8, 8, 3), dtype="float32"))
+    mb.output(mb.dequantize(mb.conv2d(q, 4)))
+    got = rules(graph_of(tmp_path, mb))
+    assert got["QUANTIZE"] == got["DEQUANTIZE"] == "convert-in-place"
+
+
+def test_in_place_disabled_keeps_only_reshapes(tmp_path):
+    mb = ModelBuilder(7)
+    x = mb.conv2d(mb.input((1, 6, 6, 4)), 4, kernel=(1, 1))
+    mb.output(mb.reshape(mb.relu(mb.add(x, mb.conv2d(x, 4, kernel=(1, 1)))), (1, 144)))
+    g = graph_of(tmp_path, mb)
+    assert {r.rule for r in plan_in_place(g, enabled=False)} == {"zero-copy-reshape"}
+    assert {r.rule for r in plan_in_place(g)} == {"zero-copy-reshape", "elementwise-in-place"}
+
+
+def test_in_place_lowers_the_bound(tmp_path):
+    mb = ModelBuilder(8)
+    x = mb.conv2d(mb.input((1, 16, 16, 1)), 8, kernel=(1, 1))
+    mb.output(mb.depthwise_conv2d(mb.relu(x), kernel=(3, 3)))
+    g = graph_of(tmp_path, mb)
+    with_, without = (lower_bound(arena_problem(lifetimes(g, plan_in_place(g, on)), 16)[0]) for on in (True, False))
+    assert with_ < without
+
+
+def test_pad_folds_into_the_convolution(tmp_path):
+    mb = ModelBuilder(9)
+    x = mb.pad(mb.input((1, 7, 7, 3)), [[0, 0], [1, 2], [2, 1], [0, 0]])
+    mb.output(mb.conv2d(x, 4, kernel=(3, 3), stride=(2, 2), padding="VALID"))
+    g = graph_of(tmp_path, mb)
+    fused, notes = apply_rewrites(g)
+    assert [layer.op for layer in fused.layers] == ["CONV_2D"] and len(notes) == 1
+    assert fused.layers[0].attrs.pads == (1, 2, 2, 1)
+    assert fused.tensors[fused.layers[0].inputs[0]].shape == (1, 7, 7, 3)
+
+
+def test_pad_read_twice_is_kept(tmp_path):
+    mb = ModelBuilder(10)
+    p = mb.pad(mb.input((1, 5, 5, 2)), [[0, 0], [1, 1], [1, 1], [0, 0]])
+    mb.output(mb.conv2d(p, 2, padding="VALID"), mb.conv2d(p, 2, padding="VALID"))
+    fused, notes = apply_rewrites(graph_of(tmp_path, mb))
+    assert "PAD" in [layer.op for layer in fused.layers] and not notes
+
+
+def test_pad_of_channels_is_kept(tmp_path):
+    mb = ModelBuilder(11)
+    p = mb.pad(mb.input((1, 5, 5, 2)), [[0, 0], [1, 1], [1, 1], [0, 2]])
+    mb.output(mb.conv2d(p, 2, padding="VALID"))
+    fused, _ = apply_rewrites(graph_of(tmp_path, mb))
+    assert "PAD" in [layer.op for layer in fused.layers]
+
+
+# ---- the tensor-level checker catches planted faults in real plans ----------------------
+
+def _tensor_rows(dep):
+    return [(lt.name, lt.alias_of if lt.alias_of is not None else lt.tensor, lt.first_op, lt.last_op,
+             dep.offsets[lt.tensor], lt.size) for lt in dep.lives]
+
+
+@pytest.fixture(scope="module")
+def example_deployment():
+    from pathlib import Path
+    return deploy(Path(__file__).resolve().parents[2] / "examples" / "tiny_kws.tflite", Options())
+
+
+def test_checker_accepts_the_real_plan(example_deployment):
+    dep = example_deployment
+    check_tensor_plan(_tensor_rows(dep), dep.plan.peak, 16)
+
+
+def test_checker_catches_every_planted_overlap(example_deployment):
+    """Move each tensor onto every other tensor live at the same time, from another group."""
+    dep = example_deployment
+    rows = _tensor_rows(dep)
+    planted = 0
+    for i, a in enumerate(rows):
+        for b in rows:
+            if a[1] != b[1] and a[2] <= b[3] and b[2] <= a[3] and a[5] and b[5]:
+                mutated = list(rows)
+                mutated[i] = (*a[:4], b[4], a[5])
+                with pytest.raises(PlanError):
+                    check_tensor_plan(mutated, dep.plan.peak + a[5], 16)
+                planted += 1
+    assert planted > 5
+
+
+def test_checker_catches_misalignment_and_overflow(example_deployment):
+    dep = example_deployment
+    rows = _tensor_rows(dep)
+    for fault in ((*rows[0][:4], rows[0][4] + 8, rows[0][5]), (*rows[0][:4], dep.plan.peak, rows[0][5])):
+        with pytest.raises(PlanError):
+            check_tensor_plan([fault, *rows[1:]], dep.plan.peak, 16)
