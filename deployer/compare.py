@@ -9,6 +9,7 @@ them. The same plans always render to the same bytes (no timestamps, rounded flo
 """
 from __future__ import annotations
 
+import colorsys
 import hashlib
 import math
 
@@ -89,7 +90,8 @@ def comparison_table(plans, lower_bound: int) -> str:
 def _colour(name: str) -> str:
     """A stable pastel per buffer name (md5, not hash(): the latter is salted per process)."""
     hue = int(hashlib.md5(name.encode()).hexdigest()[:6], 16) % 360
-    return f"hsl({hue}, 60%, 72%)"
+    r, g, b = colorsys.hls_to_rgb(hue / 360, 0.72, 0.60)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
 
 
 def _ticks(top: int, count: int) -> list[int]:
