@@ -1,0 +1,117 @@
+"""What a layer needs in L1 as a function of its tile sizes: the tiling problem, per layer.
+
+A tile is ``tile_h x tile_w`` output pixels by ``tile_c`` output channels. Its input
+tile is the receptive field of those pixels (the halo included), over all input
+channels for a regular convolution or fully connected layer and over the same
+``tile_c`` channels for depthwise convolutions, pooling and elementwise ops.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import kernels as K
+
+# Per output channel: int32 bias + int32 multiplier + int8 shift (conv); int32 bias + double scale (FC).
+CONV_PARAM_BYTES = 9
+FC_PARAM_BYTES = 12
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    input: int
+    weights: int
+    params: int
+    output: int
+
+    def l1_bytes(self, double_buffer_weights: bool) -> int:
+        """Input and output tiles are double-buffered (DMA of tile i+1 overlaps compute of tile i);
+        weights too when they change from tile to tile."""
+        return 2 * (self.input + self.output) + (2 if double_buffer_weights else 1) * (self.weights + self.params)
+
+
+@dataclass(frozen=True, slots=True)
+class TileGeometry:
+    """One tileable layer, reduced to what its L1 footprint depends on."""
+    layer: int
+    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise"
+    out_h: int
+    out_w: int
+    out_c: int
+    in_h: int
+    in_w: int
+    in_c: int
+    k_h: int = 1
+    k_w: int = 1
+    stride_h: int = 1
+    stride_w: int = 1
+    dil_h: int = 1
+    dil_w: int = 1
+    operands: int = 1  # input tensors streamed in (2 for ADD/MUL without broadcast)
+    param_bytes: int = 0  # per output channel
+
+    @property
+    def channels_follow_output(self) -> bool:
+        """Input channels are tiled together with output channels (one input channel each)."""
+        return self.kind in ("depthwise", "pool", "eltwise")
+
+    @property
+    def weight_bytes_per_channel(self) -> int:
+        if self.kind == "conv":
+            return self.k_h * self.k_w * self.in_c
+        if self.kind == "depthwise":
+            return self.k_h * self.k_w
+        if self.kind == "fc":
+            return self.in_c
+        return 0
+
+    def in_rows(self, tile_h: int) -> int:
+        return min((tile_h - 1) * self.stride_h + (self.k_h - 1) * self.dil_h + 1, self.in_h)
+
+    def in_cols(self, tile_w: int) -> int:
+        return min((tile_w - 1) * self.stride_w + (self.k_w - 1) * self.dil_w + 1, self.in_w)
+
+    def footprint(self, tile_h: int, tile_w: int, tile_c: int) -> Footprint:
+        in_c = tile_c if self.channels_follow_output else self.in_c
+        return Footprint(input=self.operands * self.in_rows(tile_h) * self.in_cols(tile_w) * in_c,
+                         weights=tile_c * self.weight_bytes_per_channel,
+                         params=tile_c * self.param_bytes,
+                         output=tile_h * tile_w * tile_c)
+
+    def l1_bytes(self, tile_h: int, tile_w: int, tile_c: int) -> int:
+        """L1 for the tile; one tile covering the layer needs no second buffer."""
+        f = self.footprint(tile_h, tile_w, tile_c)
+        if self.tiles(tile_h, tile_w, tile_c) == 1:
+            return f.input + f.output + f.weights + f.params
+        return f.l1_bytes(double_buffer_weights=tile_c < self.out_c)
+
+    def tiles(self, tile_h: int, tile_w: int, tile_c: int) -> int:
+        return -(-self.out_h // tile_h) * -(-self.out_w // tile_w) * -(-self.out_c // tile_c)
+
+    def macs_per_output(self) -> int:
+        if self.kind == "conv":
+            return self.k_h * self.k_w * self.in_c
+        if self.kind in ("depthwise", "pool"):
+            return self.k_h * self.k_w
+        if self.kind == "fc":
+            return self.in_c
+        return 1
+
+
+def geometry(kernel, layer: int) -> TileGeometry | None:
+    """The tiling view of a lowered kernel, or None when the layer runs untiled from L2."""
+    match kernel:
+        case K.Conv(batch=1):
+            kind = "depthwise" if kernel.depthwise else "conv"
+            if kernel.depthwise and kernel.depth_multiplier != 1:
+                return None
+            return TileGeometry(layer, kind, kernel.out_h, kernel.out_w, kernel.out_c, kernel.in_h,
+                                kernel.in_w, kernel.in_c, kernel.k_h, kernel.k_w, kernel.stride_h,
+                                kernel.stride_w, kernel.dil_h, kernel.dil_w, param_bytes=CONV_PARAM_BYTES)
+        case K.Pool(batch=1):
+            return TileGeometry(layer, "pool", kernel.out_h, kernel.out_w, kernel.channels, kernel.in_h,
+                                kernel.in_w, kernel.channels, kernel.f_h, kernel.f_w, kernel.stride_h,
+                                kernel.stride_w)
+        case K.FullyConnected(batch=1):
+            return TileGeometry(layer, "fc", 1, 1, kernel.units, 1, 1, kernel.in_features,
+                                param_bytes=FC_PARAM_BYTES)
+    return None
