@@ -144,8 +144,38 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
     return {}
 
 
+def _tiling_context(kern, g, t) -> dict:
+    """The tile grid and the L1 layout of one tiled layer (input, weights, output: two slots each)."""
+    in_c = t.tile_c if g.channels_follow_output else g.in_c
+    in_bytes = g.operands * g.in_rows(t.tile_h) * g.in_cols(t.tile_w) * in_c
+    w_bytes = t.tile_c * g.weight_bytes_per_channel
+    out_bytes = t.tile_h * t.tile_w * t.tile_c
+    double = t.tiles > 1
+    layout, cursor = {}, 0
+    for name, size, twice in (("in", in_bytes, double), ("w", w_bytes, double and t.tile_c < g.out_c),
+                              ("out", out_bytes, double)):
+        first = cursor
+        cursor += -(-size // 16) * 16
+        second = first
+        if twice:
+            second = cursor
+            cursor += -(-size // 16) * 16
+        layout[name] = (first, second)
+    pad_t, pad_l = (kern.pad_t, kern.pad_l) if hasattr(kern, "pad_t") else (0, 0)
+    return dict(kind=g.kind, tiles=t.tiles, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
+                nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w),
+                out_h=g.out_h, out_w=g.out_w, out_c=g.out_c, in_h=g.in_h, in_w=g.in_w, in_c=g.in_c,
+                k_h=g.k_h, k_w=g.k_w, stride_h=g.stride_h, stride_w=g.stride_w, dil_h=g.dil_h, dil_w=g.dil_w,
+                eff_h=(g.k_h - 1) * g.dil_h + 1, eff_w=(g.k_w - 1) * g.dil_w + 1, pad_t=pad_t, pad_l=pad_l,
+                channels_follow_output=g.channels_follow_output,
+                weights_per_channel=g.weight_bytes_per_channel,
+                in_off=layout["in"], w_off=layout["w"], out_off=layout["out"], l1_used=cursor)
+
+
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
-           planner: str, backend: Backend, reuses=()) -> Rendered:
+           planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None) -> Rendered:
+    """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1."""
+    tilings = tilings or {}
     ident = c_identifier(graph.name)
     macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
              for lt in lives}
@@ -178,6 +208,11 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
         L.update(_extra_context(kern, k, sym, data))
+        L["tiling"] = None
+        if k in tilings:
+            L["tiling"] = _tiling_context(kern, *tilings[k])
+            if L["tiling"]["l1_used"] > l1_bytes:
+                raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {l1_bytes} B")
         layers.append(L)
 
     def io(ts):
@@ -188,11 +223,13 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name,
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
-               macs=sum(K.macs(kk) for kk in kernels))
+               macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None)
     env = environment(backend)
     names = {"engine.c.j2": f"{ident}_engine.c", "engine.h.j2": f"{ident}_engine.h",
              "fixedpoint.h.j2": f"{ident}_fixedpoint.h", "inference_api.h.j2": "inference_api.h",
              "inference_task.c.j2": "inference_task.c", "CMakeLists.txt.j2": "CMakeLists.txt"}
+    if tilings:
+        names["dma.h.j2"] = f"{ident}_dma.h"
     return Rendered({out: env.get_template(tpl).render(ctx) for tpl, out in names.items()})
 
 

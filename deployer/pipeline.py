@@ -15,6 +15,8 @@ from network_parser.rewrites import apply_rewrites
 from network_parser.tflite_reader import read_tflite
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
 from solver.plan_checker import check_tensor_plan
+from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
+from layer_analyzer.tiling import geometry as tiling_geometry
 
 from . import emit
 from .manifest import build_manifest
@@ -31,8 +33,9 @@ class Options:
     l1: int | None = None
     sram: int | None = None
     flash: int | None = None
-    planner: str = "first-fit"
+    planner: str = "cpsat"
     time_limit_s: float = 5.0
+    tiler: str = "greedy"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
 
@@ -50,6 +53,7 @@ class Deployment:
     options: Options
     reuses: tuple = ()
     notes: tuple[str, ...] = ()
+    tilings: dict = field(default_factory=dict)  # layer -> (TileGeometry, LayerTiling)
 
     @property
     def macs(self) -> int:
@@ -104,6 +108,29 @@ def check_budgets(memory: dict, options: Options) -> None:
                                    f"({-(-need // 1024)}K)", need)
 
 
+def tile_layers(graph: Graph, kernels, options: Options) -> dict:
+    """With an L1 budget, cut every tileable layer into tiles that fit it (double-buffered)."""
+    if options.l1 is None:
+        return {}
+    config = TilingConfig(time_limit_s=min(options.time_limit_s, 2.0))
+    result, worst = {}, None
+    for k, kern in enumerate(kernels):
+        g = tiling_geometry(kern, k)
+        if g is None:
+            continue
+        try:
+            result[k] = (g, plan_tiling(g, options.l1, options.tiler, config))
+        except TilingInfeasible as e:
+            if worst is None or e.minimum_l1 > worst.minimum_l1:
+                worst = e
+    if worst is not None:
+        layer = graph.layers[worst.layer]
+        raise InfeasibleBudget(f"op {layer.index} {layer.op} '{layer.name}': its smallest tile needs "
+                               f"{worst.minimum_l1} bytes of L1 but --l1 is {options.l1}; the smallest "
+                               f"--l1 that works is {worst.minimum_l1}", worst.minimum_l1)
+    return result
+
+
 def deploy(model: Path, options: Options) -> Deployment:
     backend = BACKENDS.get(options.target)
     if backend is None:
@@ -111,7 +138,8 @@ def deploy(model: Path, options: Options) -> Deployment:
     graph = read_model(Path(model))
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
-    reuses = plan_in_place(graph, options.in_place)
+    tilings = tile_layers(graph, kernels, options)
+    reuses = plan_in_place(graph, options.in_place, keep=set(tilings))
     lives = lifetimes(graph, reuses)
     problem, owners = arena_problem(lives, backend.alignment)
     plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
@@ -123,9 +151,10 @@ def deploy(model: Path, options: Options) -> Deployment:
                         offsets[lt.tensor], lt.size) for lt in lives], plan.peak, backend.alignment)
     memory = memory_report(graph, kernels, plan)
     check_budgets(memory, options)
-    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses).files
+    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
+                        tilings, options.l1).files
     files["manifest.json"] = json.dumps(
         build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend),
         indent=2, sort_keys=False) + "\n"
     return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
-                      tuple(notes))
+                      tuple(notes), tilings)

@@ -26,6 +26,9 @@ def summary_table(dep) -> str:
         f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
     ]
-    if dep.options.l1 is not None and dep.backend.l1_bytes is None:
-        rows.append(f"L1 budget {_kib(dep.options.l1)} unused: target '{dep.backend.name}' has no scratchpad")
+    if dep.tilings:
+        used = max(t.l1_bytes for _, t in dep.tilings.values())
+        tiles = sum(t.tiles for _, t in dep.tilings.values())
+        rows.append(f"{'L1':<8} {_kib(used):>12} {_kib(dep.options.l1):>12}   ({len(dep.tilings)} layers in "
+                    f"{tiles} double-buffered tiles)")
     return "\n".join(rows)

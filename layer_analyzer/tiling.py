@@ -23,10 +23,16 @@ class Footprint:
     params: int
     output: int
 
-    def l1_bytes(self, double_buffer_weights: bool) -> int:
-        """Input and output tiles are double-buffered (DMA of tile i+1 overlaps compute of tile i);
-        weights too when they change from tile to tile."""
-        return 2 * (self.input + self.output) + (2 if double_buffer_weights else 1) * (self.weights + self.params)
+    def l1_bytes(self, double_buffer: bool, double_buffer_weights: bool) -> int:
+        """Input and output tiles are double-buffered (DMA of tile i+1 overlaps compute of tile i),
+        weights too when they change from tile to tile; every buffer starts 16-byte aligned."""
+        io = 2 if double_buffer else 1
+        w = 2 if double_buffer_weights else 1
+        return io * (_align(self.input) + _align(self.output)) + w * (_align(self.weights) + _align(self.params))
+
+
+def _align(n: int) -> int:
+    return -(-n // 16) * 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +85,8 @@ class TileGeometry:
 
     def l1_bytes(self, tile_h: int, tile_w: int, tile_c: int) -> int:
         """L1 for the tile; one tile covering the layer needs no second buffer."""
-        f = self.footprint(tile_h, tile_w, tile_c)
-        if self.tiles(tile_h, tile_w, tile_c) == 1:
-            return f.input + f.output + f.weights + f.params
-        return f.l1_bytes(double_buffer_weights=tile_c < self.out_c)
+        double = self.tiles(tile_h, tile_w, tile_c) > 1
+        return self.footprint(tile_h, tile_w, tile_c).l1_bytes(double, double and tile_c < self.out_c)
 
     def tiles(self, tile_h: int, tile_w: int, tile_c: int) -> int:
         return -(-self.out_h // tile_h) * -(-self.out_w // tile_w) * -(-self.out_c // tile_c)

@@ -85,8 +85,10 @@ RULES: list[tuple[str, Callable]] = [
 ]
 
 
-def plan_in_place(graph: Graph, enabled: bool = True) -> tuple[Reuse, ...]:
-    """Apply the rules layer by layer; only zero-copy reshapes when ``enabled`` is False."""
+def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset()) -> tuple[Reuse, ...]:
+    """Apply the rules layer by layer; only zero-copy reshapes when ``enabled`` is False.
+    Layers in ``keep`` (run tile by tile from L1) never overwrite their input: a later tile's
+    halo would read rows an earlier tile already replaced."""
     n = len(graph.layers)
     last_read: dict[int, int] = {}
     for k, layer in enumerate(graph.layers):
@@ -110,6 +112,9 @@ def plan_in_place(graph: Graph, enabled: bool = True) -> tuple[Reuse, ...]:
     reuses = []
     rules = RULES if enabled else RULES[:1]
     for k in range(n):
+        if k in keep:
+            continue
+
         def dies_here(t: int, k=k) -> bool:
             return last_of(t) == k
         for _, rule in rules:

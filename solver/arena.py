@@ -8,6 +8,7 @@ before it is returned.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from .arena_types import ArenaPlan, ArenaProblem, Buffer, SolverConfig, align, overlaps_in_time
 from .greedy_arena import best_fit, bidirectional, first_fit
@@ -38,7 +39,23 @@ def _greedy_plan(problem: ArenaProblem, method: str, config: SolverConfig) -> Ar
 
 def _cpsat_plan(problem: ArenaProblem, method: str, config: SolverConfig) -> ArenaPlan:
     from .arena_cpsat import plan_cpsat
-    return plan_cpsat(problem, config, {m: _greedy_plan(problem, m, config) for m in GREEDY})
+    start = time.perf_counter()
+    greedy = {m: _greedy_plan(problem, m, config) for m in GREEDY}
+    if not any(b.steps for b in problem.buffers):
+        return plan_cpsat(problem, config, greedy)
+    # Buffers whose height changes over time: CP-SAT plans each at its largest height (sound,
+    # maybe not optimal); the greedy planners and the bound know the steps.
+    bound = lower_bound(problem)
+    best = min(greedy.values(), key=lambda p: (p.peak, p.method))
+    if best.peak > bound:
+        flat = replace(problem, buffers=tuple(replace(b, steps=()) for b in problem.buffers))
+        solved = plan_cpsat(flat, config, {m: _greedy_plan(flat, m, config) for m in GREEDY})
+        if solved.peak < best.peak:
+            best = solved
+    note = ("" if best.method == "cpsat" else f"{best.method} plan meets the lower bound" if best.peak <= bound
+            else f"{best.method} plan; CP-SAT found nothing better")
+    return replace(best, method="cpsat", lower_bound=bound, status="OPTIMAL" if best.peak <= bound else "FEASIBLE",
+                   wall_s=time.perf_counter() - start, note=note)
 
 
 METHODS = {**{m: _greedy_plan for m in GREEDY}, "cpsat": _cpsat_plan}

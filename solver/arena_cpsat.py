@@ -24,16 +24,20 @@ What makes it strong on MiniMalloc's benchmark (see bench/arena_bench.py):
 from __future__ import annotations
 
 import math
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from functools import reduce
+from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
-from .arena_types import ArenaPlan, ArenaProblem, Buffer, SolverConfig, align
+from .arena_types import ArenaPlan, ArenaProblem, SolverConfig, align
 
-__all__ = ["ArenaVars", "SolveResult", "build_arena_model", "add_redundant_constraints", "add_symmetry_breaking",
-           "add_search_strategy", "add_hint", "solve", "plan_cpsat", "sections", "max_live"]
+__all__ = ["ORDERS", "ArenaVars", "SolveResult", "add_hint", "add_redundant_constraints", "add_search_strategy",
+           "add_symmetry_breaking", "build_arena_model", "canonical", "fits", "max_live", "plan_cpsat", "sections",
+           "solve"]
 
 
 # --------------------------------------------------------------------------- data
@@ -64,6 +68,7 @@ class SolveResult:
     best_bound: int  # proven lower bound on the peak in units
     wall_s: float
     offsets: tuple[int, ...] | None  # in units, per item
+    note: str = ""
 
 
 # --------------------------------------------------------------------------- geometry
@@ -107,8 +112,10 @@ def maximal_cliques(items) -> list[list[int]]:
     return cliques
 
 
-def build_arena_model(items, upper: int, lower: int = 0) -> ArenaVars:
-    """Geometric model: per buffer a fixed time interval and an offset interval, no overlap, peak >= every top."""
+def build_arena_model(items, upper: int, lower: int = 0, minimize: bool = True) -> ArenaVars:
+    """Geometric model: per buffer a fixed time interval and an offset interval, no two rectangles
+    overlapping, ``lower <= peak <= upper`` above every buffer; minimise the peak (or, with
+    ``minimize=False``, any plan fitting under ``upper``: the decision model)."""
     model = cp_model.CpModel()
     offsets, y_intervals, x_intervals = [], [], []
     for k, it in enumerate(items):
@@ -120,7 +127,8 @@ def build_arena_model(items, upper: int, lower: int = 0) -> ArenaVars:
     peak = model.new_int_var(lower, upper, "peak")
     for y, it in zip(offsets, items):
         model.add(y + it.size <= peak)
-    model.minimize(peak)
+    if minimize:
+        model.minimize(peak)
     return ArenaVars(model, tuple(items), offsets, y_intervals, peak)
 
 
@@ -139,16 +147,26 @@ def add_symmetry_breaking(v: ArenaVars) -> int:
         groups.setdefault((it.size, it.start, it.end), []).append(k)
     n = 0
     for same in groups.values():
-        for a, b in zip(same, same[1:]):
+        for a, b in pairwise(same):
             v.model.add(v.offsets[a] + v.items[a].size <= v.offsets[b])
             n += 1
     return n
 
 
-def add_search_strategy(v: ArenaVars) -> None:
-    """Bottom-up placement (MiniMalloc's canonical order): take the buffer whose lowest possible
-    offset is smallest (ties: earliest, then largest), put it there."""
-    order = sorted(range(len(v.items)), key=lambda k: (v.items[k].start, -v.items[k].size, v.items[k].index))
+# Tie-break orders for the bottom-up search; no single one solves every instance fast.
+ORDERS = {
+    "start": lambda it: (it.start, -it.size, it.index),  # earliest first, then largest
+    "length": lambda it: (it.start - it.end, -it.size, it.index),  # longest-lived first
+    "area": lambda it: ((it.start - it.end) * it.size, it.index),  # largest time x bytes first
+}
+
+
+def add_search_strategy(v: ArenaVars, order: str = "start") -> None:
+    """Bottom-up placement (MiniMalloc's canonical solutions): take the buffer whose lowest possible
+    offset is smallest (ties broken by ``ORDERS[order]``) and put it there; on backtrack it is
+    pushed above that offset, so every leaf is a canonical plan."""
+    key = ORDERS[order]
+    order = sorted(range(len(v.items)), key=lambda k: key(v.items[k]))
     v.model.add_decision_strategy([v.offsets[k] for k in order], cp_model.CHOOSE_LOWEST_MIN,
                                   cp_model.SELECT_MIN_VALUE)
 
@@ -165,37 +183,137 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.
            cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
 
 
-def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None, fixed_search: bool = True,
-          **params) -> SolveResult:
-    """Run CP-SAT under the config (time limit, workers, seed) and read the answer back."""
+def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None, fixed_search: bool = False,
+          on_solver=None, **params) -> SolveResult:
+    """Run CP-SAT under the config (time limit, workers, seed) and read the answer back.
+
+    ``fixed_search`` follows the model's decision strategy alone; ``on_solver`` receives the
+    CpSolver before the search starts (to stop it from another thread); ``params`` override
+    SatParameters fields."""
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_time_in_seconds = max(0.0, config.time_limit_s if time_limit_s is None else time_limit_s)
     p.num_workers = max(1, config.workers)
     p.random_seed = config.seed
-    if fixed_search and p.num_workers > 1:
-        # One worker follows the bottom-up strategy, the others the default portfolio.
-        p.search_branching = cp_model.AUTOMATIC_SEARCH
-    elif fixed_search:
+    if fixed_search:
         p.search_branching = cp_model.FIXED_SEARCH
     for key, value in params.items():
         setattr(p, key, value)
+    if on_solver is not None:
+        on_solver(solver)
     start = time.perf_counter()
     code = solver.solve(v.model)
     wall = time.perf_counter() - start
     status = _STATUS.get(code, "UNKNOWN")
+    lower = v.peak.proto.domain[0]
     if status in ("OPTIMAL", "FEASIBLE"):
         offsets = tuple(solver.value(y) for y in v.offsets)
         objective = max((o + it.size for o, it in zip(offsets, v.items)), default=0)
-        bound = int(math.ceil(solver.best_objective_bound - 1e-6))
+        bound = objective if status == "OPTIMAL" else max(lower, math.ceil(solver.best_objective_bound - 1e-6))
+        if not v.model.has_objective():
+            bound = lower  # a decision model proves nothing about lower peaks
         return SolveResult(status, objective, min(bound, objective), wall, offsets)
-    return SolveResult(status, None, v.peak.proto.domain[0] if status != "INFEASIBLE" else v.peak.proto.domain[-1] + 1,
-                       wall, None)
+    if status == "INFEASIBLE":  # nothing fits under the peak's upper end
+        return SolveResult(status, None, v.peak.proto.domain[-1] + 1, wall, None)
+    return SolveResult(status, None, lower, wall, None)
+
+
+# --------------------------------------------------------------------------- fits: a portfolio
+
+def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
+         orders=tuple(ORDERS)) -> SolveResult:
+    """Is there a plan with peak <= capacity? One single-worker bottom-up search per tie-break
+    order, ``config.workers`` of them at a time in threads.
+
+    Deterministic: each search is single-threaded with a fixed seed, and the answer is the
+    success of the first order in ``orders`` that succeeds (a later order's success waits for
+    the earlier ones to finish or time out). INFEASIBLE from any of them is a proof."""
+    start = time.perf_counter()
+    results: dict[int, SolveResult] = {}
+    solvers: dict[int, cp_model.CpSolver] = {}
+    stopped: set[int] = set()
+    lock = threading.Lock()
+    done = threading.Condition(lock)
+
+    def run(k: int, order: str) -> None:
+        try:
+            v = build_arena_model(items, capacity, 0, minimize=False)
+            add_redundant_constraints(v)
+            add_symmetry_breaking(v)
+            add_search_strategy(v, order)
+
+            def register(solver):
+                with lock:
+                    solvers[k] = solver
+                    if k in stopped:
+                        solver.stop_search()
+            remaining = min(slice_s, time_limit_s - (time.perf_counter() - start))
+            res = solve(v, replace(config, workers=1), remaining, fixed_search=True, on_solver=register)
+        except Exception as exc:  # noqa: BLE001 - reported through the status and note
+            res = SolveResult("MODEL_INVALID", None, 0, 0.0, None, note=f"{type(exc).__name__}: {exc}")
+        with lock:
+            results[k] = res
+            _stop_losers(k, res)
+            done.notify_all()
+
+    def _stop_losers(k: int, res: SolveResult) -> None:
+        if res.offsets is None and res.status != "INFEASIBLE":
+            return
+        losers = range(len(orders)) if res.status == "INFEASIBLE" else range(k + 1, len(orders))
+        for j in losers:
+            if j != k and j not in results:
+                stopped.add(j)
+                if j in solvers:
+                    solvers[j].stop_search()
+
+    def decided() -> SolveResult | None:
+        for k in range(len(orders)):
+            res = results.get(k)
+            if res is not None and res.status == "INFEASIBLE":
+                return res
+        for k in range(len(orders)):
+            res = results.get(k)
+            if res is None:
+                return None  # an earlier order may still succeed
+            if res.offsets is not None:
+                return res
+        return results[len(orders) - 1] if len(results) == len(orders) else None
+
+    slice_s = time_limit_s * min(max(1, config.workers), len(orders)) / len(orders)
+    threads: list[threading.Thread] = []
+    pending = list(enumerate(orders))
+    with lock:
+        while True:
+            answer = decided()
+            running = sum(t.is_alive() for t in threads)
+            if answer is not None or (not pending and running == 0):
+                break
+            while pending and running < max(1, config.workers):
+                k, order = pending.pop(0)
+                if k in stopped:
+                    results[k] = SolveResult("UNKNOWN", None, 0, 0.0, None)
+                    continue
+                t = threading.Thread(target=run, args=(k, order), daemon=True)
+                threads.append(t)
+                t.start()
+                running += 1
+            done.wait(timeout=0.05)
+        for j in range(len(orders)):  # release every search still running
+            stopped.add(j)
+            if j in solvers and j not in results:
+                solvers[j].stop_search()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    if answer is None:
+        answer = SolveResult("UNKNOWN", None, 0, wall, None)
+    return replace(answer, wall_s=wall)
 
 
 # --------------------------------------------------------------------------- the planner
 
 def _unit(problem: ArenaProblem) -> int:
+    """The gcd of the aligned sizes (a multiple of the alignment): canonical plans sit on its multiples."""
     sizes = [align(b.size, problem.alignment) for b in problem.buffers if b.size > 0]
     return reduce(math.gcd, sizes, 0) or problem.alignment
 
@@ -205,11 +323,165 @@ def _items(problem: ArenaProblem, unit: int) -> list[Item]:
             for i, b in enumerate(problem.buffers) if b.size > 0]
 
 
-def _solve_section(items, lower: int, upper: int, hint, config: SolverConfig, deadline: float,
-                   decision: bool) -> tuple[tuple[int, ...], int, str]:
-    """Offsets (units) for one section with peak <= upper, the proven bound, and the status."""
-    raise NotImplementedError
+def canonical(items, offsets_bytes, unit: int) -> tuple[int, ...]:
+    """Drop every buffer as low as it goes, keeping the plan's vertical order (gravity): the peak
+    never grows and every offset lands on a multiple of ``unit``. Returns offsets in units."""
+    order = sorted(range(len(items)), key=lambda k: (offsets_bytes[items[k].index], k))
+    placed: list[int] = []
+    out = [0] * len(items)
+    for k in order:
+        it = items[k]
+        out[k] = max((out[j] + items[j].size for j in placed
+                      if items[j].start < it.end and it.start < items[j].end), default=0)
+        placed.append(k)
+    return tuple(out)
+
+
+def _peak(items, offsets) -> int:
+    return max((o + it.size for o, it in zip(offsets, items)), default=0)
+
+
+@dataclass(slots=True)
+class _Section:
+    items: list[Item]
+    offsets: tuple[int, ...]  # units, the best known plan
+    bound: int  # units, proven
+    solved: bool = False  # the solver (not the greedy plan) produced the offsets
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> int:
+        return _peak(self.items, self.offsets)
+
+
+def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: float, decision: bool) -> None:
+    """Fit the section under ``goal`` (its lower bound, or the capacity); failing that, and only
+    when minimising, fit it under ever lower capacities between goal and its best peak."""
+    start = time.perf_counter()
+    res = fits(sec.items, goal, config, budget_s * (1.0 if decision else 0.45), orders=("start", "length"))
+    if res.note:
+        sec.notes.append(res.note)
+    if res.offsets is not None:
+        sec.offsets, sec.solved = res.offsets, True
+        return
+    if res.status == "INFEASIBLE":
+        sec.bound = max(sec.bound, goal + 1)
+    if decision:
+        return
+    # One round of bottom-up searches under lower capacities (one per worker), then CP-SAT's
+    # own minimisation from the best plan so far for the time left.
+    lo, hi = max(sec.bound, goal + 1), sec.peak - 1
+    remaining = budget_s - (time.perf_counter() - start)
+    if lo <= hi and remaining > 1.0:
+        caps = sorted({lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3}) if config.workers > 1 else [lo + (hi - lo) // 2]
+        for cap, res in zip(caps, _fits_many(sec.items, caps, config, 0.5 * remaining)):
+            if res.offsets is not None and _peak(sec.items, res.offsets) < sec.peak:
+                sec.offsets, sec.solved = res.offsets, True
+                break  # the lowest capacity that fitted
+            if res.status == "INFEASIBLE":
+                sec.bound = max(sec.bound, cap + 1)
+    remaining = budget_s - (time.perf_counter() - start)
+    if remaining <= 0.1 or sec.peak <= sec.bound:
+        return
+    v = build_arena_model(sec.items, sec.peak, sec.bound)
+    add_redundant_constraints(v)
+    add_symmetry_breaking(v)
+    add_hint(v, sec.offsets)
+    res = solve(v, config, remaining)
+    if res.note:
+        sec.notes.append(res.note)
+    if res.offsets is not None and _peak(sec.items, res.offsets) <= sec.peak:
+        sec.offsets, sec.solved = res.offsets, True
+    sec.bound = max(sec.bound, res.best_bound)
+
+
+def _fits_many(items, caps, config: SolverConfig, time_limit_s: float) -> list[SolveResult]:
+    """One bottom-up search (order "start") per capacity, in parallel threads."""
+    out: list[SolveResult | None] = [None] * len(caps)
+
+    def run(k: int) -> None:
+        out[k] = fits(items, caps[k], replace(config, workers=1), time_limit_s, orders=("start",))
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(caps))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r or SolveResult("UNKNOWN", None, 0, 0.0, None) for r in out]
+
+
+def _with_method(plan: ArenaPlan, **changes) -> ArenaPlan:
+    return replace(plan, method="cpsat", **changes)
 
 
 def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, ArenaPlan]) -> ArenaPlan:
-    raise NotImplementedError
+    """The best plan CP-SAT finds within ``config.time_limit_s``, never worse than ``greedy``'s best.
+
+    Without ``problem.capacity``: minimise the peak. With it: find any plan within the capacity
+    (status INFEASIBLE, with the best greedy plan's offsets, when none exists)."""
+    start = time.perf_counter()
+
+    def elapsed() -> float:
+        return time.perf_counter() - start
+    best = min(greedy.values(), key=lambda p: p.peak)
+    unit = _unit(problem)
+    items = _items(problem, unit)
+    bound_units = max_live(items)
+    bound = bound_units * unit
+    cap = problem.capacity
+    if cap is not None and cap < bound:
+        return _with_method(best, lower_bound=bound, status="INFEASIBLE", wall_s=elapsed(),
+                            note=f"no plan fits in {cap} bytes: {bound} bytes are live at one op")
+    if best.peak <= bound or (cap is not None and best.peak <= cap):
+        return _with_method(best, lower_bound=max(best.lower_bound, bound),
+                            status="OPTIMAL" if best.peak <= bound else "FEASIBLE", wall_s=elapsed())
+    try:
+        secs = _plan_sections(items, best, unit, bound_units, None if cap is None else cap // unit, config, start)
+    except Exception as exc:  # noqa: BLE001 - any solver failure falls back to the greedy plan
+        return _fallback(best, bound, elapsed(), f"CP-SAT failed ({type(exc).__name__}: {exc})")
+    notes = [n for s in secs for n in s.notes]
+    if notes and not any(s.solved for s in secs):
+        return _fallback(best, bound, elapsed(), "CP-SAT failed: " + "; ".join(notes))
+    offsets = [0] * len(problem.buffers)
+    for s in secs:
+        for it, o in zip(s.items, s.offsets):
+            offsets[it.index] = o * unit
+    peak = max((s.peak for s in secs), default=0) * unit
+    lower = max([bound] + [s.bound * unit for s in secs])
+    if cap is not None and peak > cap:
+        if any(s.bound * unit > cap for s in secs):
+            return _with_method(best, lower_bound=lower, status="INFEASIBLE", wall_s=elapsed(),
+                                note=f"no plan fits in {cap} bytes (proven by CP-SAT; at least {lower} needed)")
+        return _fallback(best, lower, elapsed(), f"no plan within {cap} bytes found in {config.time_limit_s:g} s "
+                                                 f"(none proven impossible either)")
+    if peak > best.peak:  # cannot happen (the sections start from the greedy plan), kept as a guard
+        return _fallback(best, lower, elapsed(), "CP-SAT plan worse than greedy")
+    if not any(s.solved for s in secs) and peak == best.peak and lower < peak:
+        return _fallback(best, lower, elapsed(), f"CP-SAT found nothing better in {config.time_limit_s:g} s")
+    note = "; ".join(notes)
+    return ArenaPlan(tuple(offsets), peak, lower, "cpsat", "OPTIMAL" if peak <= lower else "FEASIBLE",
+                     elapsed(), note)
+
+
+def _fallback(best: ArenaPlan, lower: int, wall_s: float, why: str) -> ArenaPlan:
+    warnings.warn(f"arena planner: {why}; keeping the {best.method} plan ({best.peak} bytes)", RuntimeWarning,
+                  stacklevel=3)
+    return _with_method(best, lower_bound=max(best.lower_bound, lower), status="FALLBACK", wall_s=wall_s,
+                        note=f"{why}; greedy {best.method} plan kept")
+
+
+def _plan_sections(items, best: ArenaPlan, unit: int, bound_units: int, cap_units: int | None,
+                   config: SolverConfig, start: float) -> list[_Section]:
+    """Solve every independent section, the most crowded first, sharing the time left fairly."""
+    secs = [_Section(part, canonical(part, best.offsets, unit), max_live(part))
+            for part in sections(items)]
+    todo = sorted(secs, key=lambda s: (-s.bound, -len(s.items)))
+    reached = bound_units  # a section below the peak already reached elsewhere needs no work
+    for n, sec in enumerate(todo):
+        goal = cap_units if cap_units is not None else max(reached, sec.bound)
+        if sec.peak > goal:
+            left = config.time_limit_s - (time.perf_counter() - start)
+            weight = len(sec.items) / sum(len(s.items) for s in todo[n:] if s.peak > goal) if left > 0 else 0
+            if left > 0:
+                _improve_section(sec, goal, config, left * weight, decision=cap_units is not None)
+        reached = max(reached, sec.peak) if cap_units is None else reached
+    return secs

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .tiling_cost import modeled_cycles
+
 
 @dataclass(frozen=True, slots=True)
 class TilingConfig:
@@ -47,16 +49,18 @@ class TilingInfeasible(Exception):
 
 
 def minimum_l1(g) -> int:
-    return g.l1_bytes(1, 1, 1)
+    """The smallest L1 any tiling fits: one-element tiles, or the whole layer single-buffered."""
+    return min(g.l1_bytes(1, 1, 1), g.l1_bytes(g.out_h, g.out_w, g.out_c))
 
 
 def _next_smaller(extent: int, tile: int) -> int:
-    """The largest tile size that needs one more tile to cover ``extent``."""
-    return -(-extent // (-(-extent // tile) + 1))
+    """The largest tile size below ``tile`` that needs more tiles to cover ``extent``."""
+    return min(-(-extent // (-(-extent // tile) + 1)), tile - 1)
 
 
-def greedy_tiling(g, l1_bytes: int) -> LayerTiling:
-    """Shrink the largest tile dimension (to the next size that adds a tile) until the tile fits."""
+def greedy_tiling(g, l1_bytes: int, cost: dict | None = None) -> LayerTiling:
+    """Shrink the largest tile dimension (to the next size that adds a tile) until the tile fits.
+    ``modeled_cycles`` comes from solver.tiling_cost under ``cost`` (its defaults when None)."""
     if minimum_l1(g) > l1_bytes:
         raise TilingInfeasible(g.layer, minimum_l1(g))
     tile = [g.out_h, g.out_w, g.out_c]
@@ -66,11 +70,12 @@ def greedy_tiling(g, l1_bytes: int) -> LayerTiling:
         tile[d] = _next_smaller(extents[d], tile[d])
     whole = tuple(tile) == extents
     return LayerTiling(g.layer, *tile, g.l1_bytes(*tile), g.tiles(*tile),
-                       "untiled" if whole else "greedy", "OPTIMAL" if whole else "FEASIBLE")
+                       "untiled" if whole else "greedy", "OPTIMAL" if whole else "FEASIBLE",
+                       modeled_cycles(g, *tile, cost))
 
 
 def plan_tiling(g, l1_bytes: int, method: str = "greedy", config: TilingConfig = TilingConfig()) -> LayerTiling:
-    greedy = greedy_tiling(g, l1_bytes)
+    greedy = greedy_tiling(g, l1_bytes, config.cost)
     if method == "greedy" or greedy.solver == "untiled":
         return greedy
     from .tiling_cpsat import plan_tiling_cpsat
