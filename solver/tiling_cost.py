@@ -52,8 +52,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["DEFAULTS", "Schedule", "schedule", "modeled_cycles", "dma_transfers", "compute_cycles",
-           "cost_params"]
+__all__ = [
+    "DEFAULTS",
+    "Schedule",
+    "compute_cycles",
+    "cost_params",
+    "dma_transfers",
+    "modeled_cycles",
+    "schedule",
+]
 
 DEFAULTS = dict(
     macs_per_cycle=1.0,  # aggregate throughput of the kernel on all cores

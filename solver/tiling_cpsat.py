@@ -12,10 +12,12 @@ Shaped like OR-Tools' samples:
     elementwise, all ``in_c`` otherwise: input channels are never tiled), the output tile
     ``tile_h * tile_w * tile_c`` and weights + per-channel parameters ``tile_c * bytes``
     (products through ``add_multiplication_equality``); booleans ``full_h/w/c`` (tile ==
-    extent) and ``whole`` (one tile); L1 = ``in + out + w`` when whole, ``2 (in + out) + w``
-    when only the weights stay (all output channels in every tile), ``2 (in + out + w``)
-    otherwise (double buffering of every tensor the DMA moves from tile to tile), bounded by
-    the budget; tile counts ``ceil(E / t)`` by division.
+    extent) and ``whole`` (one tile); every buffer rounded up to the geometry's alignment
+    (``buffer_alignment()``, 16 bytes today: ``a * q`` with ``x <= a q < x + a``); L1 =
+    ``in + out + w`` when whole, ``2 (in + out) + w`` when only the weights stay (all output
+    channels in every tile), ``2 (in + out + w)`` otherwise (double buffering of every tensor
+    the DMA moves from tile to tile), bounded by the budget; tile counts ``ceil(E / t)`` by
+    division.
 ``add_heuristics(v, heuristics)``
     the target's policy, soft: a bonus boolean per rule, ``tile_{h,w,c}_multiple`` (tile a
     multiple of it, or the whole extent), ``even_tiles`` (the tile divides the extent) and
@@ -44,7 +46,6 @@ tiling with status FALLBACK (and a warning).
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -55,9 +56,23 @@ from ortools.sat.python import cp_model
 from .tiling import LayerTiling, TilingConfig
 from .tiling_cost import cost_params, modeled_cycles
 
-__all__ = ["TilingVars", "SolveResult", "build_tiling_model", "add_heuristics", "set_l1_objective",
-           "set_cycles_objective", "add_hint", "solve", "plan_tiling_cpsat", "heuristic_rules", "bonus",
-           "l1_score", "cycle_candidates", "CANDIDATES"]
+__all__ = [
+    "CANDIDATES",
+    "SolveResult",
+    "TilingVars",
+    "add_heuristics",
+    "add_hint",
+    "bonus",
+    "buffer_alignment",
+    "build_tiling_model",
+    "cycle_candidates",
+    "heuristic_rules",
+    "l1_score",
+    "plan_tiling_cpsat",
+    "set_cycles_objective",
+    "set_l1_objective",
+    "solve",
+]
 
 CANDIDATES = 32  # exactly evaluated tiles CP-SAT chooses among under the cycles objective
 MAX_EVALUATIONS = 5000  # exact cost-model evaluations per layer (the lower bound usually stops far earlier)
@@ -270,7 +285,10 @@ def _l1_vec(g, th, tw, tc):
     rows = np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h)
     cols = np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w)
     a = buffer_alignment()
-    up = lambda x: -(-x // a) * a  # noqa: E731
+
+    def up(x):
+        return -(-x // a) * a
+
     io = up(g.operands * rows * cols * (tc if g.channels_follow_output else g.in_c)) + up(th * tw * tc)
     wp = up(tc * g.weight_bytes_per_channel) + up(tc * g.param_bytes)
     whole = (th == g.out_h) & (tw == g.out_w) & (tc == g.out_c)
@@ -286,7 +304,10 @@ def _lower_bound_vec(g, th, tw, tc, p):
     n = [-(-e // x) for e, x in zip(ext, t)]
     border = [e - (k - 1) * x for e, k, x in zip(ext, n, t)]
     mult = (1, 1, p["c_multiple"]) if g.kind == "fc" else (p["h_multiple"], p["w_multiple"], p["c_multiple"])
-    up = lambda x, m: -(-x // m) * m  # noqa: E731
+
+    def up(x, m):
+        return -(-x // m) * m
+
     compute = 0
     for classes in np.ndindex(2, 2, 2):  # 0: the full tiles of a dimension, 1: its border tile
         count, macs, left = 1, g.macs_per_output(), 0
