@@ -16,3 +16,7 @@ class Backend:
     sram_bytes: int | None = None  # default L2/SRAM budget
     flash_bytes: int | None = None
     alignment: int = 16
+    # Tiling: soft rules for tile shapes (solver.tiling_cpsat.add_heuristics keys) and the
+    # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.
+    tile_heuristics: tuple[tuple[str, int], ...] = ()
+    cost_model: tuple[tuple[str, float], ...] = ()

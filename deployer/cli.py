@@ -37,11 +37,13 @@ def parse_size(text: str | None) -> int | None:
 PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
 
 
-def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False) -> Options:
+def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
+             tile_objective="l1") -> Options:
     if time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {time_limit}")
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
-                   planner=planner, time_limit_s=time_limit, in_place=not no_in_place)
+                   planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
+                   tile_objective=tile_objective)
 
 
 def budget_options(f):
@@ -55,6 +57,10 @@ def budget_options(f):
         click.option("--time-limit", type=float, default=5.0, show_default=True,
                      help="seconds the CP-SAT planner may search"),
         click.option("--no-in-place", is_flag=True, help="only zero-copy reshapes share bytes"),
+        click.option("--tiler", type=click.Choice(("cpsat", "greedy")), default="cpsat", show_default=True,
+                     help="how layers are cut into L1 tiles (with --l1)"),
+        click.option("--tile-objective", type=click.Choice(("l1", "cycles")), default="l1", show_default=True,
+                     help="tiles that use L1 best, or fewest modeled cycles"),
     )):
         f = opt(f)
     return f
@@ -85,11 +91,13 @@ def main() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("out"),
               show_default=True, help="output folder")
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
-def build_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, out_dir, force):
+def build_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
+              force):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
-        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place))
+        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
+                                     tile_objective))
         write_output(dep.files, out_dir, force=force)
         click.echo(summary_table(dep))
         click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {time.perf_counter() - start:.2f} s")
@@ -122,13 +130,14 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
-def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, inputs, seeds, as_json,
-               per_layer, sanitize):
+def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, inputs,
+               seeds, as_json, per_layer, sanitize):
     """Build the engine with the host compiler, run it and compare with the reference interpreter."""
     from .verify import first_divergence, random_inputs, verify
 
     try:
-        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place))
+        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
+                                     tile_objective))
         samples = [_load_inputs(inputs, dep.graph)] if inputs else \
             [random_inputs(dep.graph, s) for s in range(seeds)]
         result = verify(dep, model, samples, sanitize=sanitize)
@@ -160,14 +169,14 @@ def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place,
 @budget_options
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report")
-def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, report):
+def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, report):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     from .compare import compare_planners, comparison_table, live_bytes, render_report_html
     from .pipeline import arena_problem
     from solver.arena import SolverConfig, lower_bound
 
     try:
-        options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place)
+        options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective)
         dep = deploy(model, replace(options, sram=None, flash=None))
         problem, _ = arena_problem(dep.lives, dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))

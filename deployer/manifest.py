@@ -16,7 +16,15 @@ def _tensor_info(t: Tensor) -> dict:
     return info
 
 
-def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend) -> dict:
+def _tiling(tilings: dict, k: int) -> dict | None:
+    if k not in tilings:
+        return None
+    t = tilings[k][1]
+    return dict(l1_bytes=t.l1_bytes, tiles=t.tiles, tile_shape=list(t.tile_shape), solver=t.solver,
+                status=t.status, modeled_cycles=t.modeled_cycles)
+
+
+def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend, tilings=None) -> dict:
     name = {lt.tensor: lt.name for lt in lives}
 
     def io(ts):
@@ -29,6 +37,8 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
         "library": c_identifier(graph.name),
         "target": backend.name,
         "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash},
+        "planner": {"method": plan.method, "status": plan.status, "peak": plan.peak,
+                    "lower_bound": plan.lower_bound, "tiler": options.tiler if tilings else None},
         "macs": sum(K.macs(k) for k in kernels),
         "memory": memory,
         "arena": {
@@ -47,6 +57,7 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
         "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(kern),
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],
-                        outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs])
+                        outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],
+                        tiling=_tiling(tilings or {}, k))
                    for k, (layer, kern) in enumerate(zip(graph.layers, kernels))],
     }

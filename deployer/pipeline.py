@@ -35,7 +35,8 @@ class Options:
     flash: int | None = None
     planner: str = "cpsat"
     time_limit_s: float = 5.0
-    tiler: str = "greedy"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
+    tiler: str = "cpsat"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
+    tile_objective: str = "l1"  # "l1" (use L1 well, target heuristics) | "cycles" (the backend's cost model)
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
 
@@ -112,7 +113,9 @@ def tile_layers(graph: Graph, kernels, options: Options) -> dict:
     """With an L1 budget, cut every tileable layer into tiles that fit it (double-buffered)."""
     if options.l1 is None:
         return {}
-    config = TilingConfig(time_limit_s=min(options.time_limit_s, 2.0))
+    backend = BACKENDS[options.target]
+    config = TilingConfig(objective=options.tile_objective, heuristics=dict(backend.tile_heuristics),
+                          cost=dict(backend.cost_model), time_limit_s=min(options.time_limit_s, 2.0))
     result, worst = {}, None
     for k, kern in enumerate(kernels):
         g = tiling_geometry(kern, k)
@@ -154,7 +157,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
                         tilings, options.l1).files
     files["manifest.json"] = json.dumps(
-        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend),
+        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings),
         indent=2, sort_keys=False) + "\n"
     return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
                       tuple(notes), tilings)

@@ -98,6 +98,7 @@ class TilingVars:
     tiles: cp_model.IntVar
     bonuses: list = field(default_factory=list)  # (BoolVar, rule name)
     choice: list = field(default_factory=list)  # (BoolVar, candidate) under the cycles objective
+    objective: object = None  # the objective expression, kept to pin it while breaking ties
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +271,8 @@ def set_l1_objective(v: TilingVars, heuristics: dict) -> None:
     g = v.g
     w = _bonus_weight(g, v.budget, heuristics)
     scale = g.out_h * g.out_w * g.out_c + 1  # tiles never outweigh one byte of L1
-    v.model.maximize(scale * (w * sum(b for b, _ in v.bonuses) + v.l1) - v.tiles)
+    v.objective = scale * (w * sum(b for b, _ in v.bonuses) + v.l1) - v.tiles
+    v.model.maximize(v.objective)
 
 
 def _one_more_tile_sizes(e: int, multiple: int) -> set[int]:
@@ -368,7 +370,8 @@ def set_cycles_objective(v: TilingVars, candidates) -> None:
         m.add(v.tile[i] == sum(b * t[i] for b, (_, t) in v.choice))
     rank = {n: r for r, n in enumerate(sorted({g.tiles(*t) for _, t in candidates}))}
     scale = len(rank) + 1
-    m.minimize(sum(b * (cyc * scale + rank[g.tiles(*t)]) for b, (cyc, t) in v.choice))
+    v.objective = sum(b * (cyc * scale + rank[g.tiles(*t)]) for b, (cyc, t) in v.choice)
+    m.minimize(v.objective)
 
 
 def add_hint(v: TilingVars, tile) -> None:
@@ -411,6 +414,17 @@ def _fallback(g, greedy: LayerTiling, cost: dict, why: str) -> LayerTiling:
     return _with_cycles(replace(greedy, solver="greedy", status="FALLBACK"), g, cost)
 
 
+def break_ties(v: TilingVars, result: SolveResult, config: TilingConfig) -> SolveResult:
+    """Among the optimal tiles, the one with the most channels, then columns, then rows: the same
+    model always gets the same tile, whatever order the parallel search found optima in."""
+    g = v.g
+    v.model.add(v.objective == round(result.objective))
+    v.model.clear_objective()
+    v.model.maximize((v.tile[2] * (g.out_w + 1) + v.tile[1]) * (g.out_h + 1) + v.tile[0])
+    again = solve(v, config)
+    return again if again.status == "OPTIMAL" else result
+
+
 def plan_tiling_cpsat(g, l1_bytes: int, config: TilingConfig, greedy: LayerTiling) -> LayerTiling:
     try:
         v = build_tiling_model(g, l1_bytes)
@@ -425,6 +439,8 @@ def plan_tiling_cpsat(g, l1_bytes: int, config: TilingConfig, greedy: LayerTilin
         result = solve(v, config)
         if result.tile is None:
             return _fallback(g, greedy, config.cost, result.status)
+        if result.status == "OPTIMAL":
+            result = break_ties(v, result, config)
         tile = result.tile
         need = g.l1_bytes(*tile)
         assert need == result.l1 <= l1_bytes, f"tile {tile}: model L1 {result.l1}, geometry {need}, budget {l1_bytes}"

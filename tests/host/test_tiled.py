@@ -18,18 +18,25 @@ def smallest_l1(model) -> int:
     return max((minimum_l1(g) for g, _ in dep.tilings.values()), default=16)
 
 
-@pytest.mark.parametrize("l1", ["64K", "32K", "16K", "smallest"])
+@pytest.mark.parametrize("l1, tiler", [("64K", "greedy"), ("32K", "cpsat"), ("16K", "cpsat"), ("16K", "greedy"),
+                                       ("smallest", "cpsat")])
 @pytest.mark.parametrize("rel", INT8_MODELS)
-def test_tiled_engine_bit_exact(rel, l1):
+def test_tiled_engine_bit_exact(rel, l1, tiler):
     model = shared_model(rel)
     budget = smallest_l1(model) if l1 == "smallest" else int(l1[:-1]) * K
     try:
-        dep = deploy(model, Options(l1=budget, tiler="greedy"))
+        dep = deploy(model, Options(l1=budget, tiler=tiler, tile_objective="cycles" if l1 == "32K" else "l1"))
     except InfeasibleBudget as e:
         assert l1 != "smallest" and e.minimum_bytes > budget
         pytest.skip(f"{rel} needs {e.minimum_bytes} B of L1 (> {budget})")
     assert all(t.l1_bytes <= budget for _, t in dep.tilings.values())
     assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, 5)])
+
+
+def test_tiled_output_is_deterministic():
+    model = shared_model("mcunet/mcunet_vww.tflite")
+    first, second = (deploy(model, Options(l1=16 * K)).files for _ in range(2))
+    assert first == second
 
 
 def test_infeasible_l1_names_layer_and_minimum(tmp_path):
