@@ -20,3 +20,6 @@ class Backend:
     # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.
     tile_heuristics: tuple[tuple[str, int], ...] = ()
     cost_model: tuple[tuple[str, float], ...] = ()
+    # Folder under templates/ searched after template_dir: a target overrides only the
+    # templates that differ (e.g. DMA, tile schedule, engine entry) and reuses the rest.
+    template_fallback: str | None = None

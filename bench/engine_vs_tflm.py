@@ -145,6 +145,19 @@ def time_ours(dep: Deployment, exe: Path, inputs: list[np.ndarray], warmup: int,
 # ---------------------------------------------------------------- the interpreters
 
 
+def _median_invoke(set_inputs, invoke, warmup: int, runs: int) -> float:
+    """Median ns of ``invoke`` over ``runs`` calls after ``warmup``; inputs are rewritten, untimed,
+    before each call (an interpreter may reuse its input buffers)."""
+    times = []
+    for k in range(warmup + runs):
+        set_inputs()
+        t0 = time.perf_counter_ns()
+        invoke()
+        if k >= warmup:
+            times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times)
+
+
 def time_tflm(model: Path, inputs: list[np.ndarray], n_outputs: int, warmup: int, runs: int):
     from tflite_micro import runtime
 
@@ -155,17 +168,11 @@ def time_tflm(model: Path, inputs: list[np.ndarray], n_outputs: int, warmup: int
     for i, x in enumerate(inputs):
         d = it.get_input_details(i)
         ready.append(np.ascontiguousarray(np.asarray(x).reshape(d["shape"]).astype(d["dtype"])))
-    times = []
-    for k in range(warmup + runs):
+    def set_inputs():
         for i, x in enumerate(ready):
             it.set_input(x, i)
-        t0 = time.perf_counter_ns()
-        it.invoke()
-        t1 = time.perf_counter_ns()
-        if k >= warmup:
-            times.append(t1 - t0)
-    outs = [np.array(it.get_output(i)) for i in range(n_outputs)]
-    return statistics.median(times), outs
+    median = _median_invoke(set_inputs, it.invoke, warmup, runs)
+    return median, [np.array(it.get_output(i)) for i in range(n_outputs)]
 
 
 def time_litert(model: Path, inputs: list[np.ndarray], warmup: int, runs: int):
@@ -180,17 +187,11 @@ def time_litert(model: Path, inputs: list[np.ndarray], warmup: int, runs: int):
         return None, str(e).strip().splitlines()[-1].split(".")[0][:120]
     ready = [(d["index"], np.ascontiguousarray(np.asarray(x).reshape(d["shape"]).astype(d["dtype"])))
              for d, x in zip(it.get_input_details(), inputs)]
-    times = []
-    for k in range(warmup + runs):
+    def set_inputs():
         for index, x in ready:
             it.set_tensor(index, x)
-        t0 = time.perf_counter_ns()
-        it.invoke()
-        t1 = time.perf_counter_ns()
-        if k >= warmup:
-            times.append(t1 - t0)
-    outs = [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
-    return statistics.median(times), outs
+    median = _median_invoke(set_inputs, it.invoke, warmup, runs)
+    return median, [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
 
 
 def same(ours: list[np.ndarray], ref: list[np.ndarray]) -> tuple[bool, float]:

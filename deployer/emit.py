@@ -49,7 +49,8 @@ def c_array(values, per_line: int = 16) -> str:
 
 def environment(backend: Backend) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES / backend.template_dir)),
+        loader=jinja2.FileSystemLoader([str(TEMPLATES / d) for d in (backend.template_dir, backend.template_fallback)
+                                        if d is not None]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=False)
     env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_comment)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backends import BACKENDS, Backend
@@ -138,6 +138,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     backend = BACKENDS.get(options.target)
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
+    options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
     graph = read_model(Path(model))
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)

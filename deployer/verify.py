@@ -36,9 +36,16 @@ class Engine:
 
 
 def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
-                 extra_flags: tuple[str, ...] = ()) -> Engine:
-    """Compile engine + harness; identical sources and flags reuse the cached binary."""
-    flags = [*dep.backend.cflags, *extra_flags]
+                 extra_flags: tuple[str, ...] = (), cc: str | None = None, cflags: tuple[str, ...] | None = None,
+                 extra_sources: tuple[Path, ...] = ()) -> Engine:
+    """Compile engine + harness; identical sources and flags reuse the cached binary.
+
+    ``cc`` / ``cflags`` replace the backend's compiler and flags (e.g. the host gcc for a
+    target's engine built against an emulation of its runtime); ``extra_sources`` are compiled
+    and linked in. The cache key covers the compiler, every flag, every source and the files
+    of every ``-I`` directory named in the flags."""
+    cc = cc or dep.backend.cc
+    flags = [*(dep.backend.cflags if cflags is None else cflags), *extra_flags]
     if sanitize:
         flags = [f for f in flags if not f.startswith("-O")] + list(SANITIZE_FLAGS)
     if trace:
@@ -46,7 +53,10 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     digest = hashlib.sha256()
     for name in sorted(dep.files):
         digest.update(name.encode() + b"\0" + dep.files[name].encode() + b"\0")
-    digest.update(HARNESS.read_bytes() + " ".join(flags).encode())
+    digest.update(HARNESS.read_bytes() + " ".join([cc, *flags]).encode())
+    includes = [f[2:] or nxt for f, nxt in zip(flags, [*flags[1:], ""]) if f.startswith("-I")]
+    for path in [*map(Path, extra_sources), *(f for d in includes for f in sorted(Path(d).glob("*")) if f.is_file())]:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     folder = CACHE / digest.hexdigest()[:24]
     exe = folder / "engine"
     if exe.exists():
@@ -55,11 +65,11 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     try:
         for name, text in dep.files.items():
             (tmp / name).write_text(text)
-        sources = [str(tmp / n) for n in dep.files if n.endswith(".c")] + [str(HARNESS)]
-        cmd = [dep.backend.cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
+        sources = [str(tmp / n) for n in dep.files if n.endswith(".c")] + [str(HARNESS), *map(str, extra_sources)]
+        cmd = [cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise BuildError(f"{dep.backend.cc} failed on the generated engine:\n{proc.stderr[-4000:]}")
+            raise BuildError(f"{cc} failed on the generated engine:\n{proc.stderr[-4000:]}")
         try:
             tmp.rename(folder)
         except OSError:  # another process built the same engine first

@@ -56,33 +56,32 @@ def _stepped(problem: ArenaProblem) -> bool:
     return any(b.steps for b in problem.buffers)
 
 
-def first_fit(problem: ArenaProblem) -> list[int]:
-    """Decreasing size; each buffer at the lowest offset where it fits."""
+def _gap_place(problem: ArenaProblem, i: int, offsets: dict[int, int], best: bool) -> int:
+    """The lowest gap that holds the buffer (first-fit), or the smallest one (best-fit)."""
+    b = problem.buffers[i]
+    gaps = list(_gaps(_busy(problem, b, offsets), problem.alignment))
+    fitting = [(length, start) for start, length in gaps if length is not None and length >= b.size]
+    if best:
+        return min(fitting)[1] if fitting else gaps[-1][0]
+    return min([start for _, start in fitting] + [gaps[-1][0]])
+
+
+def _decreasing(problem: ArenaProblem, best: bool) -> list[int]:
+    place = _stepped_place if _stepped(problem) else _gap_place
     offsets: dict[int, int] = {}
-    if _stepped(problem):
-        for i in _size_order(problem):
-            offsets[i] = _stepped_place(problem, i, offsets, best=False)
-        return [offsets[i] for i in range(len(problem.buffers))]
     for i in _size_order(problem):
-        b = problem.buffers[i]
-        offsets[i] = next(start for start, length in _gaps(_busy(problem, b, offsets), problem.alignment)
-                          if length is None or length >= b.size)
+        offsets[i] = place(problem, i, offsets, best)
     return [offsets[i] for i in range(len(problem.buffers))]
+
+
+def first_fit(problem: ArenaProblem) -> list[int]:
+    """Decreasing size; each buffer at the lowest offset where it fits (TFLite Micro's greedy planner)."""
+    return _decreasing(problem, best=False)
 
 
 def best_fit(problem: ArenaProblem) -> list[int]:
     """Decreasing size; each buffer in the smallest gap that holds it (TFLite's arena planner)."""
-    offsets: dict[int, int] = {}
-    if _stepped(problem):
-        for i in _size_order(problem):
-            offsets[i] = _stepped_place(problem, i, offsets, best=True)
-        return [offsets[i] for i in range(len(problem.buffers))]
-    for i in _size_order(problem):
-        b = problem.buffers[i]
-        gaps = list(_gaps(_busy(problem, b, offsets), problem.alignment))
-        fitting = [(length, start) for start, length in gaps if length is not None and length >= b.size]
-        offsets[i] = min(fitting)[1] if fitting else gaps[-1][0]
-    return [offsets[i] for i in range(len(problem.buffers))]
+    return _decreasing(problem, best=True)
 
 
 def bidirectional(problem: ArenaProblem) -> list[int]:

@@ -74,6 +74,7 @@ __all__ = [
     "solve",
 ]
 
+EXHAUSTIVE = 4096  # layers with at most this many tile shapes are searched exactly
 CANDIDATES = 32  # exactly evaluated tiles CP-SAT chooses among under the cycles objective
 MAX_EVALUATIONS = 5000  # exact cost-model evaluations per layer (the lower bound usually stops far earlier)
 
@@ -337,11 +338,16 @@ def _lower_bound_vec(g, th, tw, tc, p):
 
 
 def cycle_candidates(g, l1_bytes: int, cost: dict, must=(), k: int = CANDIDATES) -> list[tuple[int, tuple]]:
-    """The ``k`` fastest (modeled cycles, tile) on the one-more-tile grid that fit ``l1_bytes``, plus ``must``."""
+    """The ``k`` fastest (modeled cycles, tile) that fit ``l1_bytes``, plus ``must``: over every tile
+    when the layer has at most EXHAUSTIVE of them, else over the one-more-tile grid."""
     p = cost_params(cost)
     mult = (1, 1, p["c_multiple"]) if g.kind == "fc" else (p["h_multiple"], p["w_multiple"], p["c_multiple"])
-    axes = [sorted(_one_more_tile_sizes(e, mu) | {t[i] for t in must}) for i, (e, mu) in
-            enumerate(zip(_extents(g), mult))]
+    extents = _extents(g)
+    if extents[0] * extents[1] * extents[2] <= EXHAUSTIVE:
+        axes = [list(range(1, e + 1)) for e in extents]
+    else:
+        axes = [sorted(_one_more_tile_sizes(e, mu) | {t[i] for t in must}) for i, (e, mu) in
+                enumerate(zip(extents, mult))]
     th, tw, tc = (a.ravel() for a in np.meshgrid(*[np.array(a, dtype=np.int64) for a in axes], indexing="ij"))
     fits = _l1_vec(g, th, tw, tc) <= l1_bytes
     th, tw, tc = th[fits], tw[fits], tc[fits]

@@ -16,8 +16,9 @@ from network_parser.errors import DeployError, ModelFormatError, UnsupportedOper
 from network_parser.ir import Graph
 from network_parser.tflite_builder import ModelBuilder, _opts
 from network_parser.tflite_reader import read_tflite
+from tests.models import LSTM_MODELS
+from tests.models import shared_model as shared
 
-MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tflite"
 
 # op counts per model, as listed in shared/models/README.md
 EXPECTED_OPS = {
@@ -48,14 +49,6 @@ IO_SHAPES = {
     "tflm/simple_add_model.tflite": ([(1, 128, 128, 1)] * 2, [(1, 128, 128, 1)]),
     "mcunet/mcunet_vww.tflite": ([(1, 80, 80, 3)], [(1, 2)]),
 }
-LSTM_MODELS = ["tflm/trained_lstm_int8.tflite", "tflm/micro_speech_lstm.tflite"]
-
-
-def shared(rel: str) -> Path:
-    path = MODELS / rel
-    if not path.exists():
-        pytest.skip(f"shared model {rel} not found under {MODELS}")
-    return path
 
 
 def small_model(seed: int = 0) -> ModelBuilder:
