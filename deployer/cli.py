@@ -18,6 +18,8 @@ import numpy as np
 from network_parser.errors import DeployError, UsageError
 
 from .output import write_output
+from backends import BACKENDS
+
 from .pipeline import Options, deploy
 from .report import summary_table
 
@@ -169,8 +171,14 @@ def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place,
 @budget_options
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report")
-def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, report):
+@click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
+def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, report,
+                tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
+    if tiling:
+        _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
+                                        tile_objective))
+        return
     from .compare import compare_planners, comparison_table, live_bytes, render_report_html
     from .pipeline import arena_problem
     from solver.arena import SolverConfig, lower_bound
@@ -189,6 +197,21 @@ def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place
         click.echo(f"wrote {report}")
     except DeployError as e:
         _fail(e)
+
+
+def _compare_tiling(model, options) -> None:
+    from .compare import tiling_table
+    from .pipeline import tile_layers
+
+    try:
+        if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
+            raise UsageError("--tiling needs an L1 budget: pass --l1")
+        greedy = deploy(model, replace(options, sram=None, flash=None))
+        cpsat = tile_layers(greedy.graph, greedy.kernels, replace(options, tiler="cpsat"))
+    except DeployError as e:
+        _fail(e)
+    rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
+    click.echo(tiling_table(rows))
 
 
 if __name__ == "__main__":

@@ -141,3 +141,22 @@ def render_report_html(model_name: str, problem: ArenaProblem, plans, live_bytes
         columns=COLUMNS, rows=_rows(plans, bound), bound_line=_bound_line(bound),
         skipped=_skipped_lines(plans), width=WIDTH, height=HEIGHT,
         figures=[_figure(problem, p, live_bytes_curve, n_ops, y_max) for p in plans])
+
+
+# ---- tiling: the CP-SAT tiler against the greedy one, layer by layer --------------------
+
+def tiling_table(rows: list[tuple]) -> str:
+    """rows: (layer, op, greedy LayerTiling, cpsat LayerTiling) per tiled layer."""
+    head = ("op", "type", "greedy tile", "tiles", "L1 B", "cycles", "cpsat tile", "tiles", "L1 B", "cycles",
+            "status")
+    body = [(str(k), op, "x".join(map(str, g.tile_shape)), str(g.tiles), f"{g.l1_bytes:,}",
+             f"{g.modeled_cycles:,}", "x".join(map(str, c.tile_shape)), str(c.tiles), f"{c.l1_bytes:,}",
+             f"{c.modeled_cycles:,}", c.status) for k, op, g, c in rows]
+    total_g = sum(g.modeled_cycles for _, _, g, _ in rows)
+    total_c = sum(c.modeled_cycles for _, _, _, c in rows)
+    body.append(("", "total", "", str(sum(g.tiles for _, _, g, _ in rows)), "", f"{total_g:,}", "",
+                 str(sum(c.tiles for _, _, _, c in rows)), "", f"{total_c:,}",
+                 f"{total_c / total_g:.3f}x" if total_g else ""))
+    widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) if i in (1, 10) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     .rstrip() for r in (head, *body))

@@ -1,0 +1,119 @@
+"""GAP8 / PULP target: every shared int8 model, deployed with --target gap8, built with the host
+gcc against a host emulation of the PMSIS cluster API (tests/target/pulp_emu: pthreads for the
+8 cores, memcpy for the cluster DMA), run bit-exact against the reference, once more under
+ThreadSanitizer, and cross-compiled for rv32imc with -Werror so the engine is target-clean."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from deployer.pipeline import Options, deploy
+from deployer.verify import CACHE, BuildError, build_engine, random_inputs, run_engine
+from network_parser.errors import InfeasibleBudget
+from tests.host.test_models import assert_bit_exact
+from tests.models import INT8_MODELS, shared_model
+
+K = 1024
+EMU = Path(__file__).resolve().parent / "pulp_emu"
+EMU_SOURCES = (EMU / "pmsis_emu.c",)
+HOST_FLAGS = ("-std=gnu99", "-Wall", "-Wextra", "-Werror", "-pthread", f"-I{EMU}")
+EMULATED = (*HOST_FLAGS, "-O2")
+TSAN = (*HOST_FLAGS, "-O1", "-g", "-fsanitize=thread")
+CROSS_CC = "riscv64-unknown-elf-gcc"
+
+
+@functools.lru_cache(maxsize=None)
+def gap8(rel: str, l1: int):
+    """The gap8 deployment of a shared model at an L1 budget (skips when it does not fit)."""
+    try:
+        return deploy(shared_model(rel), Options(target="gap8", l1=l1))
+    except InfeasibleBudget as e:
+        pytest.skip(f"{rel} needs {e.minimum_bytes} B of L1 (> {l1})")
+
+
+def emulated(dep, flags=EMULATED):
+    return build_engine(dep, cc="gcc", cflags=flags, extra_sources=EMU_SOURCES)
+
+
+@pytest.mark.parametrize("l1", [64 * K, 16 * K], ids=["64K", "16K"])
+@pytest.mark.parametrize("rel", INT8_MODELS)
+def test_gap8_emulated_bit_exact(rel, l1):
+    dep = gap8(rel, l1)
+    assert all(t.l1_bytes <= l1 for _, t in dep.tilings.values())
+    assert_bit_exact(shared_model(rel), dep, emulated(dep), [random_inputs(dep.graph, 5)])
+
+
+@pytest.mark.parametrize("rel", INT8_MODELS)
+def test_gap8_under_thread_sanitizer(rel, monkeypatch):
+    """The team fork, barriers and DMA waits leave no data race between the cores."""
+    monkeypatch.setenv("TSAN_OPTIONS", "halt_on_error=1")
+    dep = gap8(rel, 16 * K)
+    assert_bit_exact(shared_model(rel), dep, emulated(dep, TSAN), [random_inputs(dep.graph, 7)])
+
+
+def test_thread_sanitizer_catches_a_missing_barrier(monkeypatch):
+    """The harness is not vacuous: without the barrier after the DMA wait, cores read L1
+    while the master's DMA fills it, and TSan (or the comparison) says so."""
+    monkeypatch.setenv("TSAN_OPTIONS", "halt_on_error=1")
+    rel = "mlperf_tiny/kws_ref_model.tflite"
+    dep = gap8(rel, 16 * K)
+    engine = next(n for n in dep.files if n.endswith("_engine.c"))
+    text = dep.files[engine]
+    assert text.count("pi_cl_team_barrier();") >= 2
+    broken = dict(dep.files)
+    broken[engine] = text.replace("pi_cl_team_barrier();", "/* barrier removed */", 1)
+    bad = build_engine(replace(dep, files=broken), cc="gcc", cflags=TSAN, extra_sources=EMU_SOURCES)
+    with pytest.raises(BuildError, match="ThreadSanitizer"):
+        run_engine(bad, [random_inputs(dep.graph, 7)])
+
+
+def cross_compile(dep) -> None:
+    """Compile every generated .c file for rv32imc with the backend's flags (-c, -Werror),
+    against the declaration-only pmsis.h; cached like the host builds."""
+    flags = [*dep.backend.cflags, "-c"]
+    digest = hashlib.sha256(" ".join([CROSS_CC, *flags]).encode() + (EMU / "pmsis.h").read_bytes())
+    for name in sorted(dep.files):
+        digest.update(name.encode() + b"\0" + dep.files[name].encode() + b"\0")
+    stamp = CACHE / f"rv32-{digest.hexdigest()[:24]}.ok"
+    if stamp.exists():
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rv32-", dir=CACHE))
+    try:
+        for name, text in dep.files.items():
+            (tmp / name).write_text(text)
+        for name in dep.files:
+            if name.endswith(".c"):
+                proc = subprocess.run([CROSS_CC, *flags, "-I", str(tmp), "-I", str(EMU), str(tmp / name),
+                                       "-o", str(tmp / f"{name}.o")], capture_output=True, text=True)
+                assert proc.returncode == 0, f"{CROSS_CC} rejects {name}:\n{proc.stderr[-4000:]}"
+        stamp.touch()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("l1", [64 * K, 16 * K], ids=["64K", "16K"])
+@pytest.mark.parametrize("rel", INT8_MODELS)
+def test_gap8_cross_compiles_for_rv32imc(rel, l1):
+    if shutil.which(CROSS_CC) is None:
+        pytest.skip(f"{CROSS_CC} is not installed (bash tests/install.sh installs gcc-riscv64-unknown-elf)")
+    dep = gap8(rel, l1)
+    assert "-march=rv32imc" in dep.backend.cflags and "-Werror" in dep.backend.cflags
+    cross_compile(dep)
+
+
+def test_gap8_defaults_to_its_own_l1():
+    """Without --l1 the target's 64 KiB L1 applies; tiled layers fork the cluster and use PMSIS DMA."""
+    dep = deploy(shared_model("mlperf_tiny/kws_ref_model.tflite"), Options(target="gap8"))
+    assert dep.options.l1 == 64 * K and dep.tilings
+    engine = next(text for n, text in dep.files.items() if n.endswith("_engine.c"))
+    dma = next(text for n, text in dep.files.items() if n.endswith("_dma.h"))
+    assert "pi_cl_team_fork(" in engine and "PI_L1 static uint8_t l1[65536]" in engine
+    assert '#include "pmsis.h"' in dma and "pi_cl_dma_cmd_2d(" in dma
