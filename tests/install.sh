@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+# GAP8 / PULP target (tests/target): the RISC-V cross compiler and its C library
+for pkg in gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q && apt-get install -y -q "${missing[@]}"
 fi
