@@ -13,8 +13,9 @@ from tests.models import INT8_MODELS, shared_model
 K = 1024
 
 
-def smallest_l1(model) -> int:
-    dep = deploy(model, Options(l1=1 << 30))
+def smallest_l1(model, target: str = "host") -> int:
+    """The largest of the layers' minimum L1 footprints: the smallest --l1 the model accepts."""
+    dep = deploy(model, Options(target=target, l1=1 << 30))
     return max((minimum_l1(g) for g, _ in dep.tilings.values()), default=16)
 
 

@@ -18,6 +18,7 @@ from deployer.pipeline import Options, deploy
 from deployer.verify import CACHE, BuildError, build_engine, random_inputs, run_engine
 from network_parser.errors import InfeasibleBudget
 from tests.host.test_models import assert_bit_exact
+from tests.host.test_tiled import smallest_l1
 from tests.models import INT8_MODELS, shared_model
 
 K = 1024
@@ -42,9 +43,10 @@ def emulated(dep, flags=EMULATED):
     return build_engine(dep, cc="gcc", cflags=flags, extra_sources=EMU_SOURCES)
 
 
-@pytest.mark.parametrize("l1", [64 * K, 16 * K], ids=["64K", "16K"])
+@pytest.mark.parametrize("l1", [64 * K, 32 * K, 16 * K, None], ids=["64K", "32K", "16K", "smallest"])
 @pytest.mark.parametrize("rel", INT8_MODELS)
 def test_gap8_emulated_bit_exact(rel, l1):
+    l1 = l1 or smallest_l1(shared_model(rel), "gap8")
     dep = gap8(rel, l1)
     assert all(t.l1_bytes <= l1 for _, t in dep.tilings.values())
     assert_bit_exact(shared_model(rel), dep, emulated(dep), [random_inputs(dep.graph, 5)])
