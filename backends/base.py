@@ -9,13 +9,14 @@ class Backend:
     name: str
     description: str
     template_dir: str  # folder under templates/ holding this target's whole-file templates
-    cc: str  # C compiler used to build and verify the engine
+    cc: str  # C compiler that builds the engine for the target
     cflags: tuple[str, ...]
     cores: int = 1
     l1_bytes: int | None = None  # default scratchpad size, when the part has one
     sram_bytes: int | None = None  # default L2/SRAM budget
     flash_bytes: int | None = None
     alignment: int = 16
+    runs_on_host: bool = False  # its engines can be built with this machine's gcc and run here
     # Tiling: soft rules for tile shapes (solver.tiling_cpsat.add_heuristics keys) and the
     # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.
     tile_heuristics: tuple[tuple[str, int], ...] = ()

@@ -138,6 +138,10 @@ def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place,
     from .verify import first_divergence, random_inputs, verify
 
     try:
+        if target in BACKENDS and not BACKENDS[target].runs_on_host:
+            raise UsageError(f"deploy verify runs engines on this machine: use --target host (the same tile "
+                             f"schedules with --l1); '{target}' engines are checked by the test suite's "
+                             f"emulation of the target")
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
                                      tile_objective))
         samples = [_load_inputs(inputs, dep.graph)] if inputs else \
