@@ -93,6 +93,21 @@ def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, 
     return ArenaProblem(tuple(buffers), alignment), owners
 
 
+def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan) -> dict[int, int]:
+    """Every tensor's arena offset: its buffer's, or its owner's when it reuses another's bytes."""
+    offsets = dict(zip(owners, plan.offsets))
+    for lt in lives:
+        if lt.alias_of is not None:
+            offsets[lt.tensor] = offsets[lt.alias_of]
+    return offsets
+
+
+def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
+    """(name, group, first op, last op, offset, size) per tensor, for the tensor-level plan check."""
+    return [(lt.name, lt.alias_of if lt.alias_of is not None else lt.tensor, lt.first_op, lt.last_op,
+             offsets[lt.tensor], lt.size) for lt in lives]
+
+
 def memory_report(graph: Graph, kernels, plan: ArenaPlan) -> dict:
     weights = emit.constant_bytes(graph, kernels)
     code = CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * len(graph.layers)
@@ -147,12 +162,8 @@ def deploy(model: Path, options: Options) -> Deployment:
     lives = lifetimes(graph, reuses)
     problem, owners = arena_problem(lives, backend.alignment)
     plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
-    offsets = dict(zip(owners, plan.offsets))
-    for lt in lives:
-        if lt.alias_of is not None:
-            offsets[lt.tensor] = offsets[lt.alias_of]
-    check_tensor_plan([(lt.name, lt.alias_of if lt.alias_of is not None else lt.tensor, lt.first_op, lt.last_op,
-                        offsets[lt.tensor], lt.size) for lt in lives], plan.peak, backend.alignment)
+    offsets = tensor_offsets(lives, owners, plan)
+    check_tensor_plan(tensor_rows(lives, offsets), plan.peak, backend.alignment)
     memory = memory_report(graph, kernels, plan)
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,

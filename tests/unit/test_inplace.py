@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployer.pipeline import Options, arena_problem, deploy
+from deployer.pipeline import Options, arena_problem, deploy, tensor_rows
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import lifetimes
 from network_parser.rewrites import apply_rewrites
@@ -131,8 +131,7 @@ def test_pad_of_channels_is_kept(tmp_path):
 # ---- the tensor-level checker catches planted faults in real plans ----------------------
 
 def _tensor_rows(dep):
-    return [(lt.name, lt.alias_of if lt.alias_of is not None else lt.tensor, lt.first_op, lt.last_op,
-             dep.offsets[lt.tensor], lt.size) for lt in dep.lives]
+    return tensor_rows(dep.lives, dep.offsets)
 
 
 @pytest.fixture(scope="module")
