@@ -16,7 +16,9 @@ class Backend:
     sram_bytes: int | None = None  # default L2/SRAM budget
     flash_bytes: int | None = None
     alignment: int = 16
-    runs_on_host: bool = False  # its engines can be built with this machine's gcc and run here
+    runs_on_host: bool = False
+    l1_attribute: str = ""  # placed before the L1 buffer's declaration (e.g. a section macro)
+    engine_note: str = ""  # how to call the engine on this target, for the engine's header comment  # its engines can be built with this machine's gcc and run here
     # Tiling: soft rules for tile shapes (solver.tiling_cpsat.add_heuristics keys) and the
     # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.
     tile_heuristics: tuple[tuple[str, int], ...] = ()

@@ -13,6 +13,9 @@ GAP8 = Backend(
     cflags=("-march=rv32imc", "-mabi=ilp32", "-std=c99", "-ffreestanding", "-Os",
             "-Wall", "-Wextra", "-Werror"),
     cores=8,
+    l1_attribute="PI_L1 ",  # the cluster's shared L1
+    engine_note=("Call inference_run() on the cluster's master core (from a cluster task): tiled layers "
+                 "fork the whole team of cores over each L1 tile; the other layers run on the master."),
     l1_bytes=64 * 1024,
     sram_bytes=512 * 1024,
     flash_bytes=8 * 1024 * 1024,

@@ -224,7 +224,8 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name,
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
-               macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None)
+               macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
+               l1_attribute=backend.l1_attribute, engine_note=backend.engine_note)
     env = environment(backend)
     names = {"engine.c.j2": f"{ident}_engine.c", "engine.h.j2": f"{ident}_engine.h",
              "fixedpoint.h.j2": f"{ident}_fixedpoint.h", "inference_api.h.j2": "inference_api.h",
