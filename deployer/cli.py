@@ -21,7 +21,7 @@ from .output import write_output
 from backends import BACKENDS
 
 from .pipeline import Options, deploy
-from .report import summary_table
+from .report import dump_arena_plan, dump_graph, summary_table
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
 
@@ -93,13 +93,19 @@ def main() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("out"),
               show_default=True, help="output folder")
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
+@click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
+@click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 def build_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
-              force):
+              force, dump_ir, dump_plan):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
                                      tile_objective))
+        if dump_ir:
+            click.echo(dump_graph(dep.graph))
+        if dump_plan:
+            click.echo(dump_arena_plan(dep))
         write_output(dep.files, out_dir, force=force)
         click.echo(summary_table(dep))
         click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {time.perf_counter() - start:.2f} s")

@@ -32,3 +32,37 @@ def summary_table(dep) -> str:
         rows.append(f"{'L1':<8} {_kib(used):>12} {_kib(dep.options.l1):>12}   ({len(dep.tilings)} layers in "
                     f"{tiles} double-buffered tiles)")
     return "\n".join(rows)
+
+
+def dump_graph(graph) -> str:
+    """The IR after rewrites: one line per layer with its typed attributes and tensor shapes."""
+    def tensor(t: int) -> str:
+        if t < 0:
+            return "-"
+        x = graph.tensors[t]
+        q = f" q({x.quant.scale[0]:.6g},{x.quant.zero_point[0]})" if x.quant and not x.quant.per_channel else ""
+        return f"t{t}:{shape_text(x)}:{x.dtype}{' const' if x.is_const else ''}{q}"
+    lines = [f"graph {graph.name}: inputs {[tensor(t) for t in graph.inputs]} outputs "
+             f"{[tensor(t) for t in graph.outputs]}"]
+    for k, layer in enumerate(graph.layers):
+        lines.append(f"{k:>4} {layer.op:<18} {layer.attrs} ({', '.join(tensor(t) for t in layer.inputs)}) -> "
+                     f"{', '.join(tensor(t) for t in layer.outputs)}")
+    return "\n".join(lines)
+
+
+def dump_arena_plan(dep) -> str:
+    """Every tensor's bytes and lifetime, what shares them, and each tiled layer's tiles."""
+    p = dep.plan
+    lines = [f"arena {p.peak} B by {p.method} ({p.status}, lower bound {p.lower_bound} B, {p.wall_s:.3f} s)"
+             f"{': ' + p.note if p.note else ''}"]
+    for r in dep.reuses:
+        lines.append(f"  in place: op {r.layer} {r.rule}: t{r.output} over t{r.input}"
+                     f"{f' (+{r.scratch_bytes} B scratch)' if r.scratch_bytes else ''}")
+    for lt in sorted(dep.lives, key=lambda lt: (dep.offsets[lt.tensor], lt.first_op)):
+        alias = f" alias of t{lt.alias_of}" if lt.alias_of is not None else ""
+        lines.append(f"  [{dep.offsets[lt.tensor]:>9}, {dep.offsets[lt.tensor] + lt.size:>9}) ops "
+                     f"{lt.first_op:>3}..{lt.last_op:<3} {lt.name}{alias}")
+    for k, (_, t) in sorted(dep.tilings.items()):
+        lines.append(f"  tiles: op {k} {t.tile_h}x{t.tile_w}x{t.tile_c} x{t.tiles}, {t.l1_bytes} B of L1, "
+                     f"{t.solver} {t.status}, {t.modeled_cycles} modeled cycles")
+    return "\n".join(lines)

@@ -329,3 +329,18 @@ def test_manifest_shared_models(rel):
     m = json.loads(deploy(shared(rel), Options()).files["manifest.json"])
     check_manifest(m)
     assert m["arena"]["bytes"] == m["arena"]["lower_bound"] or m["arena"]["status"] != "OPTIMAL"
+
+
+def test_dump_ir_and_plan(tmp_path):
+    """--dump-ir lists every layer after rewrites; --dump-plan every tensor's bytes and the tiles."""
+    from click.testing import CliRunner
+
+    from deployer.cli import main
+    example = Path(__file__).resolve().parents[2] / "examples" / "tiny_kws.tflite"
+    result = CliRunner().invoke(main, [str(example), "--l1", "2K", "--dump-ir", "--dump-plan",
+                                       "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.startswith("graph tiny_kws:") and "CONV_2D" in out and "SOFTMAX" in out
+    assert "arena 8000 B by cpsat" in out and "in place: op 6 elementwise-in-place" in out
+    assert "tiles: op 0 " in out and "zero-copy-reshape" in out
