@@ -126,11 +126,7 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
         case K.Conv() | K.FullyConnected():
             return _weights_context(kern, k, sym)
         case K.Add() | K.Mul():
-            v = kern.view
-            dense = tuple(int(np.prod(v.shape[d + 1:], dtype=np.int64)) for d in range(4))
-            dense = tuple(0 if n == 1 else s for n, s in zip(v.shape, dense))
-            same = all(n == 1 or (a == s and b == s) for n, a, b, s in zip(v.shape, v.a_strides, v.b_strides, dense))
-            return dict(flat=int(np.prod(v.shape, dtype=np.int64)) if same else None)
+            return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None)
         case K.Lookup():
             return dict(table=sym.array(f"op{k}_table", "int8_t", kern.table))
         case K.Concat():
@@ -163,7 +159,7 @@ def _tiling_context(kern, g, t) -> dict:
             cursor += -(-size // 16) * 16
         layout[name] = (first, second)
     pad_t, pad_l = (kern.pad_t, kern.pad_l) if hasattr(kern, "pad_t") else (0, 0)
-    return dict(kind=g.kind, tiles=t.tiles, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
+    return dict(kind=g.kind, tiles=t.tiles, operand_bytes=in_bytes // g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
                 nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w),
                 out_h=g.out_h, out_w=g.out_w, out_c=g.out_c, in_h=g.in_h, in_w=g.in_w, in_c=g.in_c,
                 k_h=g.k_h, k_w=g.k_w, stride_h=g.stride_h, stride_w=g.stride_w, dil_h=g.dil_h, dil_w=g.dil_w,

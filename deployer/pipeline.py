@@ -158,7 +158,8 @@ def deploy(model: Path, options: Options) -> Deployment:
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
     tilings = tile_layers(graph, kernels, options)
-    reuses = plan_in_place(graph, options.in_place, keep=set(tilings))
+    # A tiled layer with a halo must not overwrite its input; elementwise tiles have none.
+    reuses = plan_in_place(graph, options.in_place, keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"})
     lives = lifetimes(graph, reuses)
     problem, owners = arena_problem(lives, backend.alignment)
     plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))

@@ -78,6 +78,15 @@ class Broadcast:
     a_strides: tuple[int, int, int, int]
     b_strides: tuple[int, int, int, int]
 
+    @property
+    def dense(self) -> bool:
+        """Neither operand broadcasts: both walk the output's elements in order."""
+        step, ok = 1, True
+        for n, a, b in zip(reversed(self.shape), reversed(self.a_strides), reversed(self.b_strides)):
+            ok = ok and (n == 1 or a == b == step)
+            step *= n
+        return ok
+
 
 @dataclass(frozen=True, slots=True)
 class Add:

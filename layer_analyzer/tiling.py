@@ -115,6 +115,9 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "pool", kernel.out_h, kernel.out_w, kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, kernel.f_h, kernel.f_w, kernel.stride_h,
                                 kernel.stride_w)
+        case K.Add() | K.Mul() if kernel.view.dense and kernel.view.shape[0] == 1:
+            _, h, w, c = kernel.view.shape
+            return TileGeometry(layer, "eltwise", h, w, c, h, w, c, operands=2)
         case K.FullyConnected(batch=1):
             return TileGeometry(layer, "fc", 1, 1, kernel.units, 1, 1, kernel.in_features,
                                 param_bytes=FC_PARAM_BYTES)

@@ -22,7 +22,7 @@ def layers(draw):
     mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
     h, w, c = draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(st.integers(1, 12))
     x = mb.input((1, h, w, c))
-    kind = draw(st.sampled_from(["conv", "dw", "avg", "max", "fc"]))
+    kind = draw(st.sampled_from(["conv", "dw", "avg", "max", "fc", "add", "mul"]))
     k = (draw(st.integers(1, min(3, h))), draw(st.integers(1, min(3, w))))
     stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     padding = draw(st.sampled_from(["SAME", "VALID"]))
@@ -33,6 +33,8 @@ def layers(draw):
         y = mb.depthwise_conv2d(x, kernel=k, stride=stride, padding=padding)
     elif kind in ("avg", "max"):
         y = (mb.avg_pool if kind == "avg" else mb.max_pool)(x, filter=k, stride=stride, padding=padding)
+    elif kind in ("add", "mul"):
+        y = (mb.add if kind == "add" else mb.mul)(x, mb.input((1, h, w, c)))
     else:
         y = mb.fully_connected(mb.reshape(x, (1, h * w * c)), draw(st.integers(1, 40)))
     mb.output(y)
