@@ -10,6 +10,7 @@ import numpy as np
 
 from backends import Backend
 from layer_analyzer import kernels as K
+from layer_analyzer.tiling import l1_align
 from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, scratch_key
 
@@ -152,11 +153,11 @@ def _tiling_context(kern, g, t) -> dict:
     for name, size, twice in (("in", in_bytes, double), ("w", w_bytes, double and t.tile_c < g.out_c),
                               ("out", out_bytes, double)):
         first = cursor
-        cursor += -(-size // 16) * 16
+        cursor += l1_align(size)
         second = first
         if twice:
             second = cursor
-            cursor += -(-size // 16) * 16
+            cursor += l1_align(size)
         layout[name] = (first, second)
     pad_t, pad_l = (kern.pad_t, kern.pad_l) if hasattr(kern, "pad_t") else (0, 0)
     return dict(kind=g.kind, tiles=t.tiles, operand_bytes=in_bytes // g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,

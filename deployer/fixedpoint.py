@@ -46,12 +46,6 @@ def rdbpot(x, exponent) -> np.ndarray:
     return (x >> e) + (remainder > threshold)
 
 
-def mbqm_single_rounding(x, multiplier, shift) -> np.ndarray:
-    """MultiplyByQuantizedMultiplier, single rounding (round half up)."""
-    total = 31 - _i64(shift)
-    return (_i64(x) * _i64(multiplier) + (np.int64(1) << (total - 1))) >> total
-
-
 def mbqm(x, multiplier, shift) -> np.ndarray:
     """MultiplyByQuantizedMultiplier, gemmlowp's double-rounding form."""
     shift = _i64(shift)

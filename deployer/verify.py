@@ -61,7 +61,8 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     exe = folder / "engine"
     if exe.exists():
         return Engine(exe, dep.graph, trace)
-    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE.mkdir(parents=True, exist_ok=True) or CACHE))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
     try:
         for name, text in dep.files.items():
             (tmp / name).write_text(text)

@@ -28,11 +28,14 @@ class Footprint:
         weights too when they change from tile to tile; every buffer starts 16-byte aligned."""
         io = 2 if double_buffer else 1
         w = 2 if double_buffer_weights else 1
-        return io * (_align(self.input) + _align(self.output)) + w * (_align(self.weights) + _align(self.params))
+        return io * (l1_align(self.input) + l1_align(self.output)) + w * (l1_align(self.weights) + l1_align(self.params))
 
 
-def _align(n: int) -> int:
-    return -(-n // 16) * 16
+L1_ALIGNMENT = 16  # every L1 buffer starts aligned
+
+
+def l1_align(n: int) -> int:
+    return -(-n // L1_ALIGNMENT) * L1_ALIGNMENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,11 @@ class TileGeometry:
     dil_w: int = 1
     operands: int = 1  # input tensors streamed in (2 for ADD/MUL without broadcast)
     param_bytes: int = 0  # per output channel
+
+    @property
+    def alignment(self) -> int:
+        """Every L1 buffer of a tile starts on this boundary (the solver's models round to it)."""
+        return L1_ALIGNMENT
 
     @property
     def channels_follow_output(self) -> bool:

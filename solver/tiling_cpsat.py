@@ -13,7 +13,7 @@ Shaped like OR-Tools' samples:
     ``tile_h * tile_w * tile_c`` and weights + per-channel parameters ``tile_c * bytes``
     (products through ``add_multiplication_equality``); booleans ``full_h/w/c`` (tile ==
     extent) and ``whole`` (one tile); every buffer rounded up to the geometry's alignment
-    (``buffer_alignment()``, 16 bytes today: ``a * q`` with ``x <= a q < x + a``); L1 =
+    (``g.alignment``, 16 bytes today: ``a * q`` with ``x <= a q < x + a``); L1 =
     ``in + out + w`` when whole, ``2 (in + out) + w`` when only the weights stay (all output
     channels in every tile), ``2 (in + out + w)`` otherwise (double buffering of every tensor
     the DMA moves from tile to tile), bounded by the budget; tile counts ``ceil(E / t)`` by
@@ -63,7 +63,6 @@ __all__ = [
     "add_heuristics",
     "add_hint",
     "bonus",
-    "buffer_alignment",
     "build_tiling_model",
     "cycle_candidates",
     "heuristic_rules",
@@ -118,17 +117,6 @@ def _extents(g) -> tuple[int, int, int]:
     return g.out_h, g.out_w, g.out_c
 
 
-def buffer_alignment() -> int:
-    """The alignment ``layer_analyzer.tiling`` rounds every L1 buffer up to (1: none): its public
-    ``L1_ALIGNMENT`` when it has one, else what its ``_align`` makes of one byte."""
-    from layer_analyzer import tiling as geometry_module
-    public = getattr(geometry_module, "L1_ALIGNMENT", None)
-    if public:
-        return int(public)
-    align = getattr(geometry_module, "_align", None)
-    return align(1) if align else 1
-
-
 def _aligned(m: cp_model.CpModel, expr, upper: int, a: int, name: str):
     """``expr`` rounded up to a multiple of ``a`` (a new variable unless ``a`` is 1)."""
     if a == 1:
@@ -166,7 +154,7 @@ def build_tiling_model(g, l1_bytes: int) -> TilingVars:
     output = m.new_int_var(1, g.out_h * g.out_w * g.out_c, "output_bytes")
     m.add_multiplication_equality(output, [pixels, tc])
     # every L1 buffer starts aligned, as layer_analyzer.tiling lays them out
-    a = buffer_alignment()
+    a = g.alignment
     io = (_aligned(m, input_, g.operands * g.in_h * g.in_w * in_c, a, "input")
           + _aligned(m, output, g.out_h * g.out_w * g.out_c, a, "output"))
     weights = (_aligned(m, tc * g.weight_bytes_per_channel, g.out_c * g.weight_bytes_per_channel, a, "weights")
@@ -287,7 +275,7 @@ def _l1_vec(g, th, tw, tc):
     """``g.l1_bytes`` over numpy arrays of tile sizes (checked against it for every candidate used)."""
     rows = np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h)
     cols = np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w)
-    a = buffer_alignment()
+    a = g.alignment
 
     def up(x):
         return -(-x // a) * a

@@ -2,8 +2,6 @@
 tile loop (host copy-loop DMA, and the GAP8 cluster code under emulation) is bit-exact."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,9 +10,7 @@ from deployer.verify import build_engine, random_inputs
 from network_parser.tflite_builder import ModelBuilder
 from solver.tiling import minimum_l1
 from tests.host.test_models import assert_bit_exact
-
-EMU = Path(__file__).resolve().parents[1] / "target" / "pulp_emu"
-GAP8_FLAGS = ("-std=gnu99", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", f"-I{EMU}")
+from tests.target.test_gap8 import emulated
 
 
 @st.composite
@@ -56,6 +52,5 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
     dep = deploy(path, Options(target=target, l1=budget, tiler="cpsat"))
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape) == t.l1_bytes <= budget
-    engine = build_engine(dep) if target == "host" else \
-        build_engine(dep, cc="gcc", cflags=GAP8_FLAGS, extra_sources=(EMU / "pmsis_emu.c",))
+    engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])

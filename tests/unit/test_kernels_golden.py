@@ -437,14 +437,6 @@ def test_mbqm(x, m, shift):
 
 
 @FIXED
-@given(x=st.integers(-(2**24), 2**24), m=st.integers(2**30, 2**31 - 1), shift=st.integers(-31, 7))
-def test_mbqm_single_rounding(x, m, shift):
-    """(x * m + 2^(t-1)) >> t with t = 31 - shift: round half up of x * m / 2^t."""
-    t = 31 - shift
-    assert int(fx.mbqm_single_rounding(x, m, shift)) == math.floor(Fraction(x * m, 1 << t) + Fraction(1, 2))
-
-
-@FIXED
 @given(x=I32, e=st.integers(0, 31))
 def test_saturating_left_shift(x, e):
     assert int(fx.saturating_left_shift(x, e)) == min(max(x << e, -(2**31)), 2**31 - 1)
