@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v cmake >/dev/null || missing+=(cmake)  # the CMake drop-in library test
 # GAP8 / PULP target (tests/target): the RISC-V cross compiler and its C library
 for pkg in gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
