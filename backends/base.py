@@ -15,6 +15,9 @@ class Backend:
     l1_bytes: int | None = None  # default scratchpad size, when the part has one
     sram_bytes: int | None = None  # default L2/SRAM budget
     flash_bytes: int | None = None
+    l3_bytes: int | None = None  # external memory behind L2, reached by DMA only
+    weights_in_sram: bool = False  # resident weights and code live in L2 (loaded there at boot)
+    l3_init: str = ""  # prototype of the start-up call an engine using L3 needs on this target
     alignment: int = 16
     runs_on_host: bool = False
     l1_attribute: str = ""  # placed before the L1 buffer's declaration (e.g. a section macro)

@@ -40,12 +40,12 @@ PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
 
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
-             tile_objective="l1") -> Options:
+             tile_objective="l1", l3=None) -> Options:
     if time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {time_limit}")
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
-                   tile_objective=tile_objective)
+                   tile_objective=tile_objective, l3=parse_size(l3))
 
 
 def budget_options(f):
@@ -54,6 +54,8 @@ def budget_options(f):
         click.option("--l1", default=None, help="L1 scratchpad budget, e.g. 64K"),
         click.option("--sram", default=None, help="SRAM budget for the arena, e.g. 256K"),
         click.option("--flash", default=None, help="flash budget for weights and code, e.g. 1M"),
+        click.option("--l3", default=None, help="external memory reached by DMA only (e.g. 8M): weights and "
+                     "activations that do not fit flash or SRAM stream from there"),
         click.option("--planner", type=click.Choice(PLANNERS), default="cpsat", show_default=True,
                      help="arena planner"),
         click.option("--time-limit", type=float, default=5.0, show_default=True,
@@ -95,13 +97,13 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
-def build_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
+def build_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
               force, dump_ir, dump_plan):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective))
+                                     tile_objective, l3))
         if dump_ir:
             click.echo(dump_graph(dep.graph))
         if dump_plan:
@@ -138,7 +140,7 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
-def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, inputs,
+def verify_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_place, tiler, tile_objective, inputs,
                seeds, as_json, per_layer, sanitize):
     """Build the engine with the host compiler, run it and compare with the reference interpreter."""
     from .verify import first_divergence, random_inputs, verify
@@ -149,7 +151,7 @@ def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place,
                              f"schedules with --l1); '{target}' engines are checked by the test suite's "
                              f"emulation of the target")
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective))
+                                     tile_objective, l3))
         samples = [_load_inputs(inputs, dep.graph)] if inputs else \
             [random_inputs(dep.graph, s) for s in range(seeds)]
         result = verify(dep, model, samples, sanitize=sanitize)
@@ -182,12 +184,12 @@ def verify_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place,
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report")
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
-def compare_cmd(model, target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, report,
+def compare_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_place, tiler, tile_objective, report,
                 tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
-                                        tile_objective))
+                                        tile_objective, l3))
         return
     from .compare import compare_planners, comparison_table, live_bytes, render_report_html
     from .pipeline import arena_problem

@@ -81,14 +81,14 @@ def _pad4(seq, fill):
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    files: dict[str, str]  # file name -> text
+    files: dict[str, str | bytes]  # file name -> text (or bytes: the L3 weight image)
 
 
 class _Symbols:
     """C names for arena tensors and .rodata arrays, shared by every layer of one engine."""
 
-    def __init__(self, graph: Graph, macro: dict[int, str]):
-        self.graph, self.macro = graph, macro
+    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset()):
+        self.graph, self.macro, self.in_l3 = graph, macro, in_l3
         self.constants: list[dict] = []
         self._tensor_names: dict[int, str] = {}
 
@@ -98,8 +98,11 @@ class _Symbols:
                                    data=c_array(arr)))
         return name
 
-    def tensor(self, t: int, label: str, writable: bool = False) -> str:
-        """A pointer expression: into the arena, or to the tensor's .rodata array."""
+    def tensor(self, t: int, label: str, writable: bool = False) -> str | None:
+        """A pointer expression: into the arena, or to the tensor's .rodata array (None for a
+        tensor in L3, which only its layers' slab fetches reach, by address)."""
+        if t in self.in_l3:
+            return None
         tt = self.graph.tensors[t]
         if tt.is_const:
             if t not in self._tensor_names:
@@ -109,8 +112,9 @@ class _Symbols:
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
 
 
-def _weights_context(kern, k: int, sym: _Symbols) -> dict:
-    ctx = dict(w=sym.tensor(kern.weights, f"op{k}_weights"),
+def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
+    # weights streamed from L3 have no .rodata array: the tile loop fetches them by address
+    ctx = dict(w=None if streamed else sym.tensor(kern.weights, f"op{k}_weights"),
                b=sym.tensor(kern.bias, f"op{k}_bias") if kern.bias >= 0 else None)
     if isinstance(kern, K.Conv):
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", kern.multiplier),
@@ -121,11 +125,11 @@ def _weights_context(kern, k: int, sym: _Symbols) -> dict:
     return ctx
 
 
-def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
+def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool) -> dict:
     """Template values beyond the kernel record itself, per kernel kind."""
     match kern:
         case K.Conv() | K.FullyConnected():
-            return _weights_context(kern, k, sym)
+            return _weights_context(kern, k, sym, l3_weights)
         case K.Add() | K.Mul():
             return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None)
         case K.Lookup():
@@ -142,7 +146,23 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int]) -> dict:
     return {}
 
 
-def _tiling_context(kern, g, t) -> dict:
+def _slab_context(g, t, slabs, stage: str, addresses: dict) -> dict:
+    """The L3 slab grid of a layer streaming ``slabs.streamed`` through its L2 staging buffer
+    (``stage``): per streamed part its L3 address and its L2 slots, every slot aligned."""
+    parts, cursor = {}, 0
+    for part, size in slabs.slot_bytes:
+        slots = []
+        for _ in range(slabs.slots(part)):
+            slots.append(cursor)
+            cursor += l1_align(size)
+        parts[part] = dict(addr=addresses[part], off=(slots[0], slots[-1]))
+    assert cursor == slabs.l2_bytes, (cursor, slabs.l2_bytes)
+    return dict(slabs=slabs.slabs, row_slabs=slabs.row_slabs, rows=slabs.rows, chans=slabs.chans,
+                rows_t=-(-slabs.rows // t.tile_h), chans_t=-(-slabs.chans // t.tile_c), stage=stage, parts=parts,
+                l2_bytes=slabs.l2_bytes, traffic=slabs.l3_traffic)
+
+
+def _tiling_context(kern, g, t, l3=None) -> dict:
     """The tile grid and the L1 layout of one tiled layer (input, weights, output: two slots each)."""
     in_c = t.tile_c if g.channels_follow_output else g.in_c
     in_bytes = g.operands * g.in_rows(t.tile_h) * g.in_cols(t.tile_w) * in_c
@@ -160,8 +180,16 @@ def _tiling_context(kern, g, t) -> dict:
             cursor += l1_align(size)
         layout[name] = (first, second)
     pad_t, pad_l = (kern.pad_t, kern.pad_l) if hasattr(kern, "pad_t") else (0, 0)
+    staged = l3["parts"] if l3 else {}
+    chans = l3["chans"] if l3 else None
+    follow = g.channels_follow_output
     return dict(kind=g.kind, tiles=t.tiles, operand_bytes=in_bytes // g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
-                nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w),
+                nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w), nc=-(-g.out_c // t.tile_c), l3=l3,
+                # bytes per pixel (or per weight row) of the L2 buffer each part is loaded from:
+                # the whole tensor, or a slab staged from L3 that holds ``chans`` channels
+                in_cs=chans if "in" in staged and follow else g.in_c,
+                in2_cs=chans if "in2" in staged and follow else g.in_c,
+                w_cs=chans if "w" in staged else g.out_c, out_cs=chans if "out" in staged else g.out_c,
                 out_h=g.out_h, out_w=g.out_w, out_c=g.out_c, in_h=g.in_h, in_w=g.in_w, in_c=g.in_c,
                 k_h=g.k_h, k_w=g.k_w, stride_h=g.stride_h, stride_w=g.stride_w, dil_h=g.dil_h, dil_w=g.dil_w,
                 eff_h=(g.k_h - 1) * g.dil_h + 1, eff_w=(g.k_w - 1) * g.dil_w + 1, pad_t=pad_t, pad_l=pad_l,
@@ -171,15 +199,32 @@ def _tiling_context(kern, g, t) -> dict:
 
 
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
-           planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None) -> Rendered:
-    """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1."""
+           planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
+           l3=None) -> Rendered:
+    """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
+    ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there."""
     tilings = tilings or {}
     ident = c_identifier(graph.name)
     macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
              for lt in lives}
+    l3_macro = {}  # L3 addresses: streamed weights (by layer) and activations (by tensor)
+    l3_symbols = []
+    if l3 is not None:
+        for k, addr in sorted(l3.weights.items()):
+            l3_macro[("w", k)] = f"L3_OP{k}_WEIGHTS"
+            w = graph.tensors[kernels[k].weights]
+            l3_symbols.append(dict(macro=l3_macro[("w", k)], addr=addr,
+                                   comment=f"{shape_text(w)} {DTYPE_SHORT.get(w.dtype)} weights of op {k}"))
+        for lt in sorted(l3.lives, key=lambda lt: (l3.offsets[lt.tensor], lt.tensor)):
+            l3_macro[lt.tensor] = f"L3_T{lt.tensor}_{_short(lt.name)}"
+            t = graph.tensors[lt.tensor]
+            l3_symbols.append(dict(macro=l3_macro[lt.tensor], addr=l3.offsets[lt.tensor],
+                                   comment=f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype)}, live ops "
+                                           f"{lt.first_op}..{lt.last_op}"))
+        macro.update({t: m for t, m in l3_macro.items() if isinstance(t, int)})
     in_place = {r.layer: r for r in reuses if r.rule == "depthwise-in-place"}
     life = {lt.tensor: lt for lt in lives}
-    sym = _Symbols(graph, macro)
+    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset())
 
     tensors = []
     for lt in sorted(lives, key=lambda lt: (offsets[lt.tensor], lt.tensor)):
@@ -205,10 +250,17 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
             L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
-        L.update(_extra_context(kern, k, sym, data))
+        streams_w = l3 is not None and k in l3.weights
+        L.update(_extra_context(kern, k, sym, data, streams_w))
         L["tiling"] = None
         if k in tilings:
-            L["tiling"] = _tiling_context(kern, *tilings[k])
+            slab = None
+            if l3 is not None and k in l3.placement.slabs:
+                addr = dict(zip(("in", "in2"), (l3_macro.get(t) for t in data)), out=l3_macro.get(layer.outputs[0]),
+                            w=l3_macro.get(("w", k)))
+                slab = _slab_context(*tilings[k], l3.placement.slabs[k],
+                                     f"(arena + {macro[scratch_key(k)]})", addr)
+            L["tiling"] = _tiling_context(kern, *tilings[k], slab)
             if L["tiling"]["l1_used"] > l1_bytes:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {l1_bytes} B")
         layers.append(L)
@@ -222,14 +274,21 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
-               l1_attribute=backend.l1_attribute, engine_note=backend.engine_note)
+               l1_attribute=backend.l1_attribute, engine_note=backend.engine_note,
+               l3_init=backend.l3_init,
+               l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
+                                               image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
+                                               if l3.image_bytes else None))
     env = environment(backend)
     names = {"engine.c.j2": f"{ident}_engine.c", "engine.h.j2": f"{ident}_engine.h",
              "fixedpoint.h.j2": f"{ident}_fixedpoint.h", "inference_api.h.j2": "inference_api.h",
              "inference_task.c.j2": "inference_task.c", "CMakeLists.txt.j2": "CMakeLists.txt"}
     if tilings:
         names["dma.h.j2"] = f"{ident}_dma.h"
-    return Rendered({out: env.get_template(tpl).render(ctx) for tpl, out in names.items()})
+    files = {out: env.get_template(tpl).render(ctx) for tpl, out in names.items()}
+    if l3 is not None and l3.image_bytes:
+        files[f"{ident}_l3_weights.bin"] = l3.image(graph, kernels)  # to store at L3 address 0
+    return Rendered(files)
 
 
 def constant_bytes(graph: Graph, kernels) -> int:

@@ -16,15 +16,32 @@ def _tensor_info(t: Tensor) -> dict:
     return info
 
 
-def _tiling(tilings: dict, k: int) -> dict | None:
+def _tiling(tilings: dict, k: int, l3) -> dict | None:
     if k not in tilings:
         return None
     t = tilings[k][1]
-    return dict(l1_bytes=t.l1_bytes, tiles=t.tiles, tile_shape=list(t.tile_shape), solver=t.solver,
-                status=t.status, modeled_cycles=t.modeled_cycles)
+    info = dict(l1_bytes=t.l1_bytes, tiles=t.tiles, tile_shape=list(t.tile_shape), solver=t.solver,
+                status=t.status, modeled_cycles=t.modeled_cycles, l3=None)
+    if l3 is not None and k in l3.placement.slabs:
+        s = l3.placement.slabs[k]
+        info["l3"] = dict(streamed=list(s.streamed), slab_shape=[s.rows, s.chans], slabs=s.slabs,
+                          l2_bytes=s.l2_bytes, l3_traffic_bytes=s.l3_traffic)
+    return info
 
 
-def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend, tilings=None) -> dict:
+def _l3(l3, graph: Graph) -> dict | None:
+    if l3 is None:
+        return None
+    return {"bytes": l3.bytes, "weight_image_bytes": l3.image_bytes,
+            "weights": [dict(layer=k, address=a) for k, a in sorted(l3.weights.items())],
+            "tensors": [dict(name=lt.name, address=l3.offsets[lt.tensor], size=lt.size, first_op=lt.first_op,
+                             last_op=lt.last_op) for lt in l3.lives],
+            "planner": None if l3.plan is None else {"method": l3.plan.method, "status": l3.plan.status,
+                                                     "peak": l3.plan.peak}}
+
+
+def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend, tilings=None,
+                   l3=None) -> dict:
     name = {lt.tensor: lt.name for lt in lives}
 
     def io(ts):
@@ -36,7 +53,8 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
         "model": graph.name,
         "library": c_identifier(graph.name),
         "target": backend.name,
-        "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash},
+        "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash,
+                    "l3_bytes": options.l3},
         "planner": {"method": plan.method, "status": plan.status, "peak": plan.peak,
                     "lower_bound": plan.lower_bound, "tiler": options.tiler if tilings else None},
         "macs": sum(K.macs(k) for k in kernels),
@@ -52,12 +70,13 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
                              alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
                         for lt in lives],
         },
+        "l3": _l3(l3, graph),
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
         "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(kern),
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],
                         outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],
-                        tiling=_tiling(tilings or {}, k))
+                        tiling=_tiling(tilings or {}, k, l3))
                    for k, (layer, kern) in enumerate(zip(graph.layers, kernels))],
     }

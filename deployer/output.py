@@ -17,7 +17,7 @@ def is_deploy_output(folder: Path) -> bool:
     return isinstance(manifest, dict) and "manifest_version" in manifest
 
 
-def write_output(files: dict[str, str], out_dir: Path, force: bool = False) -> None:
+def write_output(files: dict[str, str | bytes], out_dir: Path, force: bool = False) -> None:
     out_dir = Path(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
@@ -33,7 +33,10 @@ def write_output(files: dict[str, str], out_dir: Path, force: bool = False) -> N
     try:
         tmp.mkdir()
         for name, text in sorted(files.items()):
-            (tmp / name).write_text(text)
+            if isinstance(text, bytes):
+                (tmp / name).write_bytes(text)
+            else:
+                (tmp / name).write_text(text)
         if out_dir.exists():
             out_dir.rename(old)
         tmp.rename(out_dir)

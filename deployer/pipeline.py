@@ -19,6 +19,7 @@ from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 from layer_analyzer.tiling import geometry as tiling_geometry
 
 from . import emit
+from .placement import L3Layout, layout_l3, place, staging_lifetimes
 from .manifest import build_manifest
 
 # Rough .text per generated layer function and for the fixed runtime; replaced by
@@ -37,6 +38,7 @@ class Options:
     time_limit_s: float = 5.0
     tiler: str = "cpsat"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
     tile_objective: str = "l1"  # "l1" (use L1 well, target heuristics) | "cycles" (the backend's cost model)
+    l3: int | None = None  # external memory reached by DMA only: what does not fit streams from there
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
 
@@ -55,6 +57,7 @@ class Deployment:
     reuses: tuple = ()
     notes: tuple[str, ...] = ()
     tilings: dict = field(default_factory=dict)  # layer -> (TileGeometry, LayerTiling)
+    l3: L3Layout | None = None  # what lives in L3 and how the layers touching it stream
 
     @property
     def macs(self) -> int:
@@ -108,15 +111,27 @@ def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
              offsets[lt.tensor], lt.size) for lt in lives]
 
 
-def memory_report(graph: Graph, kernels, plan: ArenaPlan) -> dict:
-    weights = emit.constant_bytes(graph, kernels)
-    code = CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * len(graph.layers)
-    return dict(arena_bytes=plan.peak, scratch_bytes=0, sram_bytes=plan.peak,
-                weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code)
+def code_estimate(graph: Graph) -> int:
+    return CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * len(graph.layers)
+
+
+def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: L3Layout | None = None) -> dict:
+    """Bytes per memory. Resident weights count to flash, and to SRAM too on parts that run
+    from L2 (the boot loader copies the image there); streamed weights count to L3 only."""
+    streamed = l3.image_bytes if l3 else 0
+    weights = emit.constant_bytes(graph, kernels) - sum(graph.tensors[kernels[k].weights].nbytes
+                                                        for k in (l3.weights if l3 else ()))
+    code = code_estimate(graph)
+    sram = plan.peak + (weights + code if backend.weights_in_sram else 0)
+    return dict(arena_bytes=plan.peak, scratch_bytes=0, sram_bytes=sram,
+                weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code,
+                l3_bytes=l3.bytes if l3 else 0, l3_weights_bytes=streamed,
+                l3_arena_bytes=l3.bytes - streamed if l3 else 0)
 
 
 def check_budgets(memory: dict, options: Options) -> None:
-    for key, budget, flag in (("sram_bytes", options.sram, "--sram"), ("flash_bytes", options.flash, "--flash")):
+    for key, budget, flag in (("sram_bytes", options.sram, "--sram"), ("flash_bytes", options.flash, "--flash"),
+                              ("l3_bytes", options.l3, "--l3")):
         need = memory[key]
         if budget is not None and need > budget:
             raise InfeasibleBudget(f"the plan needs {need} bytes of {key.split('_')[0].upper()} but {flag} is "
@@ -154,6 +169,8 @@ def deploy(model: Path, options: Options) -> Deployment:
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
     options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
+    if options.l3 is not None and options.l1 is None:
+        raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
     graph = read_model(Path(model))
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
@@ -161,16 +178,38 @@ def deploy(model: Path, options: Options) -> Deployment:
     # A tiled layer with a halo must not overwrite its input; elementwise tiles have none.
     reuses = plan_in_place(graph, options.in_place, keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"})
     lives = lifetimes(graph, reuses)
+    l3 = stream_from_l3(graph, kernels, lives, tilings, options, backend)
+    if l3 is not None:  # L2 keeps the rest, plus each streaming layer's staging
+        lives = [lt for lt in lives if lt.tensor not in l3.placement.tensors] + staging_lifetimes(l3.placement, lives)
+    plan, offsets = plan_level(lives, options, backend)
+    memory = memory_report(graph, kernels, plan, backend, l3)
+    check_budgets(memory, options)
+    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
+                        tilings, options.l1, l3).files
+    files["manifest.json"] = json.dumps(
+        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3),
+        indent=2, sort_keys=False) + "\n"
+    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
+                      tuple(notes), tilings, l3)
+
+
+def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tuple[ArenaPlan, dict[int, int]]:
+    """Offsets for one memory level's tensors, checked tensor by tensor."""
     problem, owners = arena_problem(lives, backend.alignment)
     plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
     offsets = tensor_offsets(lives, owners, plan)
     check_tensor_plan(tensor_rows(lives, offsets), plan.peak, backend.alignment)
-    memory = memory_report(graph, kernels, plan)
-    check_budgets(memory, options)
-    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
-                        tilings, options.l1).files
-    files["manifest.json"] = json.dumps(
-        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings),
-        indent=2, sort_keys=False) + "\n"
-    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
-                      tuple(notes), tilings)
+    return plan, offsets
+
+
+def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options, backend: Backend):
+    """With an L3, move what does not fit L2 (or flash) there and plan its addresses."""
+    if options.l3 is None:
+        return None
+    placement = place(graph, kernels, lives, tilings, sram=options.sram, flash=options.flash,
+                      code_bytes=code_estimate(graph), resident_bytes=emit.constant_bytes(graph, kernels),
+                      weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)
+    if not placement:
+        return None
+    return layout_l3(graph, kernels, placement, lives, backend.alignment,
+                     lambda l3_lives: plan_level(l3_lives, options, backend))

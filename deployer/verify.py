@@ -52,7 +52,8 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
         flags.append("-DINFERENCE_TRACE")
     digest = hashlib.sha256()
     for name in sorted(dep.files):
-        digest.update(name.encode() + b"\0" + dep.files[name].encode() + b"\0")
+        data = dep.files[name]
+        digest.update(name.encode() + b"\0" + (data if isinstance(data, bytes) else data.encode()) + b"\0")
     digest.update(HARNESS.read_bytes() + " ".join([cc, *flags]).encode())
     includes = [f[2:] or nxt for f, nxt in zip(flags, [*flags[1:], ""]) if f.startswith("-I")]
     for path in [*map(Path, extra_sources), *(f for d in includes for f in sorted(Path(d).glob("*")) if f.is_file())]:
@@ -64,8 +65,11 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
     try:
-        for name, text in dep.files.items():
-            (tmp / name).write_text(text)
+        for name, data in dep.files.items():
+            if isinstance(data, bytes):
+                (tmp / name).write_bytes(data)
+            else:
+                (tmp / name).write_text(data)
         sources = [str(tmp / n) for n in dep.files if n.endswith(".c")] + [str(HARNESS), *map(str, extra_sources)]
         cmd = [cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -96,6 +96,15 @@ class TileGeometry:
         double = self.tiles(tile_h, tile_w, tile_c) > 1
         return self.footprint(tile_h, tile_w, tile_c).l1_bytes(double, double and tile_c < self.out_c)
 
+    def slab_parts(self, rows: int, chans: int) -> dict[str, int]:
+        """L2 staging, in bytes, of one L3 slab: ``rows`` output rows (whole width) by ``chans``
+        output channels. Per part: each input operand's window (halo included; all input
+        channels unless channels follow the output), the slab's weights, its output."""
+        in_c = chans if self.channels_follow_output else self.in_c
+        window = self.in_rows(rows) * self.in_w * in_c
+        return {"in": window, "in2": window if self.operands > 1 else 0,
+                "w": chans * self.weight_bytes_per_channel, "out": rows * self.out_w * chans}
+
     def tiles(self, tile_h: int, tile_w: int, tile_c: int) -> int:
         return -(-self.out_h // tile_h) * -(-self.out_w // tile_w) * -(-self.out_c // tile_c)
 

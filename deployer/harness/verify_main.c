@@ -16,8 +16,18 @@ void inference_trace(int layer, const void *data, unsigned bytes)
 }
 #endif
 
+#ifdef VERIFY_SETUP
+/* A target's start-up before the first run (e.g. storing the L3 weight image), 0 = ok */
+int VERIFY_SETUP(void);
+#endif
+
 int main(void)
 {
+#ifdef VERIFY_SETUP
+    if (VERIFY_SETUP() != 0) {
+        return 5;
+    }
+#endif
     if (inference_init() != 0) {
         return 2;
     }

@@ -1,5 +1,5 @@
 /* The subset of the PMSIS API (GAP8 / PULP cluster) that generated engines use: cluster DMA,
- * team fork and barrier, core ids, the L1 placement macro. Declarations only, so the same
+ * L3 RAM requests, team fork and barrier, core ids, the L1 placement macro. Declarations only, so the same
  * header serves the host emulation (pmsis_emu.c: pthreads for the cores, memcpy for the DMA)
  * and a target-clean cross-compile. Not the GreenWaves SDK: addresses are uintptr_t here
  * (uint32_t on the 32-bit target, wide enough for host pointers in the emulation). */
@@ -40,5 +40,29 @@ void pi_cl_team_fork(int nb_cores, void (*entry)(void *), void *arg);
 
 /* Wait until every core of the current team has reached the barrier. */
 void pi_cl_team_barrier(void);
+
+/* L3 RAM (HyperRAM) requests from the cluster: addresses are offsets in the RAM device. In the
+ * emulation a device is a host buffer (the engine never looks inside). */
+struct pi_device {
+    uint8_t *mem;
+    uint32_t size;
+};
+
+typedef struct pi_cl_ram_req_s {
+    uint32_t id;
+} pi_cl_ram_req_t;
+
+/* size bytes between RAM address ram_addr and addr (L2); asynchronous until the wait */
+void pi_cl_ram_read(struct pi_device *device, uint32_t ram_addr, void *addr, uint32_t size, pi_cl_ram_req_t *req);
+void pi_cl_ram_write(struct pi_device *device, uint32_t ram_addr, void *addr, uint32_t size, pi_cl_ram_req_t *req);
+
+/* size bytes in lines of length bytes: stride apart in the RAM, back to back in L2 */
+void pi_cl_ram_read_2d(struct pi_device *device, uint32_t ram_addr, void *addr, uint32_t size, uint32_t stride,
+                       uint32_t length, pi_cl_ram_req_t *req);
+void pi_cl_ram_write_2d(struct pi_device *device, uint32_t ram_addr, void *addr, uint32_t size, uint32_t stride,
+                        uint32_t length, pi_cl_ram_req_t *req);
+
+void pi_cl_ram_read_wait(pi_cl_ram_req_t *req);
+void pi_cl_ram_write_wait(pi_cl_ram_req_t *req);
 
 #endif
