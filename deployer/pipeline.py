@@ -177,11 +177,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     tilings = tile_layers(graph, kernels, options)
     # A tiled layer with a halo must not overwrite its input; elementwise tiles have none.
     reuses = plan_in_place(graph, options.in_place, keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"})
-    lives = lifetimes(graph, reuses)
-    l3 = stream_from_l3(graph, kernels, lives, tilings, options, backend)
-    if l3 is not None:  # L2 keeps the rest, plus each streaming layer's staging
-        lives = [lt for lt in lives if lt.tensor not in l3.placement.tensors] + staging_lifetimes(l3.placement, lives)
-    plan, offsets = plan_level(lives, options, backend)
+    l3, lives, plan, offsets = place_and_plan(graph, kernels, lifetimes(graph, reuses), tilings, options, backend)
     memory = memory_report(graph, kernels, plan, backend, l3)
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
@@ -202,11 +198,30 @@ def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tup
     return plan, offsets
 
 
-def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options, backend: Backend):
+def place_and_plan(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, options: Options, backend: Backend):
+    """The L2 arena, once what does not fit has moved to L3 (with --l3). Placement works from
+    live bytes, a lower bound of the arena; when the planned arena still exceeds --sram, it
+    aims lower by the excess, down to moving everything that helps (whose need is then the
+    smallest --sram that works)."""
+    target = options.sram
+    for attempt in range(8):
+        l3 = stream_from_l3(graph, kernels, lives, tilings, options, backend, target)
+        l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
+                                       + staging_lifetimes(l3.placement, lives))
+        plan, offsets = plan_level(l2, options, backend)
+        need = memory_report(graph, kernels, plan, backend, l3)["sram_bytes"]
+        if l3 is None or options.sram is None or need <= options.sram or target == 1:
+            break
+        target = 1 if attempt >= 6 else max(1, target - (need - options.sram))
+    return l3, l2, plan, offsets
+
+
+def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options, backend: Backend,
+                   sram_target: int | None):
     """With an L3, move what does not fit L2 (or flash) there and plan its addresses."""
     if options.l3 is None:
         return None
-    placement = place(graph, kernels, lives, tilings, sram=options.sram, flash=options.flash,
+    placement = place(graph, kernels, lives, tilings, sram=sram_target, flash=options.flash,
                       code_bytes=code_estimate(graph), resident_bytes=emit.constant_bytes(graph, kernels),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)
     if not placement:
