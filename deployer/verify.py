@@ -35,6 +35,23 @@ class Engine:
     trace: bool
 
 
+def as_bytes(data: str | bytes) -> bytes:
+    return data if isinstance(data, bytes) else data.encode()
+
+
+def files_digest(files: dict):
+    """A sha256 over an engine's files (names and contents), to key build caches."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + as_bytes(files[name]) + b"\0")
+    return digest
+
+
+def write_files(files: dict, folder: Path) -> None:
+    for name, data in files.items():
+        (folder / name).write_bytes(as_bytes(data))
+
+
 def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
                  extra_flags: tuple[str, ...] = (), cc: str | None = None, cflags: tuple[str, ...] | None = None,
                  extra_sources: tuple[Path, ...] = ()) -> Engine:
@@ -50,10 +67,7 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
         flags = [f for f in flags if not f.startswith("-O")] + list(SANITIZE_FLAGS)
     if trace:
         flags.append("-DINFERENCE_TRACE")
-    digest = hashlib.sha256()
-    for name in sorted(dep.files):
-        data = dep.files[name]
-        digest.update(name.encode() + b"\0" + (data if isinstance(data, bytes) else data.encode()) + b"\0")
+    digest = files_digest(dep.files)
     digest.update(HARNESS.read_bytes() + " ".join([cc, *flags]).encode())
     includes = [f[2:] or nxt for f, nxt in zip(flags, [*flags[1:], ""]) if f.startswith("-I")]
     for path in [*map(Path, extra_sources), *(f for d in includes for f in sorted(Path(d).glob("*")) if f.is_file())]:
@@ -65,11 +79,7 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
     try:
-        for name, data in dep.files.items():
-            if isinstance(data, bytes):
-                (tmp / name).write_bytes(data)
-            else:
-                (tmp / name).write_text(data)
+        write_files(dep.files, tmp)
         sources = [str(tmp / n) for n in dep.files if n.endswith(".c")] + [str(HARNESS), *map(str, extra_sources)]
         cmd = [cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
         proc = subprocess.run(cmd, capture_output=True, text=True)

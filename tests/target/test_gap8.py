@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deployer.pipeline import Options, deploy
-from deployer.verify import CACHE, BuildError, build_engine, random_inputs, run_engine
+from deployer.verify import CACHE, BuildError, build_engine, files_digest, random_inputs, run_engine, write_files
 from network_parser.errors import InfeasibleBudget
 from tests.host.test_models import assert_bit_exact
 from tests.host.test_tiled import smallest_l1
@@ -40,7 +40,20 @@ def gap8(rel: str, l1: int):
 
 
 def emulated(dep, flags=EMULATED):
+    """Build for the emulated cluster; an engine using L3 also gets the start-up that stores its
+    weight image in the emulated HyperRAM (run it under ``l3_env``)."""
+    if dep.l3 is not None:
+        return build_engine(dep, cc="gcc", cflags=(*flags, "-DVERIFY_SETUP=l3_setup"),
+                            extra_sources=(*EMU_SOURCES, EMU / "l3_loader.c"))
     return build_engine(dep, cc="gcc", cflags=flags, extra_sources=EMU_SOURCES)
+
+
+def l3_env(dep, folder: Path, monkeypatch) -> None:
+    """What the emulated board's start-up reads: the L3 size and the weight image file."""
+    image = folder / "l3_weights.bin"
+    image.write_bytes(dep.l3.image(dep.graph, dep.kernels))
+    monkeypatch.setenv("L3_BYTES", str(dep.l3.bytes))
+    monkeypatch.setenv("L3_IMAGE", str(image))
 
 
 @pytest.mark.parametrize("l1", [64 * K, 32 * K, 16 * K, None], ids=["64K", "32K", "16K", "smallest"])
@@ -80,17 +93,15 @@ def cross_compile(dep) -> None:
     """Compile every generated .c file for rv32imc with the backend's flags (-c, -Werror),
     against the declaration-only pmsis.h; cached like the host builds."""
     flags = [*dep.backend.cflags, "-c"]
-    digest = hashlib.sha256(" ".join([CROSS_CC, *flags]).encode() + (EMU / "pmsis.h").read_bytes())
-    for name in sorted(dep.files):
-        digest.update(name.encode() + b"\0" + dep.files[name].encode() + b"\0")
+    digest = files_digest(dep.files)
+    digest.update(" ".join([CROSS_CC, *flags]).encode() + (EMU / "pmsis.h").read_bytes())
     stamp = CACHE / f"rv32-{digest.hexdigest()[:24]}.ok"
     if stamp.exists():
         return
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="rv32-", dir=CACHE))
     try:
-        for name, text in dep.files.items():
-            (tmp / name).write_text(text)
+        write_files(dep.files, tmp)
         for name in dep.files:
             if name.endswith(".c"):
                 proc = subprocess.run([CROSS_CC, *flags, "-I", str(tmp), "-I", str(EMU), str(tmp / name),
@@ -119,3 +130,44 @@ def test_gap8_defaults_to_its_own_l1():
     dma = next(text for n, text in dep.files.items() if n.endswith("_dma.h"))
     assert "pi_cl_team_fork(" in engine and "PI_L1 static uint8_t l1[65536]" in engine
     assert '#include "pmsis.h"' in dma and "pi_cl_dma_cmd_2d(" in dma
+
+
+L3_MODELS = ["mlperf_tiny/kws_ref_model.tflite", "mlperf_tiny/vww_96_int8.tflite",
+             "mlperf_tiny/pretrainedResnet_quant.tflite", "tflm/person_detect.tflite", "mcunet/mcunet_vww.tflite"]
+
+
+@pytest.mark.parametrize("rel", L3_MODELS)
+def test_gap8_l3_streaming_bit_exact(rel, tmp_path, monkeypatch):
+    """At the smallest L2 the deployer reports, weights and activations stream from HyperRAM
+    (cluster RAM requests, performed only when waited for) through L2 slabs into L1 tiles."""
+    from tests.host.test_l3 import streaming
+    dep, _, sram = streaming(rel, 16 * K, "gap8")
+    assert dep.l3 is not None and dep.l3.placement.weights and dep.memory["sram_bytes"] <= sram
+    l3_env(dep, tmp_path, monkeypatch)
+    assert_bit_exact(shared_model(rel), dep, emulated(dep), [random_inputs(dep.graph, s) for s in range(2)])
+
+
+def test_gap8_l3_under_thread_sanitizer_and_a_missing_wait_is_caught(tmp_path, monkeypatch):
+    from tests.host.test_l3 import streaming
+    monkeypatch.setenv("TSAN_OPTIONS", "halt_on_error=1")
+    rel = "mlperf_tiny/vww_96_int8.tflite"
+    dep, _, _ = streaming(rel, 16 * K, "gap8")
+    assert dep.l3.placement.tensors
+    l3_env(dep, tmp_path, monkeypatch)
+    samples = [random_inputs(dep.graph, 7)]
+    assert_bit_exact(shared_model(rel), dep, emulated(dep, TSAN), samples)
+    engine = next(n for n in dep.files if n.endswith("_engine.c"))
+    broken = dict(dep.files)
+    broken[engine] = dep.files[engine].replace("l3_wait(&fetch[slot]);", "/* wait removed */")
+    assert broken[engine] != dep.files[engine]
+    with pytest.raises(AssertionError, match="differ"):
+        assert_bit_exact(shared_model(rel), dep, emulated(replace(dep, files=broken)), samples)
+
+
+def test_gap8_l3_engine_cross_compiles():
+    if shutil.which(CROSS_CC) is None:
+        pytest.skip(f"{CROSS_CC} is not installed (bash tests/install.sh installs gcc-riscv64-unknown-elf)")
+    from tests.host.test_l3 import streaming
+    dep, _, _ = streaming("mlperf_tiny/vww_96_int8.tflite", 16 * K, "gap8")
+    assert dep.l3.placement.tensors and dep.l3.placement.weights
+    cross_compile(dep)
