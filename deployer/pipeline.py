@@ -201,19 +201,25 @@ def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tup
 def place_and_plan(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, options: Options, backend: Backend):
     """The L2 arena, once what does not fit has moved to L3 (with --l3). Placement works from
     live bytes, a lower bound of the arena; when the planned arena still exceeds --sram, it
-    aims lower by the excess, down to moving everything that helps (whose need is then the
-    smallest --sram that works)."""
-    target = options.sram
-    for attempt in range(8):
+    aims lower by the excess, and at last moves everything that helps: that plan's need is
+    the smallest --sram reported, and the one a rerun with it reaches."""
+    def attempt(target):
         l3 = stream_from_l3(graph, kernels, lives, tilings, options, backend, target)
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
         plan, offsets = plan_level(l2, options, backend)
-        need = memory_report(graph, kernels, plan, backend, l3)["sram_bytes"]
-        if l3 is None or options.sram is None or need <= options.sram or target == 1:
-            break
-        target = 1 if attempt >= 6 else max(1, target - (need - options.sram))
-    return l3, l2, plan, offsets
+        return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3)["sram_bytes"]
+
+    result, need = attempt(options.sram)
+    if options.l3 is None or options.sram is None or need <= options.sram:
+        return result
+    target = options.sram
+    for _ in range(4):
+        target = max(1, target - (need - options.sram))
+        result, need = attempt(target)
+        if need <= options.sram or target == 1:
+            return result
+    return attempt(1)[0]
 
 
 def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options, backend: Backend,

@@ -1,16 +1,19 @@
 """Property: random layers under random L1 budgets; the CP-SAT tile fits and the generated
-tile loop (host copy-loop DMA, and the GAP8 cluster code under emulation) is bit-exact."""
+tile loop (host copy-loop DMA, and the GAP8 cluster code under emulation) is bit-exact. And
+random chains squeezed into the smallest reported flash and SRAM with an L3: their slabs
+stream weights and activations from L3 and stay bit-exact."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deployer.pipeline import Options, deploy
+from network_parser.errors import InfeasibleBudget
 from deployer.verify import build_engine, random_inputs
 from network_parser.tflite_builder import ModelBuilder
 from solver.tiling import minimum_l1
 from tests.host.test_models import assert_bit_exact
-from tests.target.test_gap8 import emulated
+from tests.target.test_gap8 import emulated, l3_env
 
 
 @st.composite
@@ -52,5 +55,60 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
     dep = deploy(path, Options(target=target, l1=budget, tiler="cpsat"))
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape) == t.l1_bytes <= budget
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
+
+
+@st.composite
+def chains(draw):
+    """Two to four tileable layers in a row (their inner tensors may move to L3)."""
+    mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
+    h, w, c = draw(st.integers(2, 14)), draw(st.integers(2, 14)), draw(st.integers(1, 12))
+    x = mb.input((1, h, w, c))
+    for _ in range(draw(st.integers(2, 4))):
+        shape = mb.shape(x)
+        kind = draw(st.sampled_from(["conv", "dw", "pool", "add"]))
+        k = (draw(st.integers(1, min(3, shape[1]))), draw(st.integers(1, min(3, shape[2]))))
+        stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+        padding = draw(st.sampled_from(["SAME", "VALID"]))
+        if kind == "conv":
+            x = mb.conv2d(x, draw(st.integers(1, 16)), kernel=k, stride=stride, padding=padding)
+        elif kind == "dw":
+            x = mb.depthwise_conv2d(x, kernel=k, stride=stride, padding=padding)
+        elif kind == "pool":
+            x = mb.max_pool(x, filter=k, stride=stride, padding=padding)
+        else:
+            x = mb.add(x, x)
+    mb.output(x)
+    return mb, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
+
+
+def _need(path, options) -> int | None:
+    try:
+        deploy(path, options)
+    except InfeasibleBudget as e:
+        return e.minimum_bytes
+    return None
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(case=chains())
+def test_random_chain_streamed_from_l3_bit_exact(tmp_path, monkeypatch, case):
+    mb, fraction, target = case
+    path = tmp_path / "chain.tflite"
+    mb.save(path)
+    whole = deploy(path, Options(target=target, l1=1 << 30))
+    tiled = [g for g, _ in whole.tilings.values()]
+    low = max(minimum_l1(g) for g in tiled)
+    high = max(g.l1_bytes(g.out_h, g.out_w, g.out_c) for g in tiled)
+    l1 = int(low + fraction * max(high - low, 0))
+    base = dict(target=target, l1=l1, l3=1 << 24, time_limit_s=1.0)
+    flash = _need(path, Options(**base, flash=1)) if target == "host" else None
+    sram = _need(path, Options(**base, flash=flash, sram=1))
+    dep = deploy(path, Options(**base, flash=flash, sram=sram))
+    assert sram is None or dep.memory["sram_bytes"] <= sram
+    if dep.l3 is not None and target == "gap8":
+        l3_env(dep, tmp_path, monkeypatch)
     engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])

@@ -5,7 +5,6 @@ ThreadSanitizer, and cross-compiled for rv32imc with -Werror so the engine is ta
 from __future__ import annotations
 
 import functools
-import hashlib
 import shutil
 import subprocess
 import tempfile
