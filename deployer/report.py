@@ -26,6 +26,12 @@ def summary_table(dep) -> str:
         f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
     ]
+    if dep.l3 is not None:
+        pl = dep.l3.placement
+        moved = sum(s.l3_traffic for s in pl.slabs.values())
+        rows.append(f"{'L3':<8} {_kib(m['l3_bytes']):>12} {_kib(dep.options.l3):>12}   (weights of "
+                    f"{len(pl.weights)} layers {m['l3_weights_bytes']:,} B + {len(pl.tensors)} activations "
+                    f"{m['l3_arena_bytes']:,} B; {len(pl.slabs)} layers stream {moved:,} B per inference)")
     if dep.tilings:
         used = max(t.l1_bytes for _, t in dep.tilings.values())
         tiles = sum(t.tiles for _, t in dep.tilings.values())
@@ -65,4 +71,15 @@ def dump_arena_plan(dep) -> str:
     for k, (_, t) in sorted(dep.tilings.items()):
         lines.append(f"  tiles: op {k} {t.tile_h}x{t.tile_w}x{t.tile_c} x{t.tiles}, {t.l1_bytes} B of L1, "
                      f"{t.solver} {t.status}, {t.modeled_cycles} modeled cycles")
+    if dep.l3 is not None:
+        l3 = dep.l3
+        lines.append(f"L3 {l3.bytes} B: weight image {l3.image_bytes} B, then activations")
+        for k, addr in sorted(l3.weights.items()):
+            lines.append(f"  [{addr:>9}, ...) weights of op {k}")
+        for lt in sorted(l3.lives, key=lambda lt: l3.offsets[lt.tensor]):
+            lines.append(f"  [{l3.offsets[lt.tensor]:>9}, {l3.offsets[lt.tensor] + lt.size:>9}) ops "
+                         f"{lt.first_op:>3}..{lt.last_op:<3} {lt.name}")
+        for k, s in sorted(l3.placement.slabs.items()):
+            lines.append(f"  slabs: op {k} streams {'+'.join(s.streamed)} in {s.slabs} slabs of {s.rows} rows x "
+                         f"{s.chans} channels, {s.l2_bytes} B of L2 staging, {s.l3_traffic} B moved")
     return "\n".join(lines)
