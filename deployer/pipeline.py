@@ -169,6 +169,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
     options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
+    options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
     if options.l3 is not None and options.l1 is None:
         raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
     graph = read_model(Path(model))

@@ -170,3 +170,13 @@ def test_gap8_l3_engine_cross_compiles():
     dep, _, _ = streaming("mlperf_tiny/vww_96_int8.tflite", 16 * K, "gap8")
     assert dep.l3.placement.tensors and dep.l3.placement.weights
     cross_compile(dep)
+
+
+def test_gap8_streams_from_its_hyperram_by_default():
+    """GAP8 keeps weights in L2; with an L2 budget below them, its 8 MiB L3 takes the rest."""
+    model = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    whole = deploy(model, Options(target="gap8", l1=16 * K))
+    assert whole.l3 is None and whole.memory["sram_bytes"] > 256 * K
+    dep = deploy(model, Options(target="gap8", l1=16 * K, sram=128 * K))
+    assert dep.options.l3 == 8 * 1024 * K and dep.l3 is not None and dep.memory["sram_bytes"] <= 128 * K
+    assert "inference_l3_init" in next(v for n, v in dep.files.items() if n.endswith("_engine.h"))
