@@ -149,8 +149,8 @@ def tiling_table(rows: list[tuple]) -> str:
     """rows: (layer, op, greedy LayerTiling, cpsat LayerTiling) per tiled layer."""
     head = ("op", "type", "greedy tile", "tiles", "L1 B", "cycles", "cpsat tile", "tiles", "L1 B", "cycles",
             "status")
-    body = [(str(k), op, "x".join(map(str, g.tile_shape)), str(g.tiles), f"{g.l1_bytes:,}",
-             f"{g.modeled_cycles:,}", "x".join(map(str, c.tile_shape)), str(c.tiles), f"{c.l1_bytes:,}",
+    body = [(str(k), op, g.label, str(g.tiles), f"{g.l1_bytes:,}",
+             f"{g.modeled_cycles:,}", c.label, str(c.tiles), f"{c.l1_bytes:,}",
              f"{c.modeled_cycles:,}", c.status) for k, op, g, c in rows]
     total_g = sum(g.modeled_cycles for _, _, g, _ in rows)
     total_c = sum(c.modeled_cycles for _, _, _, c in rows)

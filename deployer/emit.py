@@ -163,15 +163,14 @@ def _slab_context(g, t, slabs, stage: str, addresses: dict) -> dict:
 
 
 def _tiling_context(kern, g, t, l3=None) -> dict:
-    """The tile grid and the L1 layout of one tiled layer (input, weights, output: two slots each)."""
-    in_c = t.tile_c if g.channels_follow_output else g.in_c
-    in_bytes = g.operands * g.in_rows(t.tile_h) * g.in_cols(t.tile_w) * in_c
-    w_bytes = t.tile_c * g.weight_bytes_per_channel
-    out_bytes = t.tile_h * t.tile_w * t.tile_c
+    """The tile grid and the L1 layout of one tiled layer (input, weights, output: two slots each;
+    the accumulator of split input channels: one)."""
+    f = g.footprint(t.tile_h, t.tile_w, t.tile_c, t.tile_ci)
+    split = 0 < t.tile_ci < g.in_c
     double = t.tiles > 1
     layout, cursor = {}, 0
-    for name, size, twice in (("in", in_bytes, double), ("w", w_bytes, double and t.tile_c < g.out_c),
-                              ("out", out_bytes, double)):
+    for name, size, twice in (("in", f.input, double), ("w", f.weights, double and (t.tile_c < g.out_c or split)),
+                              ("out", f.output, double), ("acc", f.accumulator, False)):
         first = cursor
         cursor += l1_align(size)
         second = first
@@ -183,8 +182,10 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
     staged = l3["parts"] if l3 else {}
     chans = l3["chans"] if l3 else None
     follow = g.channels_follow_output
-    return dict(kind=g.kind, tiles=t.tiles, operand_bytes=in_bytes // g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
+    return dict(kind=g.kind, tiles=t.tiles, operand_bytes=f.input // g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
                 nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w), nc=-(-g.out_c // t.tile_c), l3=l3,
+                split=split, tile_ci=t.tile_ci if split else g.in_c, nci=-(-g.in_c // t.tile_ci) if split else 1,
+                acc_off=layout["acc"][0],
                 # bytes per pixel (or per weight row) of the L2 buffer each part is loaded from:
                 # the whole tensor, or a slab staged from L3 that holds ``chans`` channels
                 in_cs=chans if "in" in staged and follow else g.in_c,

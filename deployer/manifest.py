@@ -20,7 +20,8 @@ def _tiling(tilings: dict, k: int, l3) -> dict | None:
     if k not in tilings:
         return None
     t = tilings[k][1]
-    info = dict(l1_bytes=t.l1_bytes, tiles=t.tiles, tile_shape=list(t.tile_shape), solver=t.solver,
+    info = dict(l1_bytes=t.l1_bytes, tiles=t.tiles, tile_shape=list(t.tile_shape),
+                input_channels_per_tile=t.tile_ci or None, solver=t.solver,
                 status=t.status, modeled_cycles=t.modeled_cycles, l3=None)
     if l3 is not None and k in l3.placement.slabs:
         s = l3.placement.slabs[k]

@@ -69,7 +69,7 @@ def dump_arena_plan(dep) -> str:
         lines.append(f"  [{dep.offsets[lt.tensor]:>9}, {dep.offsets[lt.tensor] + lt.size:>9}) ops "
                      f"{lt.first_op:>3}..{lt.last_op:<3} {lt.name}{alias}")
     for k, (_, t) in sorted(dep.tilings.items()):
-        lines.append(f"  tiles: op {k} {t.tile_h}x{t.tile_w}x{t.tile_c} x{t.tiles}, {t.l1_bytes} B of L1, "
+        lines.append(f"  tiles: op {k} {t.label} x{t.tiles}, {t.l1_bytes} B of L1, "
                      f"{t.solver} {t.status}, {t.modeled_cycles} modeled cycles")
     if dep.l3 is not None:
         l3 = dep.l3

@@ -4,6 +4,11 @@ A tile is ``tile_h x tile_w`` output pixels by ``tile_c`` output channels. Its i
 tile is the receptive field of those pixels (the halo included), over all input
 channels for a regular convolution or fully connected layer and over the same
 ``tile_c`` channels for depthwise convolutions, pooling and elementwise ops.
+
+When not even a one-pixel, one-channel tile fits with all input channels, a regular
+convolution or fully connected layer also splits its input channels (``tile_ci``, 0 =
+all): each tile then sums a slice of them into an int32 accumulator held in L1 and the
+last slice requantizes (DORY's rule: input channels are cut only when nothing else fits).
 """
 from __future__ import annotations
 
@@ -22,13 +27,16 @@ class Footprint:
     weights: int
     params: int
     output: int
+    accumulator: int = 0  # int32 partial sums of a tile whose input channels are split
 
     def l1_bytes(self, double_buffer: bool, double_buffer_weights: bool) -> int:
         """Input and output tiles are double-buffered (DMA of tile i+1 overlaps compute of tile i),
-        weights too when they change from tile to tile; every buffer starts 16-byte aligned."""
+        weights too when they change from tile to tile; every buffer starts 16-byte aligned.
+        The accumulator is not moved by DMA: one copy."""
         io = 2 if double_buffer else 1
         w = 2 if double_buffer_weights else 1
-        return io * (l1_align(self.input) + l1_align(self.output)) + w * (l1_align(self.weights) + l1_align(self.params))
+        return (io * (l1_align(self.input) + l1_align(self.output)) + w * (l1_align(self.weights) + l1_align(self.params))
+                + l1_align(self.accumulator))
 
 
 L1_ALIGNMENT = 16  # every L1 buffer starts aligned
@@ -84,17 +92,27 @@ class TileGeometry:
     def in_cols(self, tile_w: int) -> int:
         return min((tile_w - 1) * self.stride_w + (self.k_w - 1) * self.dil_w + 1, self.in_w)
 
-    def footprint(self, tile_h: int, tile_w: int, tile_c: int) -> Footprint:
-        in_c = tile_c if self.channels_follow_output else self.in_c
-        return Footprint(input=self.operands * self.in_rows(tile_h) * self.in_cols(tile_w) * in_c,
-                         weights=tile_c * self.weight_bytes_per_channel,
-                         params=tile_c * self.param_bytes,
-                         output=tile_h * tile_w * tile_c)
+    @property
+    def splits_input_channels(self) -> bool:
+        """Input channels may be split (regular convolutions and fully connected layers)."""
+        return self.kind in ("conv", "fc")
 
-    def l1_bytes(self, tile_h: int, tile_w: int, tile_c: int) -> int:
+    def footprint(self, tile_h: int, tile_w: int, tile_c: int, tile_ci: int = 0) -> Footprint:
+        split = 0 < tile_ci < self.in_c
+        in_c = tile_c if self.channels_follow_output else (tile_ci if split else self.in_c)
+        per_channel = self.weight_bytes_per_channel // self.in_c * in_c if split else self.weight_bytes_per_channel
+        return Footprint(input=self.operands * self.in_rows(tile_h) * self.in_cols(tile_w) * in_c,
+                         weights=tile_c * per_channel,
+                         params=tile_c * self.param_bytes,
+                         output=tile_h * tile_w * tile_c,
+                         accumulator=4 * tile_h * tile_w * tile_c if split else 0)
+
+    def l1_bytes(self, tile_h: int, tile_w: int, tile_c: int, tile_ci: int = 0) -> int:
         """L1 for the tile; one tile covering the layer needs no second buffer."""
-        double = self.tiles(tile_h, tile_w, tile_c) > 1
-        return self.footprint(tile_h, tile_w, tile_c).l1_bytes(double, double and tile_c < self.out_c)
+        double = self.tiles(tile_h, tile_w, tile_c, tile_ci) > 1
+        split = 0 < tile_ci < self.in_c
+        return self.footprint(tile_h, tile_w, tile_c, tile_ci).l1_bytes(
+            double, double and (tile_c < self.out_c or split))
 
     def slab_parts(self, rows: int, chans: int) -> dict[str, int]:
         """L2 staging, in bytes, of one L3 slab: ``rows`` output rows (whole width) by ``chans``
@@ -105,8 +123,9 @@ class TileGeometry:
         return {"in": window, "in2": window if self.operands > 1 else 0,
                 "w": chans * self.weight_bytes_per_channel, "out": rows * self.out_w * chans}
 
-    def tiles(self, tile_h: int, tile_w: int, tile_c: int) -> int:
-        return -(-self.out_h // tile_h) * -(-self.out_w // tile_w) * -(-self.out_c // tile_c)
+    def tiles(self, tile_h: int, tile_w: int, tile_c: int, tile_ci: int = 0) -> int:
+        slices = -(-self.in_c // tile_ci) if 0 < tile_ci < self.in_c else 1
+        return -(-self.out_h // tile_h) * -(-self.out_w // tile_w) * -(-self.out_c // tile_c) * slices
 
     def macs_per_output(self) -> int:
         if self.kind == "conv":

@@ -3,12 +3,16 @@
     plan_tiling(geometry, l1_bytes, method, config) -> LayerTiling
 
 ``geometry`` is a layer's tiling view (layer_analyzer.tiling.TileGeometry): out_h,
-out_w, out_c and ``l1_bytes(tile_h, tile_w, tile_c)`` / ``tiles(...)``, the bytes a
-double-buffered tile needs in L1 and how many tiles cover the layer.
+out_w, out_c and ``l1_bytes(tile_h, tile_w, tile_c[, tile_ci])`` / ``tiles(...)``, the
+bytes a double-buffered tile needs in L1 and how many tiles cover the layer.
+
+Input channels are split (``tile_ci``) only when no tile fits with all of them (DORY's
+rule), and then by the greedy tiler alone: for every slice size at which some tile fits,
+shrink the output tile until it fits, and keep the pair with the fewest modeled cycles.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .tiling_cost import modeled_cycles
 
@@ -34,10 +38,16 @@ class LayerTiling:
     solver: str  # "greedy" | "cpsat" | "untiled" (the whole layer fits)
     status: str  # OPTIMAL | FEASIBLE | FALLBACK (greedy after a solver failure)
     modeled_cycles: int = 0
+    tile_ci: int = 0  # input channels per tile when they are split; 0: all of them
 
     @property
     def tile_shape(self) -> tuple[int, int, int]:
         return self.tile_h, self.tile_w, self.tile_c
+
+    @property
+    def label(self) -> str:
+        """'HxWxC', with '/ci N' when each tile sums a slice of N input channels."""
+        return "x".join(map(str, self.tile_shape)) + (f"/ci{self.tile_ci}" if self.tile_ci else "")
 
 
 class TilingInfeasible(Exception):
@@ -48,9 +58,20 @@ class TilingInfeasible(Exception):
         self.layer, self.minimum_l1 = layer, minimum_l1
 
 
-def minimum_l1(g) -> int:
-    """The smallest L1 any tiling fits: one-element tiles, or the whole layer single-buffered."""
-    return min(g.l1_bytes(1, 1, 1), g.l1_bytes(g.out_h, g.out_w, g.out_c))
+def minimum_l1(g, split_input_channels: bool = True) -> int:
+    """The smallest L1 any tiling fits: one-element tiles (one input channel at a time when
+    they may be split), or the whole layer single-buffered."""
+    smallest = g.l1_bytes(1, 1, 1)
+    if split_input_channels and g.splits_input_channels and g.in_c > 1:
+        smallest = min(smallest, g.l1_bytes(1, 1, 1, 1))
+    return min(smallest, g.l1_bytes(g.out_h, g.out_w, g.out_c))
+
+
+def _input_slices(g, l1_bytes: int) -> list[int]:
+    """Input-channel slice sizes (one per number of slices, evened out) at which a one-pixel,
+    one-channel tile fits."""
+    sizes = {-(-g.in_c // n) for n in range(2, g.in_c + 1)}
+    return sorted(ci for ci in sizes if g.l1_bytes(1, 1, 1, ci) <= l1_bytes)
 
 
 def _next_smaller(extent: int, tile: int) -> int:
@@ -63,20 +84,39 @@ def greedy_tiling(g, l1_bytes: int, cost: dict | None = None) -> LayerTiling:
     ``modeled_cycles`` comes from solver.tiling_cost under ``cost`` (its defaults when None)."""
     if minimum_l1(g) > l1_bytes:
         raise TilingInfeasible(g.layer, minimum_l1(g))
+    if minimum_l1(g, split_input_channels=False) <= l1_bytes:
+        return _shrink(g, l1_bytes, 0, cost)
+    # input channels must be split: the slice whose shrunk tile models fewest cycles
+    return min((_shrink(g, l1_bytes, ci, cost) for ci in _input_slices(g, l1_bytes)),
+               key=lambda t: (t.modeled_cycles, -t.tile_ci))
+
+
+def _shrink(g, l1_bytes: int, ci: int, cost: dict | None) -> LayerTiling:
     tile = [g.out_h, g.out_w, g.out_c]
     extents = (g.out_h, g.out_w, g.out_c)
-    while g.l1_bytes(*tile) > l1_bytes:
+    while g.l1_bytes(*tile, ci) > l1_bytes:
         d = max((i for i in range(3) if tile[i] > 1), key=lambda i: (tile[i], -i))
         tile[d] = _next_smaller(extents[d], tile[d])
-    whole = tuple(tile) == extents
-    return LayerTiling(g.layer, *tile, g.l1_bytes(*tile), g.tiles(*tile),
+    whole = tuple(tile) == extents and not ci
+    return LayerTiling(g.layer, *tile, g.l1_bytes(*tile, ci), g.tiles(*tile, ci),
                        "untiled" if whole else "greedy", "OPTIMAL" if whole else "FEASIBLE",
-                       modeled_cycles(g, *tile, cost))
+                       split_cycles(g, tile, ci, cost), ci)
+
+
+def split_cycles(g, tile, ci: int, cost: dict | None) -> int:
+    """Modeled cycles; with split input channels, each slice costs what the layer would with
+    that many input channels (its tiles load, compute and, for the last slice, store)."""
+    if not ci:
+        return modeled_cycles(g, *tile, cost)
+    slices = -(-g.in_c // ci)
+    last = g.in_c - (slices - 1) * ci
+    return ((slices - 1) * modeled_cycles(replace(g, in_c=ci), *tile, cost)
+            + modeled_cycles(replace(g, in_c=last), *tile, cost))
 
 
 def plan_tiling(g, l1_bytes: int, method: str = "greedy", config: TilingConfig = TilingConfig()) -> LayerTiling:
     greedy = greedy_tiling(g, l1_bytes, config.cost)
-    if method == "greedy" or greedy.solver == "untiled":
+    if method == "greedy" or greedy.solver == "untiled" or greedy.tile_ci:
         return greedy
     from .tiling_cpsat import plan_tiling_cpsat
     return plan_tiling_cpsat(g, l1_bytes, config, greedy)

@@ -54,7 +54,7 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
     budget = int(low + fraction * max(high - low, 0))
     dep = deploy(path, Options(target=target, l1=budget, tiler="cpsat"))
     for g, t in dep.tilings.values():
-        assert g.l1_bytes(*t.tile_shape) == t.l1_bytes <= budget
+        assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
     engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
 

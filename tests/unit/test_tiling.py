@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from layer_analyzer.tiling import CONV_PARAM_BYTES, FC_PARAM_BYTES, TileGeometry
 from solver import tiling_cpsat
 from solver.tiling import (
+    _input_slices,
+    _shrink,
     LayerTiling,
     TilingConfig,
     TilingInfeasible,
@@ -67,9 +69,10 @@ def whole_l1(g) -> int:
 
 @st.composite
 def tiled_problems(draw, max_hw: int = 24, max_c: int = 48):
-    """A geometry and an L1 budget between the smallest tile and (just below) the whole layer."""
+    """A geometry and an L1 budget between the smallest tile with all input channels and (just
+    below) the whole layer: the space CP-SAT searches."""
     g = draw(geometries(max_hw, max_c))
-    lo, hi = minimum_l1(g), whole_l1(g) - 1
+    lo, hi = minimum_l1(g, split_input_channels=False), whole_l1(g) - 1
     assume(lo <= hi)
     return g, draw(st.integers(lo, hi))
 
@@ -80,12 +83,13 @@ def config(**kw) -> TilingConfig:
 
 def assert_valid(g, t: LayerTiling, budget: int) -> None:
     assert 1 <= t.tile_h <= g.out_h and 1 <= t.tile_w <= g.out_w and 1 <= t.tile_c <= g.out_c
-    assert g.l1_bytes(*t.tile_shape) == t.l1_bytes <= budget
+    assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
     n = [-(-e // s) for e, s in zip((g.out_h, g.out_w, g.out_c), t.tile_shape)]
     # the tile grid covers the layer and no tile is empty
     for e, s, k in zip((g.out_h, g.out_w, g.out_c), t.tile_shape, n):
         assert k * s >= e > (k - 1) * s
-    assert t.tiles == n[0] * n[1] * n[2] == g.tiles(*t.tile_shape)
+    slices = -(-g.in_c // t.tile_ci) if t.tile_ci else 1
+    assert t.tiles == n[0] * n[1] * n[2] * slices == g.tiles(*t.tile_shape, t.tile_ci)
 
 
 # --------------------------------------------------------------------------- the cost model
@@ -262,6 +266,25 @@ def test_infeasible_budget_names_the_minimum(g, short):
         with pytest.raises(TilingInfeasible) as e:
             plan_tiling(g, need - short, method, config())
         assert e.value.minimum_l1 == need and e.value.layer == g.layer
+
+
+@PROPS
+@given(g=geometries(), data=st.data())
+def test_input_channels_split_only_when_nothing_else_fits(g, data):
+    """Below the smallest all-channel tile, conv and FC tiles sum slices of input channels; the
+    greedy slice is the one with the fewest modeled cycles, and CP-SAT leaves it alone."""
+    full, least = minimum_l1(g, split_input_channels=False), minimum_l1(g)
+    budget = data.draw(st.integers(least, full + 64))
+    t = plan_tiling(g, budget, "cpsat", config())
+    assert_valid(g, t, budget)
+    if budget >= full:
+        assert t.tile_ci == 0
+        return
+    assert g.splits_input_channels and 0 < t.tile_ci < g.in_c and t.solver == "greedy"
+    f = g.footprint(*t.tile_shape, t.tile_ci)
+    assert f.accumulator == 4 * t.tile_h * t.tile_w * t.tile_c
+    assert f.input == g.in_rows(t.tile_h) * g.in_cols(t.tile_w) * t.tile_ci
+    assert t.modeled_cycles == min(_shrink(g, budget, ci, {}).modeled_cycles for ci in _input_slices(g, budget))
 
 
 def test_whole_layer_fits_untiled():
