@@ -10,9 +10,11 @@ import numpy as np
 
 from backends import Backend
 from layer_analyzer import kernels as K
+from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align
 from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, scratch_key
+from solver.tiling import LayerTiling
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
@@ -199,9 +201,45 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
                 in_off=layout["in"], w_off=layout["w"], out_off=layout["out"], l1_used=cursor)
 
 
+def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict) -> dict:
+    """How op ``k`` of the patch stage computes its region of one patch."""
+    st = patch.stage
+    view = next(v for v in st.layers if v.layer == k)
+    out_t = graph.tensors[view.output]
+
+    def operand(t):
+        shape = graph.tensors[t].shape
+        return dict(ptr=sym.tensor(t, f"op{k}_in"), table=f"P{t}" if t in patch.buffers else None,
+                    w=shape[2] if len(shape) == 4 else 1, c=shape[-1])
+
+    kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.Transpose: "transpose",
+            K.Quantize: "quantize"}[type(kern)]
+    ctx = dict(kind=kind, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
+               out_type="int8_t", out_w=out_t.shape[2], full_out=None,
+               out_ptr=f"(arena + {macro[view.output]})")
+    if view.output == st.output:
+        ctx.update(out_ptr=f"(arena + {macro[scratch_key(k)]})", full_out=f"(arena + {macro[view.output]})")
+    if kind == "spatial":
+        g = tiling_geometry(kern, k)
+        whole = LayerTiling(k, g.out_h, g.out_w, g.out_c, 0, 1, "untiled", "OPTIMAL")
+        ctx["view"] = dict(L, tiling=_tiling_context(kern, g, whole))
+    if kind == "transpose":
+        ctx.update(in_h=kern.in_shape[2], in_w=kern.in_shape[3])
+    return ctx
+
+
+def _stage_context(patch, layers: list[dict]) -> dict:
+    st = patch.stage
+    tensors = [dict(name=f"P{t}", rows=[iv[t] for iv in patch.rows.intervals],
+                    cols=[iv[t] for iv in patch.cols.intervals]) for t in st.patch_tensors]
+    return dict(start=st.start, end=st.end, rows=patch.rows.parts, cols=patch.cols.parts, tensors=tensors,
+                funcs=[layers[k]["func"] for k in patch.layers], macs_extra=patch.choice.macs_extra,
+                overhead=f"{100 * patch.choice.overhead:.1f}%")
+
+
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
            planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
-           l3=None) -> Rendered:
+           l3=None, patch=None) -> Rendered:
     """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
     ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there."""
     tilings = tilings or {}
@@ -264,6 +302,12 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
             L["tiling"] = _tiling_context(kern, *tilings[k], slab)
             if L["tiling"]["l1_used"] > l1_bytes:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {l1_bytes} B")
+        L["patch"] = None
+        if patch is not None and k in patch.layers:
+            L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro)
+            L["patch_first"] = k == patch.stage.start
+            if layer.outputs[0] != patch.stage.output:
+                L["y"] = None  # a patch buffer: nothing whole to trace
         layers.append(L)
 
     def io(ts):
@@ -277,6 +321,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
                l1_attribute=backend.l1_attribute, engine_note=backend.engine_note,
                l3_init=backend.l3_init,
+               patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
                                                if l3.image_bytes else None))

@@ -41,8 +41,18 @@ def _l3(l3, graph: Graph) -> dict | None:
                                                      "peak": l3.plan.peak}}
 
 
+def _patch(patch) -> dict | None:
+    if patch is None:
+        return None
+    c = patch.choice
+    return {"stage": [patch.stage.start, patch.stage.end], "grid": list(c.grid), "macs_recomputed": c.macs_extra,
+            "overhead": round(c.overhead, 6), "estimated_peak": c.peak, "unsplit_estimated_peak": c.unsplit_peak,
+            "solver": c.method, "status": c.status, "wall_s": round(c.wall_s, 3),
+            "buffers": {str(t): b for t, b in sorted(patch.buffers.items())}}
+
+
 def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend, tilings=None,
-                   l3=None) -> dict:
+                   l3=None, patch=None) -> dict:
     name = {lt.tensor: lt.name for lt in lives}
 
     def io(ts):
@@ -72,12 +82,14 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
                         for lt in lives],
         },
         "l3": _l3(l3, graph),
+        "patch": _patch(patch),
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
         "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(kern),
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],
                         outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],
-                        tiling=_tiling(tilings or {}, k, l3))
+                        tiling=_tiling(tilings or {}, k, l3),
+                        patch_stage=patch is not None and k in patch.layers)
                    for k, (layer, kern) in enumerate(zip(graph.layers, kernels))],
     }

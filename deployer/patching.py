@@ -3,11 +3,15 @@ from the network's lifetimes and the receptive fields of its first ops, and the 
 solver picks (solver.patching)."""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, replace
+
 from layer_analyzer import kernels as K
-from layer_analyzer.receptive_field import Stage, axis_plan, stage_macs, stages
+from layer_analyzer.receptive_field import AxisPlan, Stage, axis_plan, patch_buffers, stage_macs, stages
+from network_parser.errors import UsageError
 from network_parser.ir import Graph
-from network_parser.lifetimes import Lifetime
-from solver.patching import SplitChoice, StageTable, exhaustive, plan_split_cpsat
+from network_parser.lifetimes import Lifetime, scratch_key
+from solver.patching import SplitChoice, StageTable, evaluate, exhaustive, plan_split_cpsat
 
 from .placement import data_inputs
 
@@ -58,3 +62,73 @@ def plan_split(graph: Graph, kernels, lives: list[Lifetime], method: str = "cpsa
     if method == "exhaustive":
         return exhaustive(tables, macs, unsplit, max_overhead, sram)
     return plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s)
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """The chosen split: the stage, its grid per axis, every per-patch buffer's bytes."""
+    stage: Stage
+    rows: AxisPlan
+    cols: AxisPlan
+    choice: SplitChoice
+    buffers: dict  # patch tensor -> bytes
+
+    @property
+    def layers(self) -> range:
+        return range(self.stage.start, self.stage.end + 1)
+
+
+def make_plan(graph: Graph, kernels, choice: SplitChoice) -> PatchPlan | None:
+    if choice.end is None:
+        return None
+    stage = next(s for s in stages(graph, kernels, data_inputs) if s.end == choice.end)
+    rows, cols = axis_plan(stage, choice.grid[0], "rows"), axis_plan(stage, choice.grid[1], "cols")
+    return PatchPlan(stage, rows, cols, choice, patch_buffers(stage, rows, cols))
+
+
+def parse_patch(text: str) -> tuple[int, int, int] | None:
+    """'RxC@LAYER' -> (R, C, LAYER); None for 'auto' and 'off'."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*@\s*(\d+)\s*", text)
+    if m is None:
+        raise UsageError(f"--patch '{text}': expected auto, off or RxC@LAYER (e.g. 4x4@12)")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def forced_plan(graph: Graph, kernels, lives, grid_at: tuple[int, int, int]) -> PatchPlan:
+    r, c, end = grid_at
+    tables, unsplit = split_tables(graph, kernels, lives)
+    table = next((t for t in tables if t.end == end), None)
+    if table is None:
+        ends = ", ".join(str(t.end) for t in tables) or "none"
+        raise UsageError(f"--patch {r}x{c}@{end}: op {end} cannot end a patch stage (possible ends: {ends})")
+    stage = next(s for s in stages(graph, kernels, data_inputs) if s.end == end)
+    rows, cols = axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
+    if (rows.parts, cols.parts) == (1, 1):
+        raise UsageError(f"--patch {r}x{c}@{end}: a 1x1 grid is no split")
+    macs = sum(K.macs(k) for k in kernels)
+    peak, extra = evaluate(table, rows.parts, cols.parts, macs)
+    choice = SplitChoice(end, (rows.parts, cols.parts), peak, extra, extra / macs, method="forced",
+                         unsplit_peak=unsplit)
+    return PatchPlan(stage, rows, cols, choice, patch_buffers(stage, rows, cols))
+
+
+def patch_lifetimes(lives: list[Lifetime], plan: PatchPlan) -> list[Lifetime]:
+    """Lifetimes once the stage runs patch by patch: its inner tensors shrink to their largest
+    patch region, living (per patch) from the op writing them to the last op reading them in
+    the stage; the full tensors it reads live through the whole stage (every patch reads
+    them) and its full output from the stage's start (the first patch writes it); the output's
+    patch is computed into a buffer of its own (``scratch_key(end)``) and copied over."""
+    s = plan.stage
+    result = []
+    for lt in lives:
+        if lt.tensor == s.output:
+            result.append(replace(lt, first_op=min(lt.first_op, s.start)))
+        elif lt.tensor in plan.buffers:
+            first, last = s.span[lt.tensor]
+            result.append(replace(lt, size=plan.buffers[lt.tensor], first_op=first, last_op=last))
+        elif lt.tensor in s.inputs:
+            result.append(replace(lt, last_op=max(lt.last_op, s.end)))
+        else:
+            result.append(lt)
+    result.append(Lifetime(scratch_key(s.end), f"op{s.end}_patch", plan.buffers[s.output], s.end, s.end, None))
+    return result

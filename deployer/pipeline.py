@@ -19,6 +19,7 @@ from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 from layer_analyzer.tiling import geometry as tiling_geometry
 
 from . import emit
+from .patching import PatchPlan, forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split
 from .placement import L3Layout, layout_l3, place, staging_lifetimes
 from .manifest import build_manifest
 
@@ -39,6 +40,8 @@ class Options:
     tiler: str = "cpsat"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
     tile_objective: str = "l1"  # "l1" (use L1 well, target heuristics) | "cycles" (the backend's cost model)
     l3: int | None = None  # external memory reached by DMA only: what does not fit streams from there
+    patch: str = "off"  # "auto" | "off" | "RxC@LAYER": run the first stage patch by patch
+    max_overhead: float = 0.2  # MACs a patch split may recompute, as a share of the network's
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
 
@@ -58,6 +61,7 @@ class Deployment:
     notes: tuple[str, ...] = ()
     tilings: dict = field(default_factory=dict)  # layer -> (TileGeometry, LayerTiling)
     l3: L3Layout | None = None  # what lives in L3 and how the layers touching it stream
+    patch: PatchPlan | None = None  # the first stage run patch by patch
 
     @property
     def macs(self) -> int:
@@ -139,8 +143,26 @@ def check_budgets(memory: dict, options: Options) -> None:
                                    f"({-(-need // 1024)}K)", need)
 
 
-def tile_layers(graph: Graph, kernels, options: Options) -> dict:
-    """With an L1 budget, cut every tileable layer into tiles that fit it (double-buffered)."""
+def plan_patches(graph: Graph, kernels, options: Options) -> PatchPlan | None:
+    """The first stage split into patches: as forced, or (auto) when the split is needed to fit
+    --sram, or saves a larger share of memory than the share of MACs it recomputes."""
+    if options.patch == "off":
+        return None
+    lives = lifetimes(graph, plan_in_place(graph, options.in_place))
+    if options.patch != "auto":
+        return forced_plan(graph, kernels, lives, parse_patch(options.patch))
+    choice = plan_split(graph, kernels, lives, "cpsat", options.max_overhead, options.sram,
+                        min(options.time_limit_s, 1.0))
+    if choice.end is None:
+        return None
+    needed = options.sram is not None and choice.unsplit_peak > options.sram
+    saving = 1 - choice.peak / max(choice.unsplit_peak, 1)
+    return make_plan(graph, kernels, choice) if needed or saving > choice.overhead else None
+
+
+def tile_layers(graph: Graph, kernels, options: Options, skip=()) -> dict:
+    """With an L1 budget, cut every tileable layer into tiles that fit it (double-buffered);
+    the ``skip`` layers (a patch stage) run whole, region by region."""
     if options.l1 is None:
         return {}
     backend = BACKENDS[options.target]
@@ -149,7 +171,7 @@ def tile_layers(graph: Graph, kernels, options: Options) -> dict:
     result, worst = {}, None
     for k, kern in enumerate(kernels):
         g = tiling_geometry(kern, k)
-        if g is None:
+        if g is None or k in skip:
             continue
         try:
             result[k] = (g, plan_tiling(g, options.l1, options.tiler, config))
@@ -175,19 +197,26 @@ def deploy(model: Path, options: Options) -> Deployment:
     graph = read_model(Path(model))
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
-    tilings = tile_layers(graph, kernels, options)
-    # A tiled layer with a halo must not overwrite its input; elementwise tiles have none.
-    reuses = plan_in_place(graph, options.in_place, keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"})
-    l3, lives, plan, offsets = place_and_plan(graph, kernels, lifetimes(graph, reuses), tilings, options, backend)
+    patch = plan_patches(graph, kernels, options)
+    stage = set(patch.layers) if patch else set()
+    tilings = tile_layers(graph, kernels, options, skip=stage)
+    # A tiled layer with a halo must not overwrite its input; elementwise tiles have none; a
+    # patch stage keeps every tensor it reads.
+    reuses = plan_in_place(graph, options.in_place,
+                           keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | stage)
+    lives = lifetimes(graph, reuses)
+    if patch is not None:
+        lives = patch_lifetimes(lives, patch)
+    l3, lives, plan, offsets = place_and_plan(graph, kernels, lives, tilings, options, backend)
     memory = memory_report(graph, kernels, plan, backend, l3)
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
-                        tilings, options.l1, l3).files
+                        tilings, options.l1, l3, patch).files
     files["manifest.json"] = json.dumps(
-        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3),
+        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3, patch),
         indent=2, sort_keys=False) + "\n"
     return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
-                      tuple(notes), tilings, l3)
+                      tuple(notes), tilings, l3, patch)
 
 
 def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tuple[ArenaPlan, dict[int, int]]:
