@@ -50,7 +50,7 @@ def main(argv=None) -> int:
           f"{'vs all-L3':>9} {'slabs':>6} {'flash':>10} {'min flash':>10} {'its L2':>8} {'time':>6}")
     for path in paths:
         start = time.perf_counter()
-        base = Options(target=args.target, l1=l1, time_limit_s=2.0)
+        base = Options(patch="off", target=args.target, l1=l1, time_limit_s=2.0)
         try:
             alone = deploy(path, base)
         except Exception as e:  # noqa: BLE001 -- reported, not fatal

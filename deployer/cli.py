@@ -39,13 +39,26 @@ def parse_size(text: str | None) -> int | None:
 PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
 
 
+def parse_share(text: str) -> float:
+    """'20%' or '0.2' -> 0.2."""
+    t = str(text).strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UsageError(f"--max-overhead '{text}': expected a share such as 20% or 0.2") from None
+    if value < 0:
+        raise UsageError(f"--max-overhead '{text}': must not be negative")
+    return value
+
+
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
-             tile_objective="l1", l3=None) -> Options:
+             tile_objective="l1", l3=None, patch="auto", max_overhead="20%") -> Options:
     if time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {time_limit}")
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
-                   tile_objective=tile_objective, l3=parse_size(l3))
+                   tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
+                   max_overhead=parse_share(max_overhead))
 
 
 def budget_options(f):
@@ -56,6 +69,11 @@ def budget_options(f):
         click.option("--flash", default=None, help="flash budget for weights and code, e.g. 1M"),
         click.option("--l3", default=None, help="external memory reached by DMA only (e.g. 8M): weights and "
                      "activations that do not fit flash or SRAM stream from there"),
+        click.option("--patch", default="auto", show_default=True,
+                     help="run the first stage patch by patch: auto (when it fits --sram or saves more memory "
+                     "than it recomputes), off, or RxC@LAYER (e.g. 4x4@12)"),
+        click.option("--max-overhead", default="20%", show_default=True,
+                     help="MACs the automatic patch split may recompute, as a share of the network's"),
         click.option("--planner", type=click.Choice(PLANNERS), default="cpsat", show_default=True,
                      help="arena planner"),
         click.option("--time-limit", type=float, default=5.0, show_default=True,
@@ -97,13 +115,13 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
-def build_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
+def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
               force, dump_ir, dump_plan):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3))
+                                     tile_objective, l3, patch, max_overhead))
         if dump_ir:
             click.echo(dump_graph(dep.graph))
         if dump_plan:
@@ -140,7 +158,7 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
-def verify_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_place, tiler, tile_objective, inputs,
+def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective, inputs,
                seeds, as_json, per_layer, sanitize):
     """Build the engine with the host compiler, run it and compare with the reference interpreter."""
     from .verify import first_divergence, random_inputs, verify
@@ -151,7 +169,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_pl
                              f"schedules with --l1); '{target}' engines are checked by the test suite's "
                              f"emulation of the target")
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3))
+                                     tile_objective, l3, patch, max_overhead))
         samples = [_load_inputs(inputs, dep.graph)] if inputs else \
             [random_inputs(dep.graph, s) for s in range(seeds)]
         result = verify(dep, model, samples, sanitize=sanitize)
@@ -184,19 +202,20 @@ def verify_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_pl
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report")
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
-def compare_cmd(model, target, l1, sram, flash, l3, planner, time_limit, no_in_place, tiler, tile_objective, report,
+def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective, report,
                 tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
-                                        tile_objective, l3))
+                                        tile_objective, l3, patch, max_overhead))
         return
     from .compare import compare_planners, comparison_table, live_bytes, render_report_html
     from .pipeline import arena_problem
     from solver.arena import SolverConfig, lower_bound
 
     try:
-        options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective)
+        options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
+                           patch, max_overhead)
         dep = deploy(model, replace(options, sram=None, flash=None))
         problem, _ = arena_problem(dep.lives, dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))

@@ -47,7 +47,7 @@ def _patch(patch) -> dict | None:
     c = patch.choice
     return {"stage": [patch.stage.start, patch.stage.end], "grid": list(c.grid), "macs_recomputed": c.macs_extra,
             "overhead": round(c.overhead, 6), "estimated_peak": c.peak, "unsplit_estimated_peak": c.unsplit_peak,
-            "solver": c.method, "status": c.status, "wall_s": round(c.wall_s, 3),
+            "solver": c.method, "status": c.status,
             "buffers": {str(t): b for t, b in sorted(patch.buffers.items())}}
 
 

@@ -58,7 +58,7 @@ def split_tables(graph: Graph, kernels, lives: list[Lifetime]) -> tuple[list[Sta
 def plan_split(graph: Graph, kernels, lives: list[Lifetime], method: str = "cpsat", max_overhead: float = 0.2,
                sram: int | None = None, time_limit_s: float = 1.0) -> SplitChoice:
     tables, unsplit = split_tables(graph, kernels, lives)
-    macs = sum(K.macs(k) for k in kernels)
+    macs = max(sum(K.macs(k) for k in kernels), 1)
     if method == "exhaustive":
         return exhaustive(tables, macs, unsplit, max_overhead, sram)
     return plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s)
@@ -105,7 +105,7 @@ def forced_plan(graph: Graph, kernels, lives, grid_at: tuple[int, int, int]) -> 
     rows, cols = axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
     if (rows.parts, cols.parts) == (1, 1):
         raise UsageError(f"--patch {r}x{c}@{end}: a 1x1 grid is no split")
-    macs = sum(K.macs(k) for k in kernels)
+    macs = max(sum(K.macs(k) for k in kernels), 1)
     peak, extra = evaluate(table, rows.parts, cols.parts, macs)
     choice = SplitChoice(end, (rows.parts, cols.parts), peak, extra, extra / macs, method="forced",
                          unsplit_peak=unsplit)

@@ -40,7 +40,7 @@ class Options:
     tiler: str = "cpsat"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
     tile_objective: str = "l1"  # "l1" (use L1 well, target heuristics) | "cycles" (the backend's cost model)
     l3: int | None = None  # external memory reached by DMA only: what does not fit streams from there
-    patch: str = "off"  # "auto" | "off" | "RxC@LAYER": run the first stage patch by patch
+    patch: str = "auto"  # "auto" | "off" | "RxC@LAYER": run the first stage patch by patch
     max_overhead: float = 0.2  # MACs a patch split may recompute, as a share of the network's
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
@@ -143,15 +143,16 @@ def check_budgets(memory: dict, options: Options) -> None:
                                    f"({-(-need // 1024)}K)", need)
 
 
-def plan_patches(graph: Graph, kernels, options: Options) -> PatchPlan | None:
+def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | None) -> PatchPlan | None:
     """The first stage split into patches: as forced, or (auto) when the split is needed to fit
-    --sram, or saves a larger share of memory than the share of MACs it recomputes."""
+    --sram (aiming at ``sram_target``), or saves a larger share of memory than the share of
+    MACs it recomputes."""
     if options.patch == "off":
         return None
     lives = lifetimes(graph, plan_in_place(graph, options.in_place))
     if options.patch != "auto":
         return forced_plan(graph, kernels, lives, parse_patch(options.patch))
-    choice = plan_split(graph, kernels, lives, "cpsat", options.max_overhead, options.sram,
+    choice = plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
                         min(options.time_limit_s, 1.0))
     if choice.end is None:
         return None
@@ -160,9 +161,11 @@ def plan_patches(graph: Graph, kernels, options: Options) -> PatchPlan | None:
     return make_plan(graph, kernels, choice) if needed or saving > choice.overhead else None
 
 
-def tile_layers(graph: Graph, kernels, options: Options, skip=()) -> dict:
+def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | None = None) -> dict:
     """With an L1 budget, cut every tileable layer into tiles that fit it (double-buffered);
-    the ``skip`` layers (a patch stage) run whole, region by region."""
+    the ``skip`` layers (a patch stage) run whole, region by region. ``cache`` keeps each
+    layer's tiling across calls."""
+    cache = {} if cache is None else cache
     if options.l1 is None:
         return {}
     backend = BACKENDS[options.target]
@@ -174,7 +177,9 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=()) -> dict:
         if g is None or k in skip:
             continue
         try:
-            result[k] = (g, plan_tiling(g, options.l1, options.tiler, config))
+            if k not in cache:
+                cache[k] = plan_tiling(g, options.l1, options.tiler, config)
+            result[k] = (g, cache[k])
         except TilingInfeasible as e:
             if worst is None or e.minimum_l1 > worst.minimum_l1:
                 worst = e
@@ -197,18 +202,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     graph = read_model(Path(model))
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
-    patch = plan_patches(graph, kernels, options)
-    stage = set(patch.layers) if patch else set()
-    tilings = tile_layers(graph, kernels, options, skip=stage)
-    # A tiled layer with a halo must not overwrite its input; elementwise tiles have none; a
-    # patch stage keeps every tensor it reads.
-    reuses = plan_in_place(graph, options.in_place,
-                           keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | stage)
-    lives = lifetimes(graph, reuses)
-    if patch is not None:
-        lives = patch_lifetimes(lives, patch)
-    l3, lives, plan, offsets = place_and_plan(graph, kernels, lives, tilings, options, backend)
-    memory = memory_report(graph, kernels, plan, backend, l3)
+    patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
                         tilings, options.l1, l3, patch).files
@@ -217,6 +211,42 @@ def deploy(model: Path, options: Options) -> Deployment:
         indent=2, sort_keys=False) + "\n"
     return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
                       tuple(notes), tilings, l3, patch)
+
+
+def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
+    """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena. An
+    automatic split aims at --sram from live bytes; when the planned arena is still over, it
+    aims lower by the excess, and at last takes the split with the least peak (whose need is
+    then the smallest --sram reported, and the one a rerun with it reaches)."""
+    tile_cache: dict = {}
+
+    def attempt(target):
+        patch = plan_patches(graph, kernels, options, target)
+        stage = set(patch.layers) if patch else set()
+        tilings = tile_layers(graph, kernels, options, skip=stage, cache=tile_cache)
+        # A tiled layer with a halo must not overwrite its input; elementwise tiles have none;
+        # a patch stage keeps every tensor it reads.
+        reuses = plan_in_place(graph, options.in_place,
+                               keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | stage)
+        lives = lifetimes(graph, reuses)
+        if patch is not None:
+            lives = patch_lifetimes(lives, patch)
+        l3, lives, plan, offsets = place_and_plan(graph, kernels, lives, tilings, options, backend)
+        memory = memory_report(graph, kernels, plan, backend, l3)
+        return patch, tilings, reuses, l3, lives, plan, offsets, memory
+
+    result = attempt(options.sram)
+    need = result[-1]["sram_bytes"]
+    if options.patch != "auto" or options.sram is None or need <= options.sram or result[0] is None:
+        return result
+    target = options.sram
+    for _ in range(3):
+        target = max(1, target - (need - options.sram))
+        result = attempt(target)
+        need = result[-1]["sram_bytes"]
+        if need <= options.sram or target == 1:
+            return result
+    return attempt(1)
 
 
 def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tuple[ArenaPlan, dict[int, int]]:

@@ -26,6 +26,11 @@ def summary_table(dep) -> str:
         f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
     ]
+    if dep.patch is not None:
+        c, st = dep.patch.choice, dep.patch.stage
+        rows.append(f"patches: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
+                    f"estimated peak {c.unsplit_peak:,} -> {c.peak:,} B; MAC overhead {c.macs_extra:,} "
+                    f"({100 * c.overhead:.1f}%)")
     if dep.l3 is not None:
         pl = dep.l3.placement
         moved = sum(s.l3_traffic for s in pl.slabs.values())

@@ -33,7 +33,7 @@ def _need(model, options: Options) -> int | None:
 def streaming(rel: str, l1: int = 16 * K, target: str = "host"):
     """The deployment at the smallest reported flash, then the smallest reported SRAM."""
     model = shared_model(rel)
-    base = Options(target=target, l1=l1, l3=L3, time_limit_s=2.0)
+    base = Options(patch="off", target=target, l1=l1, l3=L3, time_limit_s=2.0)
     flash = None if target != "host" else _need(model, Options(**{**base.__dict__, "flash": 1}))
     sram = _need(model, Options(**{**base.__dict__, "flash": flash, "sram": 1}))
     return deploy(model, Options(**{**base.__dict__, "flash": flash, "sram": sram})), flash, sram
@@ -65,7 +65,7 @@ def test_l3_streaming_at_other_l1_budgets(rel):
 
 def test_l3_output_is_deterministic_and_written_by_the_cli(tmp_path):
     model = shared_model("mlperf_tiny/kws_ref_model.tflite")
-    args = [str(model), "--l1", "16K", "--l3", "1M", "--flash", "20K", "--sram", "15K"]
+    args = [str(model), "--l1", "16K", "--l3", "1M", "--flash", "20K", "--sram", "15K", "--patch", "off"]
     runner = CliRunner()
     for out in ("a", "b"):
         result = runner.invoke(main, [*args, "-o", str(tmp_path / out)])

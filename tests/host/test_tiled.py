@@ -15,7 +15,7 @@ K = 1024
 
 def smallest_l1(model, target: str = "host") -> int:
     """The largest of the layers' minimum L1 footprints: the smallest --l1 the model accepts."""
-    dep = deploy(model, Options(target=target, l1=1 << 30))
+    dep = deploy(model, Options(patch="off", target=target, l1=1 << 30))
     return max((minimum_l1(g) for g, _ in dep.tilings.values()), default=16)
 
 
@@ -26,7 +26,7 @@ def test_tiled_engine_bit_exact(rel, l1, tiler):
     model = shared_model(rel)
     budget = smallest_l1(model) if l1 == "smallest" else int(l1[:-1]) * K
     try:
-        dep = deploy(model, Options(l1=budget, tiler=tiler, tile_objective="cycles" if l1 == "32K" else "l1"))
+        dep = deploy(model, Options(patch="off", l1=budget, tiler=tiler, tile_objective="cycles" if l1 == "32K" else "l1"))
     except InfeasibleBudget as e:
         assert l1 != "smallest" and e.minimum_bytes > budget
         pytest.skip(f"{rel} needs {e.minimum_bytes} B of L1 (> {budget})")
@@ -36,7 +36,7 @@ def test_tiled_engine_bit_exact(rel, l1, tiler):
 
 def test_tiled_output_is_deterministic():
     model = shared_model("mcunet/mcunet_vww.tflite")
-    first, second = (deploy(model, Options(l1=16 * K)).files for _ in range(2))
+    first, second = (deploy(model, Options(patch="off", l1=16 * K)).files for _ in range(2))
     assert first == second
 
 
@@ -44,6 +44,6 @@ def test_infeasible_l1_names_layer_and_minimum(tmp_path):
     model = shared_model("mlperf_tiny/kws_ref_model.tflite")
     need = smallest_l1(model)
     with pytest.raises(InfeasibleBudget, match=f"smallest --l1 that works is {need}") as e:
-        deploy(model, Options(l1=need - 1))
+        deploy(model, Options(patch="off", l1=need - 1))
     assert e.value.minimum_bytes == need and "op " in str(e.value)
-    deploy(model, Options(l1=need))  # and that budget does work
+    deploy(model, Options(patch="off", l1=need))  # and that budget does work

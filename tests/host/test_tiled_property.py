@@ -47,12 +47,12 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
     mb, fraction, target = case
     path = tmp_path / "layer.tflite"
     mb.save(path)
-    whole = deploy(path, Options(target=target, l1=1 << 30))
+    whole = deploy(path, Options(patch="off", target=target, l1=1 << 30))
     tiled = [g for g, _ in whole.tilings.values()]
     low = max(minimum_l1(g) for g in tiled)
     high = max(g.l1_bytes(g.out_h, g.out_w, g.out_c) for g in tiled)
     budget = int(low + fraction * max(high - low, 0))
-    dep = deploy(path, Options(target=target, l1=budget, tiler="cpsat"))
+    dep = deploy(path, Options(patch="off", target=target, l1=budget, tiler="cpsat"))
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
     engine = build_engine(dep) if target == "host" else emulated(dep)
@@ -98,12 +98,12 @@ def test_random_chain_streamed_from_l3_bit_exact(tmp_path, monkeypatch, case):
     mb, fraction, target = case
     path = tmp_path / "chain.tflite"
     mb.save(path)
-    whole = deploy(path, Options(target=target, l1=1 << 30))
+    whole = deploy(path, Options(patch="off", target=target, l1=1 << 30))
     tiled = [g for g, _ in whole.tilings.values()]
     low = max(minimum_l1(g) for g in tiled)
     high = max(g.l1_bytes(g.out_h, g.out_w, g.out_c) for g in tiled)
     l1 = int(low + fraction * max(high - low, 0))
-    base = dict(target=target, l1=l1, l3=1 << 24, time_limit_s=1.0)
+    base = dict(target=target, l1=l1, l3=1 << 24, time_limit_s=1.0, patch="off")
     flash = _need(path, Options(**base, flash=1)) if target == "host" else None
     sram = _need(path, Options(**base, flash=flash, sram=1))
     dep = deploy(path, Options(**base, flash=flash, sram=sram))

@@ -33,7 +33,7 @@ CROSS_CC = "riscv64-unknown-elf-gcc"
 def gap8(rel: str, l1: int):
     """The gap8 deployment of a shared model at an L1 budget (skips when it does not fit)."""
     try:
-        return deploy(shared_model(rel), Options(target="gap8", l1=l1))
+        return deploy(shared_model(rel), Options(patch="off", target="gap8", l1=l1))
     except InfeasibleBudget as e:
         pytest.skip(f"{rel} needs {e.minimum_bytes} B of L1 (> {l1})")
 
@@ -132,7 +132,7 @@ def test_gap8_cross_compiles_for_rv32imc(rel, l1):
 
 def test_gap8_defaults_to_its_own_l1():
     """Without --l1 the target's 64 KiB L1 applies; tiled layers fork the cluster and use PMSIS DMA."""
-    dep = deploy(shared_model("mlperf_tiny/kws_ref_model.tflite"), Options(target="gap8"))
+    dep = deploy(shared_model("mlperf_tiny/kws_ref_model.tflite"), Options(patch="off", target="gap8"))
     assert dep.options.l1 == 64 * K and dep.tilings
     engine = next(text for n, text in dep.files.items() if n.endswith("_engine.c"))
     dma = next(text for n, text in dep.files.items() if n.endswith("_dma.h"))
@@ -184,8 +184,8 @@ def test_gap8_l3_engine_cross_compiles():
 def test_gap8_streams_from_its_hyperram_by_default():
     """GAP8 keeps weights in L2; with an L2 budget below them, its 8 MiB L3 takes the rest."""
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
-    whole = deploy(model, Options(target="gap8", l1=16 * K))
+    whole = deploy(model, Options(patch="off", target="gap8", l1=16 * K))
     assert whole.l3 is None and whole.memory["sram_bytes"] > 256 * K
-    dep = deploy(model, Options(target="gap8", l1=16 * K, sram=128 * K))
+    dep = deploy(model, Options(patch="off", target="gap8", l1=16 * K, sram=128 * K))
     assert dep.options.l3 == 8 * 1024 * K and dep.l3 is not None and dep.memory["sram_bytes"] <= 128 * K
     assert "inference_l3_init" in next(v for n, v in dep.files.items() if n.endswith("_engine.h"))

@@ -1,0 +1,79 @@
+"""Patch splits: receptive-field windows against brute force, the CP-SAT split against its
+exhaustive twin, the estimate against the planned arena, and the CLI's --patch errors."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from deployer.patching import plan_split, split_tables
+from deployer.pipeline import Options, deploy
+from layer_analyzer.receptive_field import Window
+from network_parser.errors import UsageError
+from solver.arena import lower_bound
+from tests.models import shared_model
+
+K = 1024
+
+
+@settings(max_examples=300, deadline=None)
+@given(k=st.integers(1, 7), stride=st.integers(1, 3), dil=st.integers(1, 3), pad=st.integers(0, 4),
+       in_size=st.integers(1, 40), data=st.data())
+def test_window_is_the_span_of_every_input_a_region_reads(k, stride, dil, pad, in_size, data):
+    span = (k - 1) * dil + 1
+    assume(in_size + 2 * pad >= span and pad < span)
+    out_size = (in_size + 2 * pad - span) // stride + 1
+    lo = data.draw(st.integers(0, out_size - 1))
+    hi = data.draw(st.integers(lo + 1, out_size))
+    touched = [o * stride - pad + i * dil for o in range(lo, hi) for i in range(k)]
+    touched = [t for t in touched if 0 <= t < in_size]
+    a, b = Window(k, stride, dil, pad, in_size).need(lo, hi)
+    assert 0 <= a and b <= in_size
+    if touched:  # (with dilation, a region can read only padding)
+        assert a <= min(touched) and max(touched) + 1 <= b
+    if dil == 1:  # contiguous taps: exactly the span (with dilation, a clipped gap may remain)
+        assert (a, b) == (min(touched), max(touched) + 1)
+
+
+MODELS = ["mlperf_tiny/vww_96_int8.tflite", "tflm/person_detect.tflite",
+          "synthetic/mobilenetv2_035_96_random.tflite", "tflm/mobilenet_v2_quantized_1x3x224x224.tflite"]
+
+
+@pytest.mark.parametrize("rel", MODELS)
+def test_cpsat_split_matches_the_exhaustive_twin(rel):
+    dep = deploy(shared_model(rel), Options(planner="first-fit", patch="off"))
+    for sram, overhead in ((None, 0.2), (None, 0.05), (dep.memory["sram_bytes"] // 2, 0.2), (1, 0.2)):
+        ex = plan_split(dep.graph, dep.kernels, dep.lives, "exhaustive", overhead, sram)
+        cp = plan_split(dep.graph, dep.kernels, dep.lives, "cpsat", overhead, sram)
+        assert (cp.peak, cp.macs_extra) == (ex.peak, ex.macs_extra), (sram, overhead, ex, cp)
+        if sram is None:
+            assert ex.overhead <= overhead and ex.peak <= ex.unsplit_peak
+
+
+@pytest.mark.parametrize("rel", MODELS[:3])
+def test_estimated_peak_is_the_planned_arenas_lower_bound(rel):
+    """The split's estimate is the live bytes of the lifetimes the pipeline plans (up to the
+    arena's 16-byte alignment), so the solver optimises what the arena will hold."""
+    from deployer.pipeline import arena_problem
+    dep = deploy(shared_model(rel), Options(patch="auto", max_overhead=0.25))
+    assert dep.patch is not None
+    bound = lower_bound(arena_problem(dep.lives, 16)[0])
+    assert dep.patch.choice.peak <= bound <= dep.patch.choice.peak + 16 * len(dep.lives)
+    assert dep.memory["arena_bytes"] < dep.patch.choice.unsplit_peak
+
+
+def test_patch_option_errors():
+    model = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    with pytest.raises(UsageError, match="expected auto, off or RxC@LAYER"):
+        deploy(model, Options(patch="4by4"))
+    with pytest.raises(UsageError, match=r"op 99 cannot end a patch stage \(possible ends: 0, 1, 2"):
+        deploy(model, Options(patch="2x2@99"))
+    with pytest.raises(UsageError, match="1x1 grid is no split"):
+        deploy(model, Options(patch="1x1@3"))
+
+
+def test_tables_cover_every_stage_end_quickly():
+    dep = deploy(shared_model(MODELS[3]), Options(planner="first-fit", patch="off"))
+    tables, unsplit = split_tables(dep.graph, dep.kernels, dep.lives)
+    assert len(tables) > 10 and unsplit == dep.memory["arena_bytes"]
+    assert all(1 in t.rows and 1 in t.cols for t in tables)
