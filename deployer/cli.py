@@ -220,11 +220,21 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         problem, _ = arena_problem(dep.lives, dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
         click.echo(comparison_table(plans, lower_bound(problem)))
+        before, patch_line = None, None
+        if dep.patch is not None:
+            whole = deploy(model, replace(options, sram=None, flash=None, patch="off"))
+            c, st = dep.patch.choice, dep.patch.stage
+            patch_line = (f"Patch split: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
+                          f"arena without it {whole.memory['arena_bytes']:,} B, with it {dep.memory['arena_bytes']:,} B; "
+                          f"MAC overhead {c.macs_extra:,} ({100 * c.overhead:.1f}%).")
+            click.echo(patch_line)
+            before = live_bytes(arena_problem(whole.lives, whole.backend.alignment)[0])
         if options.sram is not None:
             for p in plans:
                 fits = "fits" if p.peak <= options.sram else "OVER"
                 click.echo(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
-        report.write_text(render_report_html(dep.graph.name, problem, plans, live_bytes(problem)))
+        report.write_text(render_report_html(dep.graph.name, problem, plans, live_bytes(problem), before,
+                                             patch_line))
         click.echo(f"wrote {report}")
     except DeployError as e:
         _fail(e)

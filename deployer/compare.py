@@ -99,7 +99,8 @@ def _ticks(top: int, count: int) -> list[int]:
     return list(range(0, top + 1, step))
 
 
-def _figure(problem: ArenaProblem, plan: ArenaPlan, curve: list[int], n_ops: int, y_max: int) -> dict:
+def _figure(problem: ArenaProblem, plan: ArenaPlan, curve: list[int], n_ops: int, y_max: int,
+            before: list[int] | None = None) -> dict:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     dx, sy = plot_w / n_ops, plot_h / y_max
 
@@ -114,10 +115,13 @@ def _figure(problem: ArenaProblem, plan: ArenaPlan, curve: list[int], n_ops: int
                   h=round(size * sy, 2), fill=_colour(b.name),
                   title=f"{b.name}: {size:,} B, ops [{first}, {last}], offset {o:,}")
              for b, o in zip(problem.buffers, plan.offsets) for first, last, size in b.segments()]
-    steps = [(x(k + e), y(v)) for k, v in enumerate(curve) for e in (0, 1)]
-    steps = [pt for i, pt in enumerate(steps) if i == 0 or pt != steps[i - 1]]
+    def polyline(values):
+        steps = [(x(k + e), y(v)) for k, v in enumerate(values) for e in (0, 1)]
+        steps = [pt for i, pt in enumerate(steps) if i == 0 or pt != steps[i - 1]]
+        return " ".join(f"{px},{py}" for px, py in steps)
+
     return dict(method=plan.method, peak=f"{plan.peak:,}", status=plan.status, note=plan.note,
-                rects=rects, curve=" ".join(f"{px},{py}" for px, py in steps),
+                rects=rects, curve=polyline(curve), before=polyline(before) if before else None,
                 peak_y=y(plan.peak), left=LEFT, right=WIDTH - RIGHT, top=TOP, bottom=HEIGHT - BOTTOM,
                 x_ticks=[(round(x(k + 0.5), 2), k) for k in _ticks(n_ops - 1, 12)],
                 y_ticks=[(y(v), f"{v:,}") for v in _ticks(y_max, 5)])
@@ -130,17 +134,19 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True, autoescape=True)
 
 
-def render_report_html(model_name: str, problem: ArenaProblem, plans, live_bytes_curve: list[int]) -> str:
+def render_report_html(model_name: str, problem: ArenaProblem, plans, live_bytes_curve: list[int],
+                       before: list[int] | None = None, patch_line: str | None = None) -> str:
     """One page: the summary table, then per plan the buffers as rectangles (x = op, y = offset),
-    a dashed line at the plan's peak and the live-bytes curve over them, on a shared y scale."""
+    a dashed line at the plan's peak and the live-bytes curve over them, on a shared y scale;
+    with a patch split, ``before`` is the live-bytes curve without it, drawn grey."""
     bound = lower_bound(problem)
     n_ops = max(len(live_bytes_curve), max((b.last + 1 for b in problem.buffers), default=0), 1)
-    y_max = max([bound, *live_bytes_curve, *(p.peak for p in plans), 1])
+    y_max = max([bound, *live_bytes_curve, *(before or ()), *(p.peak for p in plans), 1])
     return _environment().get_template("report.html.j2").render(
         model_name=model_name, n_buffers=len(problem.buffers), alignment=problem.alignment,
         columns=COLUMNS, rows=_rows(plans, bound), bound_line=_bound_line(bound),
-        skipped=_skipped_lines(plans), width=WIDTH, height=HEIGHT,
-        figures=[_figure(problem, p, live_bytes_curve, n_ops, y_max) for p in plans])
+        skipped=_skipped_lines(plans), width=WIDTH, height=HEIGHT, patch_line=patch_line,
+        figures=[_figure(problem, p, live_bytes_curve, n_ops, y_max, before) for p in plans])
 
 
 # ---- tiling: the CP-SAT tiler against the greedy one, layer by layer --------------------

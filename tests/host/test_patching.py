@@ -109,3 +109,26 @@ def test_patched_engine_is_deterministic_and_clean_under_sanitizers():
     dep = deploy(model, Options(patch="auto"))
     result = verify(dep, model, [random_inputs(dep.graph, 3)], sanitize=True)
     assert all(o["max_abs_diff"] == 0 for o in result["outputs"])
+
+
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_patch_stage_with_the_rest_tiled_bit_exact(target):
+    """With an L1, the patch stage runs region by region from L2 and every later layer is tiled."""
+    from tests.target.test_gap8 import emulated
+    model = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    dep = deploy(model, Options(target=target, l1=16 * K, patch="auto"))
+    assert dep.patch is not None and dep.tilings
+    assert not set(dep.tilings) & set(dep.patch.layers)
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(model, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
+
+
+def test_compare_shows_the_split_and_draws_the_curve_before(tmp_path):
+    model = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    report = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["compare", str(model), "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("Patch split:"))
+    assert "arena without it 55,296 B" in line and "MAC overhead" in line
+    html = report.read_text()
+    assert html.count('class="before"') == html.count('class="live"') >= 1
