@@ -10,24 +10,12 @@ from layer_analyzer import kernels as K
 from layer_analyzer.receptive_field import AxisPlan, Stage, axis_plan, patch_buffers, stage_macs, stages
 from network_parser.errors import UsageError
 from network_parser.ir import Graph
-from network_parser.lifetimes import Lifetime, scratch_key
+from network_parser.lifetimes import Lifetime, live_bytes_per_op, scratch_key
 from solver.patching import SplitChoice, StageTable, evaluate, exhaustive, plan_split_cpsat
 
 from .placement import data_inputs
 
 MAX_PARTS = 8  # patches per axis considered
-
-
-def live_profile(lives: list[Lifetime], n_ops: int) -> list[int]:
-    """Bytes live at every op: per owner of bytes, the largest of its members alive."""
-    groups: dict[int, list[Lifetime]] = {}
-    for lt in lives:
-        groups.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
-    live = [0] * n_ops
-    for members in groups.values():
-        for k in range(min(m.first_op for m in members), max(m.last_op for m in members) + 1):
-            live[k] += max((m.size for m in members if m.first_op <= k <= m.last_op), default=0)
-    return live
 
 
 def stage_table(stage: Stage, graph: Graph, live: list[int]) -> StageTable:
@@ -51,7 +39,7 @@ def stage_table(stage: Stage, graph: Graph, live: list[int]) -> StageTable:
 
 def split_tables(graph: Graph, kernels, lives: list[Lifetime]) -> tuple[list[StageTable], int]:
     """Tables of every candidate stage and the unsplit peak (live bytes, the arena's lower bound)."""
-    live = live_profile(lives, len(graph.layers))
+    live = live_bytes_per_op(lives, len(graph.layers))
     return [stage_table(s, graph, live) for s in stages(graph, kernels, data_inputs)], max(live, default=0)
 
 

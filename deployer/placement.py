@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph
-from network_parser.lifetimes import Lifetime, scratch_key
+from network_parser.lifetimes import Lifetime, live_bytes_per_op, scratch_key
 from solver.l3_tiling import SlabPlan, plan_slabs
 
 
@@ -49,19 +49,6 @@ def streamed_parts(graph: Graph, kernels, k: int, tensors, weights) -> tuple[str
     if layer.outputs[0] in tensors:
         parts.append("out")
     return tuple(parts)
-
-
-def _live_profile(lives: list[Lifetime], in_l3, n_ops: int) -> list[int]:
-    """L2 bytes live at every op: per owner of bytes, the largest of its members alive."""
-    groups: dict[int, list[Lifetime]] = {}
-    for lt in lives:
-        if lt.tensor not in in_l3:
-            groups.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
-    live = [0] * n_ops
-    for members in groups.values():
-        for k in range(min(m.first_op for m in members), max(m.last_op for m in members) + 1):
-            live[k] += max((m.size for m in members if m.first_op <= k <= m.last_op), default=0)
-    return live
 
 
 def _candidates(graph: Graph, kernels, lives: list[Lifetime], tilings: dict):
@@ -102,7 +89,7 @@ def place(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, *, sram: 
     def evaluate(tensors: frozenset, weights: frozenset):
         resident = resident_bytes - sum(weight_sizes[k] for k in weights)
         fixed = resident + code_bytes if weights_in_sram else 0
-        live = _live_profile(lives, tensors, n)
+        live = live_bytes_per_op([lt for lt in lives if lt.tensor not in tensors], n)
         slabs = _plan(graph, kernels, tilings, tensors, weights, live, sram, fixed, alignment, cache)
         need = [live[k] + fixed + (slabs[k].l2_bytes if k in slabs else 0) for k in range(n)]
         over = sum(max(0, x - sram) for x in need) if sram is not None else 0

@@ -64,3 +64,16 @@ def lifetimes(graph: Graph, reuses: tuple[Reuse, ...] | None = None) -> list[Lif
             result.append(Lifetime(scratch_key(r.layer), f"op{r.layer}_scratch", r.scratch_bytes,
                                    r.layer, r.layer, None))
     return result
+
+
+def live_bytes_per_op(lives: list[Lifetime], n_ops: int) -> list[int]:
+    """Bytes live at every op (the arena's lower bound is the largest): per owner of bytes, the
+    largest of the tensors sharing them that is alive."""
+    groups: dict[int, list[Lifetime]] = {}
+    for lt in lives:
+        groups.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
+    live = [0] * n_ops
+    for members in groups.values():
+        for k in range(min(m.first_op for m in members), max(m.last_op for m in members) + 1):
+            live[k] += max((m.size for m in members if m.first_op <= k <= m.last_op), default=0)
+    return live
