@@ -66,11 +66,16 @@ class PatchPlan:
         return range(self.stage.start, self.stage.end + 1)
 
 
+def _grid_at(graph: Graph, kernels, end: int, r: int, c: int) -> tuple[Stage, AxisPlan, AxisPlan]:
+    """The stage ending at op ``end`` and its r x c grid, axis by axis."""
+    stage = next(s for s in stages(graph, kernels, data_inputs) if s.end == end)
+    return stage, axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
+
+
 def make_plan(graph: Graph, kernels, choice: SplitChoice) -> PatchPlan | None:
     if choice.end is None:
         return None
-    stage = next(s for s in stages(graph, kernels, data_inputs) if s.end == choice.end)
-    rows, cols = axis_plan(stage, choice.grid[0], "rows"), axis_plan(stage, choice.grid[1], "cols")
+    stage, rows, cols = _grid_at(graph, kernels, choice.end, *choice.grid)
     return PatchPlan(stage, rows, cols, choice, patch_buffers(stage, rows, cols))
 
 
@@ -89,12 +94,11 @@ def forced_plan(graph: Graph, kernels, lives, grid_at: tuple[int, int, int]) -> 
     if table is None:
         ends = ", ".join(str(t.end) for t in tables) or "none"
         raise UsageError(f"--patch {r}x{c}@{end}: op {end} cannot end a patch stage (possible ends: {ends})")
-    stage = next(s for s in stages(graph, kernels, data_inputs) if s.end == end)
-    rows, cols = axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
+    stage, rows, cols = _grid_at(graph, kernels, end, r, c)
     if (rows.parts, cols.parts) == (1, 1):
         raise UsageError(f"--patch {r}x{c}@{end}: a 1x1 grid is no split")
     macs = max(sum(K.macs(k) for k in kernels), 1)
-    peak, extra = evaluate(table, rows.parts, cols.parts, macs)
+    peak, extra = evaluate(table, rows.parts, cols.parts)
     choice = SplitChoice(end, (rows.parts, cols.parts), peak, extra, extra / macs, method="forced",
                          unsplit_peak=unsplit)
     return PatchPlan(stage, rows, cols, choice, patch_buffers(stage, rows, cols))

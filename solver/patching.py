@@ -61,7 +61,7 @@ class SplitChoice:
         return self.grid[0] * self.grid[1]
 
 
-def evaluate(t: StageTable, r: int, c: int, network_macs: int) -> tuple[int, int]:
+def evaluate(t: StageTable, r: int, c: int) -> tuple[int, int]:
     """(peak, extra MACs) of stage ``t`` cut into r x c patches."""
     (rl, rt, _), (cl, ct, _) = t.rows[r], t.cols[c]
     buf = {x: rl[x] * cl[x] * ch for x, ch in t.channels.items()}
@@ -92,7 +92,7 @@ def exhaustive(tables, network_macs: int, unsplit_peak: int, max_overhead: float
             for c in t.cols:
                 if r * c == 1:
                     continue
-                peak, extra = evaluate(t, r, c, network_macs)
+                peak, extra = evaluate(t, r, c)
                 if not _allowed(extra, network_macs, max_overhead, sram):
                     continue
                 choice = SplitChoice(t.end, (r, c), peak, extra, extra / network_macs, unsplit_peak=unsplit_peak)
@@ -176,7 +176,7 @@ def plan_split_cpsat(tables, network_macs: int, unsplit_peak: int, max_overhead:
             if result == cp_model.FEASIBLE:
                 status = "FEASIBLE"
             grid = r_opts[solver.Value(ri)], c_opts[solver.Value(ci)]
-            p, extra = evaluate(t, *grid, network_macs)
+            p, extra = evaluate(t, *grid)
             choice = SplitChoice(t.end, grid, p, extra, extra / network_macs, method="cpsat", unsplit_peak=unsplit_peak)
             if _key(choice, sram) < _key(best, sram):
                 best = choice

@@ -20,7 +20,7 @@ K = 1024
 L3 = 1 << 26
 
 
-def _need(model, options: Options) -> int | None:
+def reported_need(model, options: Options) -> int | None:
     """The smallest budget the deployer reports for these options, or None when they fit."""
     try:
         deploy(model, options)
@@ -34,8 +34,8 @@ def streaming(rel: str, l1: int = 16 * K, target: str = "host"):
     """The deployment at the smallest reported flash, then the smallest reported SRAM."""
     model = shared_model(rel)
     base = Options(patch="off", target=target, l1=l1, l3=L3, time_limit_s=2.0)
-    flash = None if target != "host" else _need(model, Options(**{**base.__dict__, "flash": 1}))
-    sram = _need(model, Options(**{**base.__dict__, "flash": flash, "sram": 1}))
+    flash = None if target != "host" else reported_need(model, Options(**{**base.__dict__, "flash": 1}))
+    sram = reported_need(model, Options(**{**base.__dict__, "flash": flash, "sram": 1}))
     return deploy(model, Options(**{**base.__dict__, "flash": flash, "sram": sram})), flash, sram
 
 

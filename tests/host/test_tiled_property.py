@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deployer.pipeline import Options, deploy
-from network_parser.errors import InfeasibleBudget
 from deployer.verify import build_engine, random_inputs
 from network_parser.tflite_builder import ModelBuilder
 from solver.tiling import minimum_l1
+from tests.host.test_l3 import reported_need
 from tests.host.test_models import assert_bit_exact
 from tests.target.test_gap8 import emulated, l3_env
 
@@ -40,6 +40,15 @@ def layers(draw):
     return mb, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
 
 
+def l1_between(path, target: str, fraction: float) -> int:
+    """An L1 budget ``fraction`` of the way from the model's smallest tile to its largest whole layer."""
+    whole = deploy(path, Options(patch="off", target=target, l1=1 << 30))
+    tiled = [g for g, _ in whole.tilings.values()]
+    low = max(minimum_l1(g) for g in tiled)
+    high = max(g.l1_bytes(g.out_h, g.out_w, g.out_c) for g in tiled)
+    return int(low + fraction * max(high - low, 0))
+
+
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(case=layers())
@@ -47,11 +56,7 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
     mb, fraction, target = case
     path = tmp_path / "layer.tflite"
     mb.save(path)
-    whole = deploy(path, Options(patch="off", target=target, l1=1 << 30))
-    tiled = [g for g, _ in whole.tilings.values()]
-    low = max(minimum_l1(g) for g in tiled)
-    high = max(g.l1_bytes(g.out_h, g.out_w, g.out_c) for g in tiled)
-    budget = int(low + fraction * max(high - low, 0))
+    budget = l1_between(path, target, fraction)
     dep = deploy(path, Options(patch="off", target=target, l1=budget, tiler="cpsat"))
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
@@ -83,14 +88,6 @@ def chains(draw):
     return mb, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
 
 
-def _need(path, options) -> int | None:
-    try:
-        deploy(path, options)
-    except InfeasibleBudget as e:
-        return e.minimum_bytes
-    return None
-
-
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(case=chains())
@@ -98,14 +95,10 @@ def test_random_chain_streamed_from_l3_bit_exact(tmp_path, monkeypatch, case):
     mb, fraction, target = case
     path = tmp_path / "chain.tflite"
     mb.save(path)
-    whole = deploy(path, Options(patch="off", target=target, l1=1 << 30))
-    tiled = [g for g, _ in whole.tilings.values()]
-    low = max(minimum_l1(g) for g in tiled)
-    high = max(g.l1_bytes(g.out_h, g.out_w, g.out_c) for g in tiled)
-    l1 = int(low + fraction * max(high - low, 0))
+    l1 = l1_between(path, target, fraction)
     base = dict(target=target, l1=l1, l3=1 << 24, time_limit_s=1.0, patch="off")
-    flash = _need(path, Options(**base, flash=1)) if target == "host" else None
-    sram = _need(path, Options(**base, flash=flash, sram=1))
+    flash = reported_need(path, Options(**base, flash=1)) if target == "host" else None
+    sram = reported_need(path, Options(**base, flash=flash, sram=1))
     dep = deploy(path, Options(**base, flash=flash, sram=sram))
     assert sram is None or dep.memory["sram_bytes"] <= sram
     if dep.l3 is not None and target == "gap8":
