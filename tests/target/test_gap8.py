@@ -74,6 +74,20 @@ def test_gap8_emulated_bit_exact(rel, l1):
 
 
 @pytest.mark.parametrize("rel", INT8_MODELS)
+def test_gap8_smallest_l1_with_whole_input_channels(rel):
+    """Where the smallest L1 has too many tiles to emulate, the emulation still runs the model at
+    its tightest tiling that keeps all input channels together (the floor before channel splits)."""
+    from solver.tiling import minimum_l1
+    dep = gap8(rel, smallest_l1(shared_model(rel), "gap8"))
+    if sum(t.tiles for _, t in dep.tilings.values()) <= EMULATED_TILES:
+        pytest.skip("the smallest L1 itself runs in test_gap8_emulated_bit_exact")
+    l1 = max(minimum_l1(g, split_input_channels=False) for g, _ in dep.tilings.values())
+    dep = gap8(rel, l1)
+    assert all(t.l1_bytes <= l1 for _, t in dep.tilings.values())
+    assert_bit_exact(shared_model(rel), dep, emulated(dep), [random_inputs(dep.graph, 5)])
+
+
+@pytest.mark.parametrize("rel", INT8_MODELS)
 def test_gap8_under_thread_sanitizer(rel, monkeypatch):
     """The team fork, barriers and DMA waits leave no data race between the cores."""
     monkeypatch.setenv("TSAN_OPTIONS", "halt_on_error=1")
