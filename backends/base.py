@@ -19,9 +19,9 @@ class Backend:
     weights_in_sram: bool = False  # resident weights and code live in L2 (loaded there at boot)
     l3_init: str = ""  # prototype of the start-up call an engine using L3 needs on this target
     alignment: int = 16
-    runs_on_host: bool = False
+    runs_on_host: bool = False  # its engines can be built with this machine's gcc and run here
     l1_attribute: str = ""  # placed before the L1 buffer's declaration (e.g. a section macro)
-    engine_note: str = ""  # how to call the engine on this target, for the engine's header comment  # its engines can be built with this machine's gcc and run here
+    engine_note: str = ""  # how to call the engine on this target, for the engine's header comment
     # Tiling: soft rules for tile shapes (solver.tiling_cpsat.add_heuristics keys) and the
     # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.
     tile_heuristics: tuple[tuple[str, int], ...] = ()
@@ -29,3 +29,13 @@ class Backend:
     # Folder under templates/ searched after template_dir: a target overrides only the
     # templates that differ (e.g. DMA, tile schedule, engine entry) and reuses the rest.
     template_fallback: str | None = None
+    # Kernel family of the untiled conv/fc layers: "plain" (portable C) or "smlad" (the Armv7E-M
+    # DSP extension: SXTAB16 + SMLAD, two MACs per instruction).
+    kernels: str = "plain"
+    # Arm Cortex-M: the core, the board QEMU emulates it on, the part's tightly-coupled memory
+    # (usable as L1 when --l1 asks for tiling) and the stack the start-up code reserves.
+    cpu: str | None = None
+    qemu_machine: str | None = None
+    tcm_bytes: int | None = None
+    stack_bytes: int = 0
+    board: bool = False  # a board preset: its SRAM and flash are the default --sram and --flash

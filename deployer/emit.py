@@ -10,6 +10,7 @@ import numpy as np
 
 from backends import Backend
 from layer_analyzer import kernels as K
+from layer_analyzer import simd
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align
 from network_parser.ir import Graph, Tensor
@@ -127,6 +128,48 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
     return ctx
 
 
+def simd_choice(graph: Graph, kern, kernel_set: str):
+    """The DSP kernel variant of a conv/fc layer under ``kernel_set`` ("plain" | "smlad")."""
+    if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)):
+        return None
+    return simd.choose(kern, graph.tensors[kern.bias].data if kern.bias >= 0 else None)
+
+
+def _simd_context(kern, k: int, sym: _Symbols, s) -> dict:
+    """The packed weights and the per-lane arrays (padded to whole passes of 4 channels) of a
+    layer run by the DSP kernels."""
+    graph = sym.graph
+    fc = isinstance(kern, K.FullyConnected)
+    channels = kern.units if fc else kern.out_c
+    lanes = s.groups * simd.LANES
+
+    def padded(values, fill, dtype):
+        v = np.full(lanes, fill, dtype)
+        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
+        return v
+
+    w = graph.tensors[kern.weights].data
+    packed = simd.pack_depthwise(w, s) if s.variant == "depthwise" else simd.pack_rows(w, s)
+    off = kern.input_offset & 0xFFFF
+    ctx = dict(macro="depthwise" if s.variant == "depthwise" else ("fc_rows" if fc else "conv_rows"),
+               kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
+               chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows, fast_requant=s.fast_requant,
+               out_c=channels, oc_tail=channels % simd.LANES, off2=c_int(np.int32(np.uint32(off | off << 16))),
+               wq=sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True),
+               bias=sym.array(f"op{k}_bias_lanes", "int32_t", padded(graph.tensors[kern.bias].data, 0, np.int32))
+               if kern.bias >= 0 else None)
+    if fc:
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
+    else:
+        ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32))
+        if s.fast_requant:  # fx_rq takes the addend's high word 2^(e - 2) and e - 1, e the right shift
+            ctx["rq_hi"] = sym.array(f"op{k}_round_hi", "int32_t", padded([1 << (-v - 2) for v in kern.shift], 1, np.int32))
+            ctx["rq_e1"] = sym.array(f"op{k}_shift_less_1", "int8_t", padded([-v - 1 for v in kern.shift], 1, np.int8))
+        else:
+            ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8))
+    return ctx
+
+
 def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool) -> dict:
     """Template values beyond the kernel record itself, per kernel kind."""
     match kern:
@@ -239,9 +282,10 @@ def _stage_context(patch, layers: list[dict]) -> dict:
 
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
            planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
-           l3=None, patch=None) -> Rendered:
+           l3=None, patch=None, kernel_set: str = "plain") -> Rendered:
     """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
-    ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there."""
+    ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there;
+    ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels."""
     tilings = tilings or {}
     ident = c_identifier(graph.name)
     macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
@@ -290,7 +334,17 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
         streams_w = l3 is not None and k in l3.weights
-        L.update(_extra_context(kern, k, sym, data, streams_w))
+        s_choice = None
+        if k not in tilings and not streams_w and not (patch is not None and k in patch.layers):
+            s_choice = simd_choice(graph, kern, kernel_set)
+            if k in in_place and (s_choice is None or s_choice.variant != "depthwise"
+                                  or in_place[k].scratch_bytes < simd.LANES * kern.out_h * kern.out_w):
+                s_choice = None  # in place with a one-channel plane: the plain kernel
+        if s_choice is not None:
+            L["simd"] = _simd_context(kern, k, sym, s_choice)
+        else:
+            L["simd"] = None
+            L.update(_extra_context(kern, k, sym, data, streams_w))
         L["tiling"] = None
         if k in tilings:
             slab = None
@@ -320,7 +374,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
                l1_attribute=backend.l1_attribute, engine_note=backend.engine_note,
-               l3_init=backend.l3_init,
+               l3_init=backend.l3_init, simd=any(L["simd"] for L in layers),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
@@ -334,18 +388,36 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     files = {out: env.get_template(tpl).render(ctx) for tpl, out in names.items()}
     if l3 is not None and l3.image_bytes:
         files[f"{ident}_l3_weights.bin"] = l3.image(graph, kernels)  # to store at L3 address 0
+    if backend.qemu_machine:
+        files.update(qemu_files(env, backend, ident))
     return Rendered(files)
 
 
-def constant_bytes(graph: Graph, kernels) -> int:
-    """Bytes of .rodata the engine holds: weights, biases, requantization arrays."""
+QEMU_BOARD_MEMORY = 4 * 1024 * 1024  # mps2 boards: 4 MiB of SSRAM as flash, 4 MiB as RAM
+
+
+def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[str, str]:
+    """The qemu/ folder: start-up, linker script, semihosting, harness and Makefile that build
+    the engine for the core's QEMU board and run it there before flashing."""
+    ctx = dict(ident=ident, machine=backend.qemu_machine, cflags=" ".join(backend.cflags),
+               flash_bytes=QEMU_BOARD_MEMORY, ram_bytes=QEMU_BOARD_MEMORY, stack_bytes=backend.stack_bytes)
+    names = ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")
+    return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
+
+
+def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain") -> int:
+    """Bytes of .rodata the engine holds: weights (in their kernel's layout), biases,
+    requantization arrays. With DSP kernels every layer that may use them is counted packed
+    (a tiled layer keeps its int8 weights: then this is an upper bound)."""
     seen: set[int] = set()
     total = 0
     for layer, kern in zip(graph.layers, kernels):
+        s = simd_choice(graph, kern, kernel_set)
         for t in layer.inputs:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)
-                total += graph.tensors[t].nbytes
+                n = graph.tensors[t].nbytes
+                total += simd.packed_bytes(kern, s, n) if s is not None and t == kern.weights else n
         if isinstance(kern, K.Conv):
             total += 5 * len(kern.multiplier)
         elif isinstance(kern, K.FullyConnected):

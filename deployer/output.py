@@ -33,6 +33,7 @@ def write_output(files: dict[str, str | bytes], out_dir: Path, force: bool = Fal
     try:
         tmp.mkdir()
         for name, text in sorted(files.items()):
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(text if isinstance(text, bytes) else text.encode())
         if out_dir.exists():
             out_dir.rename(old)

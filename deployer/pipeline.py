@@ -7,6 +7,7 @@ from pathlib import Path
 
 from backends import BACKENDS, Backend
 from layer_analyzer import kernels as K
+from layer_analyzer import simd
 from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
 from network_parser.ir import Graph
 from network_parser.inplace import plan_in_place
@@ -44,6 +45,16 @@ class Options:
     max_overhead: float = 0.2  # MACs a patch split may recompute, as a share of the network's
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
+    kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
+
+
+def kernel_set(options: Options, backend: Backend) -> str:
+    """The kernel family the engine's untiled conv/fc layers use."""
+    chosen = backend.kernels if options.kernels == "auto" else options.kernels
+    if chosen == "smlad" and backend.kernels != "smlad":
+        raise UsageError(f"--kernels smlad needs an Armv7E-M target (cortex-m4, cortex-m7 or a board "
+                         f"preset), not '{backend.name}'")
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -119,11 +130,17 @@ def code_estimate(graph: Graph) -> int:
     return CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * len(graph.layers)
 
 
-def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: L3Layout | None = None) -> dict:
+def lanes(options: Options) -> int:
+    """Channels the depthwise kernels compute at once (an in-place layer's scratch plane holds that many)."""
+    return simd.LANES if kernel_set(options, BACKENDS[options.target]) == "smlad" else 1
+
+
+def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: L3Layout | None = None,
+                  kernels_used: str = "plain") -> dict:
     """Bytes per memory. Resident weights count to flash, and to SRAM too on parts that run
     from L2 (the boot loader copies the image there); streamed weights count to L3 only."""
     streamed = l3.image_bytes if l3 else 0
-    weights = emit.constant_bytes(graph, kernels) - sum(graph.tensors[kernels[k].weights].nbytes
+    weights = emit.constant_bytes(graph, kernels, kernels_used) - sum(graph.tensors[kernels[k].weights].nbytes
                                                         for k in (l3.weights if l3 else ()))
     code = code_estimate(graph)
     sram = plan.peak + (weights + code if backend.weights_in_sram else 0)
@@ -149,7 +166,7 @@ def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | Non
     MACs it recomputes."""
     if options.patch == "off":
         return None
-    lives = lifetimes(graph, plan_in_place(graph, options.in_place))
+    lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
     if options.patch != "auto":
         return forced_plan(graph, kernels, lives, parse_patch(options.patch))
     choice = plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
@@ -197,6 +214,12 @@ def deploy(model: Path, options: Options) -> Deployment:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
     options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
     options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
+    if backend.board:  # a board's memories are its default budgets
+        options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
+    if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
+        raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
+                         f"of {backend.name}")
+    kernels_used = kernel_set(options, backend)
     if options.l3 is not None and options.l1 is None:
         raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
     graph = read_model(Path(model))
@@ -205,7 +228,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
-                        tilings, options.l1, l3, patch).files
+                        tilings, options.l1, l3, patch, kernels_used).files
     files["manifest.json"] = json.dumps(
         build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3, patch),
         indent=2, sort_keys=False) + "\n"
@@ -227,12 +250,13 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
         # A tiled layer with a halo must not overwrite its input; elementwise tiles have none;
         # a patch stage keeps every tensor it reads.
         reuses = plan_in_place(graph, options.in_place,
-                               keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | stage)
+                               keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | stage,
+                               lanes=lanes(options))
         lives = lifetimes(graph, reuses)
         if patch is not None:
             lives = patch_lifetimes(lives, patch)
         l3, lives, plan, offsets = place_and_plan(graph, kernels, lives, tilings, options, backend)
-        memory = memory_report(graph, kernels, plan, backend, l3)
+        memory = memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend))
         return patch, tilings, reuses, l3, lives, plan, offsets, memory
 
     result = attempt(options.sram)
@@ -268,7 +292,8 @@ def place_and_plan(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, 
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
         plan, offsets = plan_level(l2, options, backend)
-        return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3)["sram_bytes"]
+        return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3,
+                                                      kernel_set(options, backend))["sram_bytes"]
 
     result, need = attempt(options.sram)
     if options.l3 is None or options.sram is None or need <= options.sram:

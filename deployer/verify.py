@@ -49,6 +49,7 @@ def files_digest(files: dict):
 
 def write_files(files: dict, folder: Path) -> None:
     for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(as_bytes(data))
 
 
@@ -80,7 +81,7 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
     try:
         write_files(dep.files, tmp)
-        sources = [str(tmp / n) for n in dep.files if n.endswith(".c")] + [str(HARNESS), *map(str, extra_sources)]
+        sources = [str(tmp / n) for n in dep.files if n.endswith(".c") and "/" not in n] + [str(HARNESS), *map(str, extra_sources)]
         cmd = [cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

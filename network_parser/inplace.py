@@ -1,6 +1,6 @@
 """In-place rules: which layer outputs may reuse the bytes of an input, and at what scratch cost.
 
-Each rule is a small named function ``(graph, position, dies_here) -> Reuse | None``;
+Each rule is a small named function ``(graph, position, dies_here, lanes) -> Reuse | None``;
 ``RULES`` is tried in order for every layer. ``dies_here(t)`` says whether the
 bytes of tensor t (with everything already aliased to them) are read for the
 last time by this layer, so overwriting them loses nothing.
@@ -26,7 +26,7 @@ class Reuse:
     scratch_bytes: int = 0  # temporary buffer the in-place kernel needs during the layer
 
 
-def zero_copy_reshape(graph: Graph, k: int, dies_here) -> Reuse | None:
+def zero_copy_reshape(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
     """RESHAPE/SQUEEZE only reinterpret bytes: the output is the input (always legal: nobody writes either)."""
     layer = graph.layers[k]
     src = layer.inputs[0]
@@ -35,7 +35,7 @@ def zero_copy_reshape(graph: Graph, k: int, dies_here) -> Reuse | None:
     return None
 
 
-def elementwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
+def elementwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
     """ADD/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
     layer = graph.layers[k]
     if layer.op not in ("ADD", "MUL", *UNARY_ELEMENTWISE):
@@ -49,9 +49,10 @@ def elementwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
     return None
 
 
-def depthwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
-    """Depthwise conv over an input that dies here (MCUNetV2, any stride): each channel is
-    computed into a one-channel scratch plane, then written over that channel of the input
+def depthwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
+    """Depthwise conv over an input that dies here (MCUNetV2, any stride): each channel (or group
+    of ``lanes`` channels, for kernels computing that many at once when the channels divide
+    evenly) is computed into a scratch plane, then written over those channels of the input
     (output pixel p, channel c sits at byte p*C + c, which held input channel c: already
     consumed, and no other output channel reads it). The output must not outgrow the input."""
     layer = graph.layers[k]
@@ -62,10 +63,11 @@ def depthwise_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
     if (a.depth_multiplier != 1 or len(x.shape) != 4 or x.shape[0] != 1 or x.shape[3] < 2
             or y.shape[3] != x.shape[3] or y.nbytes > x.nbytes or not dies_here(src)):
         return None
-    return Reuse("depthwise-in-place", k, layer.outputs[0], src, scratch_bytes=y.shape[1] * y.shape[2])
+    group = lanes if y.shape[3] % lanes == 0 else 1
+    return Reuse("depthwise-in-place", k, layer.outputs[0], src, scratch_bytes=y.shape[1] * y.shape[2] * group)
 
 
-def convert_in_place(graph: Graph, k: int, dies_here) -> Reuse | None:
+def convert_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
     """QUANTIZE float32 -> int8 and DEQUANTIZE int8 -> float32 over an input that dies here: the
     kernels walk so that every element is read before its bytes are overwritten (QUANTIZE
     forwards: int8 element i sits in bytes float element i already left; DEQUANTIZE backwards)."""
@@ -85,7 +87,7 @@ RULES: list[tuple[str, Callable]] = [
 ]
 
 
-def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset()) -> tuple[Reuse, ...]:
+def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset(), lanes: int = 1) -> tuple[Reuse, ...]:
     """Apply the rules layer by layer; only zero-copy reshapes when ``enabled`` is False.
     Layers in ``keep`` (run tile by tile from L1) never overwrite their input: a later tile's
     halo would read rows an earlier tile already replaced."""
@@ -118,7 +120,7 @@ def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset
         def dies_here(t: int, k=k) -> bool:
             return last_of(t) == k
         for _, rule in rules:
-            r = rule(graph, k, dies_here)
+            r = rule(graph, k, dies_here, lanes)
             if r is not None:
                 src_root = root(r.input)
                 group_last[src_root] = max(last_of(r.input), last_read.get(r.output, k))

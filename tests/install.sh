@@ -9,6 +9,11 @@ command -v cmake >/dev/null || missing+=(cmake)  # the CMake drop-in library tes
 for pkg in gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
+# Cortex-M targets (tests/target/test_cortexm.py): the Arm cross compiler, newlib's headers,
+# QEMU's Arm boards, and make for the engines' qemu/ folders
+for pkg in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm make; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q && apt-get install -y -q "${missing[@]}"
 fi

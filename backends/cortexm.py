@@ -1,0 +1,49 @@
+"""Arm Cortex-M4 and M7 (Armv7E-M with the DSP extension), as generic cores and as board
+presets with their memories. Engines are built with arm-none-eabi-gcc for the hard-float ABI;
+the int8 conv and fc layers use SMLAD kernels (two MACs per instruction). Each core has a
+QEMU board it runs on before flashing: mps2-an386 (M4) and mps2-an500 (M7)."""
+from dataclasses import replace
+
+from .base import Backend
+
+K = 1024
+WARNINGS = ("-Wall", "-Wextra", "-Werror")
+COMMON = ("-mthumb", "-mfloat-abi=hard", "-std=c99", "-ffreestanding", "-O2", "-ffunction-sections",
+          "-fdata-sections", *WARNINGS)
+
+CORTEX_M4 = Backend(
+    name="cortex-m4",
+    description="Arm Cortex-M4F (DSP extension, single-precision FPU), SMLAD kernels; QEMU mps2-an386",
+    template_dir="cortexm",
+    template_fallback="host",
+    cc="arm-none-eabi-gcc",
+    cflags=("-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", *COMMON),
+    kernels="smlad",
+    cpu="cortex-m4",
+    qemu_machine="mps2-an386",
+    stack_bytes=4 * K,
+    alignment=16,
+    engine_note="Call inference_run() from a thread or the main loop (no interrupts are used).",
+)
+
+CORTEX_M7 = replace(
+    CORTEX_M4,
+    name="cortex-m7",
+    description="Arm Cortex-M7 (DSP extension, double-precision FPU), SMLAD kernels; QEMU mps2-an500",
+    cflags=("-mcpu=cortex-m7", "-mfpu=fpv5-d16", *COMMON),
+    cpu="cortex-m7",
+    qemu_machine="mps2-an500",
+)
+
+# Board presets: the core plus the part's memories (the defaults of --sram and --flash).
+STM32F446 = replace(CORTEX_M4, name="stm32f446", board=True, sram_bytes=128 * K, flash_bytes=512 * K,
+                    description="ST STM32F446 (Cortex-M4F, 180 MHz): 128 KiB SRAM, 512 KiB flash")
+NRF52840 = replace(CORTEX_M4, name="nrf52840", board=True, sram_bytes=256 * K, flash_bytes=1024 * K,
+                   description="Nordic nRF52840 (Cortex-M4F, 64 MHz): 256 KiB RAM, 1 MiB flash")
+STM32H743 = replace(
+    CORTEX_M7, name="stm32h743", board=True, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
+    # With --l1 the L1 tiles are staged in the DTCM (the linker script's .dtcm section).
+    l1_attribute='__attribute__((section(".dtcm"))) ',
+    description="ST STM32H743 (Cortex-M7, 480 MHz): 512 KiB AXI SRAM, 128 KiB DTCM as L1 (--l1), 2 MiB flash")
+
+CORTEX_M = (CORTEX_M4, CORTEX_M7, STM32F446, STM32H743, NRF52840)

