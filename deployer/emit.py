@@ -135,7 +135,7 @@ def simd_choice(graph: Graph, kern, kernel_set: str):
     return simd.choose(kern, graph.tensors[kern.bias].data if kern.bias >= 0 else None)
 
 
-def _simd_context(kern, k: int, sym: _Symbols, s) -> dict:
+def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dict:
     """The packed weights and the per-lane arrays (padded to whole passes of 4 channels) of a
     layer run by the DSP kernels."""
     graph = sym.graph
@@ -153,17 +153,35 @@ def _simd_context(kern, k: int, sym: _Symbols, s) -> dict:
     off = kern.input_offset & 0xFFFF
     ctx = dict(macro="depthwise" if s.variant == "depthwise" else ("fc_rows" if fc else "conv_rows"),
                kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
-               chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows, fast_requant=s.fast_requant,
+               chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows,
+               # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
+               odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1), fast_requant=s.fast_requant,
                out_c=channels, oc_tail=channels % simd.LANES, off2=c_int(np.int32(np.uint32(off | off << 16))),
                wq=sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True),
                bias=sym.array(f"op{k}_bias_lanes", "int32_t", padded(graph.tensors[kern.bias].data, 0, np.int32))
                if kern.bias >= 0 else None)
+    if s.variant == "depthwise":  # the (first, last + 1) taps of every window's columns, widest first
+        cuts = set()
+        for ox in range(kern.out_w):
+            ix0 = ox * kern.stride_w - kern.pad_l
+            cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
+        ctx["column_cuts"] = sorted(cuts, key=lambda c: (c[0] - c[1], c))
+        oy0, oy1, ox0, ox1 = simd.interior(kern)
+        ctx.update(interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1), borders=simd.border_rectangles(kern))
+        if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
+            ctx.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, out_pixel="plane + (oy * "
+                       f"{kern.out_w} + ox) * 4")
+        else:
+            ctx.update(out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
+                       out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")
     if fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
     else:
         ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32))
         if s.fast_requant:  # fx_rq takes the addend's high word 2^(e - 2) and e - 1, e the right shift
-            ctx["rq_hi"] = sym.array(f"op{k}_round_hi", "int32_t", padded([1 << (-v - 2) for v in kern.shift], 1, np.int32))
+            zp = kern.output_offset
+            ctx["rq_hi"] = sym.array(f"op{k}_addend_hi", "int32_t",
+                                     padded([(1 << (-v - 2)) + zp * (1 << (-v - 1)) for v in kern.shift], 1, np.int32))
             ctx["rq_e1"] = sym.array(f"op{k}_shift_less_1", "int8_t", padded([-v - 1 for v in kern.shift], 1, np.int8))
         else:
             ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8))
@@ -341,7 +359,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                                   or in_place[k].scratch_bytes < simd.LANES * kern.out_h * kern.out_w):
                 s_choice = None  # in place with a one-channel plane: the plain kernel
         if s_choice is not None:
-            L["simd"] = _simd_context(kern, k, sym, s_choice)
+            L["simd"] = _simd_context(kern, k, sym, s_choice, k in in_place)
         else:
             L["simd"] = None
             L.update(_extra_context(kern, k, sym, data, streams_w))

@@ -34,9 +34,10 @@ def _pair(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _rq_fast(kern: K.Conv, bias: np.ndarray | None, taps: int) -> bool:
-    """The short requantization (fx_rq) equals fx_mbqm when every channel shifts right by 2 to
-    31 bits and no accumulator can reach 2^30 (|x + offset| <= 255, |w| <= 128)."""
-    if any(not -31 <= s <= -2 for s in kern.shift):
+    """The short requantization (fx_rq) equals fx_mbqm plus the zero point when every channel
+    shifts right by 2 to 22 bits (the zero point times 2^(e - 1) stays far from 2^31) and no
+    accumulator can reach 2^30 (|x + offset| <= 255, |w| <= 128)."""
+    if any(not -22 <= s <= -2 for s in kern.shift):
         return False
     bound = (0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))) + taps * 255 * 128
     return bound < (1 << 30)
@@ -50,7 +51,7 @@ def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
     if not isinstance(kern, K.Conv) or kern.dil_h != 1 or kern.dil_w != 1:
         return None
     if kern.depthwise:
-        if kern.depth_multiplier != 1 or kern.in_c % LANES:
+        if kern.depth_multiplier != 1 or kern.in_c % LANES or kern.batch != 1:
             return None
         return SimdConv("depthwise", kern.in_c // LANES, 0, 0, False, _rq_fast(kern, bias, kern.k_h * kern.k_w))
     row = kern.k_w * kern.in_c
@@ -62,6 +63,27 @@ def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
         return None
     return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), pad_rows,
                     _rq_fast(kern, bias, row * kern.k_h))
+
+
+def interior(kern: K.Conv) -> tuple[int, int, int, int]:
+    """Output rows [oy0, oy1) and columns [ox0, ox1) whose whole window lies inside the input."""
+    def span(pad, stride, k, n_in, n_out):
+        lo = -(-pad // stride)
+        hi = (n_in - k + pad) // stride + 1 if n_in + pad >= k else 0
+        lo, hi = min(max(lo, 0), n_out), min(max(hi, 0), n_out)
+        return (lo, max(lo, hi))
+    return (*span(kern.pad_t, kern.stride_h, kern.k_h, kern.in_h, kern.out_h),
+            *span(kern.pad_l, kern.stride_w, kern.k_w, kern.in_w, kern.out_w))
+
+
+def border_rectangles(kern: K.Conv) -> list[tuple[int, int, int, int]]:
+    """The output pixels outside ``interior`` as up to four rectangles (oy0, oy1, ox0, ox1)."""
+    oy0, oy1, ox0, ox1 = interior(kern)
+    if oy0 == oy1 or ox0 == ox1:
+        return [(0, kern.out_h, 0, kern.out_w)]
+    rects = [(0, oy0, 0, kern.out_w), (oy1, kern.out_h, 0, kern.out_w),
+             (oy0, oy1, 0, ox0), (oy0, oy1, ox1, kern.out_w)]
+    return [r for r in rects if r[0] < r[1] and r[2] < r[3]]
 
 
 def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
