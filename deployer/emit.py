@@ -151,15 +151,20 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
     w = graph.tensors[kern.weights].data
     packed = simd.pack_depthwise(w, s) if s.variant == "depthwise" else simd.pack_rows(w, s)
     off = kern.input_offset & 0xFFFF
-    ctx = dict(macro="depthwise" if s.variant == "depthwise" else ("fc_rows" if fc else "conv_rows"),
+    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise"}.get(s.variant, "fc_rows" if fc else "conv_rows"),
                kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
                chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows,
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
-               odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1), fast_requant=s.fast_requant,
+               fold_zp=s.fold_zp, odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1), fast_requant=s.fast_requant,
                out_c=channels, oc_tail=channels % simd.LANES, off2=c_int(np.int32(np.uint32(off | off << 16))),
                wq=sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True),
-               bias=sym.array(f"op{k}_bias_lanes", "int32_t", padded(graph.tensors[kern.bias].data, 0, np.int32))
-               if kern.bias >= 0 else None)
+               bias=None)
+    if s.variant == "pointwise":  # sums x * w: the input offset's share joins the bias (mod 2^32)
+        bias = simd.folded_bias(kern, graph.tensors[kern.bias].data if kern.bias >= 0 else None, w)
+        wrapped = ((bias + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+        ctx["bias"] = sym.array(f"op{k}_bias_folded", "int32_t", padded(wrapped, 0, np.int32))
+    elif kern.bias >= 0:
+        ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", padded(graph.tensors[kern.bias].data, 0, np.int32))
     if s.variant == "depthwise":  # the (first, last + 1) taps of every window's columns, widest first
         cuts = set()
         for ox in range(kern.out_w):
@@ -178,11 +183,12 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
     else:
         ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32))
-        if s.fast_requant:  # fx_rq takes the addend's high word 2^(e - 2) and e - 1, e the right shift
-            zp = kern.output_offset
+        if s.fast_requant:  # fx_rq takes the addend's high word and e - 1, e the right shift
+            e = simd.right_shifts(kern)
+            zp = kern.output_offset if s.fold_zp else 0
             ctx["rq_hi"] = sym.array(f"op{k}_addend_hi", "int32_t",
-                                     padded([(1 << (-v - 2)) + zp * (1 << (-v - 1)) for v in kern.shift], 1, np.int32))
-            ctx["rq_e1"] = sym.array(f"op{k}_shift_less_1", "int8_t", padded([-v - 1 for v in kern.shift], 1, np.int8))
+                                     padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32))
+            ctx["rq_e1"] = sym.array(f"op{k}_shift_less_1", "int8_t", padded([v - 1 for v in e], 1, np.int8))
         else:
             ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8))
     return ctx

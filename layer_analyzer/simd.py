@@ -20,12 +20,13 @@ PAD_ROWS_LIMIT = 1024  # bytes of stack a border pixel's padded window may take
 @dataclass(frozen=True, slots=True)
 class SimdConv:
     """How one conv or fc layer runs on the DSP kernels."""
-    variant: str  # "rows" (conv and fc: dot products along kernel rows) | "depthwise"
+    variant: str  # "pointwise" (1x1 conv and fc, steps of 4 inputs) | "rows" (dot products along kernel rows) | "depthwise"
     groups: int  # passes of LANES output channels
     row: int  # rows: int8 values per kernel row (k_w * in_c; in_features for fc)
     row_words: int  # rows: packed weight words per kernel row of one group
     pad_rows: bool  # rows: border pixels copy their window into a padded buffer first
-    fast_requant: bool  # every channel shifts right only and accumulators stay below 2^30
+    fast_requant: bool  # every channel shifts right by 2..31 bits and accumulators stay below 2^30
+    fold_zp: bool  # ... by at most 22 bits: the output zero point joins the requantization addend
 
 
 def _pair(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -33,28 +34,38 @@ def _pair(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return (lo.astype(np.int64) & 0xFFFF | (hi.astype(np.int64) & 0xFFFF) << 16).astype(np.uint32)
 
 
-def _rq_fast(kern: K.Conv, bias: np.ndarray | None, taps: int) -> bool:
-    """The short requantization (fx_rq) equals fx_mbqm plus the zero point when every channel
-    shifts right by 2 to 22 bits (the zero point times 2^(e - 1) stays far from 2^31) and no
-    accumulator can reach 2^30 (|x + offset| <= 255, |w| <= 128)."""
-    if any(not -22 <= s <= -2 for s in kern.shift):
-        return False
-    bound = (0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))) + taps * 255 * 128
-    return bound < (1 << 30)
+def right_shifts(kern: K.Conv) -> list[int]:
+    """Each channel's right shift for fx_rq. A channel with multiplier 0 (pruned) always gives
+    the zero point, which fx_rq also gives for any shift: it takes 2."""
+    return [2 if m == 0 else -sh for m, sh in zip(kern.multiplier, kern.shift)]
+
+
+def _rq_fast(kern: K.Conv) -> tuple[bool, bool]:
+    """(fast, fold_zp): the short requantization (fx_rq) equals fx_mbqm for every int32
+    accumulator when every channel shifts right by 2 to 31 bits; the zero point joins its
+    addend when no shift exceeds 22 bits (the zero point times 2^(e - 1) then stays far from
+    2^31). tests/unit/test_simd.py checks both against the reference arithmetic."""
+    e = right_shifts(kern)
+    fast = all(2 <= v <= 31 for v in e)
+    return fast, fast and max(e) <= 22
 
 
 def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
     """The DSP variant for a lowered conv/fc kernel, or None where only the plain C applies."""
     if isinstance(kern, K.FullyConnected):
         n = kern.in_features
-        return SimdConv("rows", -(-kern.units // LANES), n, 8 * (n // 4) + 2 * (n % 4), False, False)
+        if n % 4:
+            return None
+        return SimdConv("pointwise", -(-kern.units // LANES), n, 2 * n, False, False, False)
     if not isinstance(kern, K.Conv) or kern.dil_h != 1 or kern.dil_w != 1:
         return None
     if kern.depthwise:
         if kern.depth_multiplier != 1 or kern.in_c % LANES or kern.batch != 1:
             return None
-        return SimdConv("depthwise", kern.in_c // LANES, 0, 0, False, _rq_fast(kern, bias, kern.k_h * kern.k_w))
+        return SimdConv("depthwise", kern.in_c // LANES, 0, 0, False, *_rq_fast(kern))
     row = kern.k_w * kern.in_c
+    if kern.k_h == kern.k_w == 1 and kern.pad_t == kern.pad_l == 0 and kern.in_c % 4 == 0:
+        return SimdConv("pointwise", -(-kern.out_c // LANES), row, 2 * row, False, *_rq_fast(kern))
     # Rows outside the input are skipped; a window cut at the left or right border reads its
     # row from a padded copy, unless whole channel words keep the row's chunks aligned.
     border = kern.pad_l > 0 or (kern.out_w - 1) * kern.stride_w - kern.pad_l + kern.k_w > kern.in_w
@@ -62,7 +73,14 @@ def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
     if pad_rows and kern.k_h * row > PAD_ROWS_LIMIT:
         return None
     return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), pad_rows,
-                    _rq_fast(kern, bias, row * kern.k_h))
+                    *_rq_fast(kern))
+
+
+def folded_bias(kern, bias: np.ndarray | None, weights: np.ndarray) -> np.ndarray:
+    """bias + input_offset * (sum of each output channel's weights): the pointwise kernels sum
+    x * w, not (x + offset) * w (int32 arithmetic wraps alike, so the final sum is the same)."""
+    base = 0 if bias is None else bias.astype(np.int64)
+    return base + kern.input_offset * weights.reshape(weights.shape[0], -1).astype(np.int64).sum(1)
 
 
 def interior(kern: K.Conv) -> tuple[int, int, int, int]:
