@@ -141,57 +141,71 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
     graph = sym.graph
     fc = isinstance(kern, K.FullyConnected)
     channels = kern.units if fc else kern.out_c
-    lanes = s.groups * simd.LANES
 
     def padded(values, fill, dtype):
-        v = np.full(lanes, fill, dtype)
+        v = np.full(s.groups * simd.LANES, fill, dtype)
         v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
         return v
 
     w = graph.tensors[kern.weights].data
+    bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
     packed = simd.pack_depthwise(w, s) if s.variant == "depthwise" else simd.pack_rows(w, s)
     off = kern.input_offset & 0xFFFF
-    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise"}.get(s.variant, "fc_rows" if fc else "conv_rows"),
+    stream = s.variant in ("pointwise", "im2col")
+    rq = None  # fx_rq's per-lane multipliers, addend high words and shifts less one
+    if s.fast_requant:
+        e = simd.right_shifts(kern)
+        zp = kern.output_offset if s.fold_zp else 0
+        rq = (padded(kern.multiplier, 0, np.int32),
+              padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
+              padded([v - 1 for v in e], 1, np.int8))
+    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col"}.get(
+                   s.variant, "fc_rows" if fc else "conv_rows"),
                kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
-               chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows,
+               chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows, fast_requant=s.fast_requant,
+               fold_zp=s.fold_zp, out_c=channels, oc_tail=channels % simd.LANES,
+               off2=c_int(np.int32(np.uint32(off | off << 16))),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
-               fold_zp=s.fold_zp, odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1), fast_requant=s.fast_requant,
-               out_c=channels, oc_tail=channels % simd.LANES, off2=c_int(np.int32(np.uint32(off | off << 16))),
-               wq=sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True),
-               bias=None)
-    if s.variant == "pointwise":  # sums x * w: the input offset's share joins the bias (mod 2^32)
-        bias = simd.folded_bias(kern, graph.tensors[kern.bias].data if kern.bias >= 0 else None, w)
-        wrapped = ((bias + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
-        ctx["bias"] = sym.array(f"op{k}_bias_folded", "int32_t", padded(wrapped, 0, np.int32))
-    elif kern.bias >= 0:
-        ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", padded(graph.tensors[kern.bias].data, 0, np.int32))
-    if s.variant == "depthwise":  # the (first, last + 1) taps of every window's columns, widest first
-        cuts = set()
-        for ox in range(kern.out_w):
-            ix0 = ox * kern.stride_w - kern.pad_l
-            cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
-        ctx["column_cuts"] = sorted(cuts, key=lambda c: (c[0] - c[1], c))
+               odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
+               stream=stream, stream_rq=stream and rq is not None, bias=None)
+    if stream:  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
+        folded = simd.folded_bias(kern, bias, w)
+        folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t",
+                              simd.pack_stream(packed, padded(folded, 0, np.int32), rq, s), aligned=True)
+    else:
+        ctx["wq"] = sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True)
+        if bias is not None:
+            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", padded(bias, 0, np.int32))
+    if s.variant in ("depthwise", "im2col"):
         oy0, oy1, ox0, ox1 = simd.interior(kern)
-        ctx.update(interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1), borders=simd.border_rectangles(kern))
-        if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
-            ctx.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, out_pixel="plane + (oy * "
-                       f"{kern.out_w} + ox) * 4")
-        else:
-            ctx.update(out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
-                       out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")
+        ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
+    if s.variant == "depthwise":
+        ctx.update(_depthwise_context(kern, in_place))
     if fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
-    else:
-        ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32))
-        if s.fast_requant:  # fx_rq takes the addend's high word and e - 1, e the right shift
-            e = simd.right_shifts(kern)
-            zp = kern.output_offset if s.fold_zp else 0
-            ctx["rq_hi"] = sym.array(f"op{k}_addend_hi", "int32_t",
-                                     padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32))
-            ctx["rq_e1"] = sym.array(f"op{k}_shift_less_1", "int8_t", padded([v - 1 for v in e], 1, np.int8))
-        else:
-            ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8))
+    elif rq is not None and not stream:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", rq[0]),
+                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", rq[1]),
+                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", rq[2]))
+    elif rq is None:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32)),
+                   shift=sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8)))
     return ctx
+
+
+def _depthwise_context(kern, in_place: bool) -> dict:
+    """Where a depthwise layer's passes write, and the shapes of its border windows."""
+    cuts = set()  # (first, last + 1) tap of every window's columns, widest first
+    for ox in range(kern.out_w):
+        ix0 = ox * kern.stride_w - kern.pad_l
+        cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
+    ctx = dict(column_cuts=sorted(cuts, key=lambda c: (c[0] - c[1], c)), borders=simd.border_rectangles(kern))
+    if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
+        return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
+                    out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
+    return dict(ctx, out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
+                out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")
 
 
 def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool) -> dict:

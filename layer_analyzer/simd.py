@@ -15,12 +15,15 @@ from . import kernels as K
 
 LANES = 4  # output channels per pass
 PAD_ROWS_LIMIT = 1024  # bytes of stack a border pixel's padded window may take
+COLUMN_LIMIT = 1152  # bytes of stack one pixel's flattened window (im2col) may take: 3x3x128
 
 
 @dataclass(frozen=True, slots=True)
 class SimdConv:
     """How one conv or fc layer runs on the DSP kernels."""
-    variant: str  # "pointwise" (1x1 conv and fc, steps of 4 inputs) | "rows" (dot products along kernel rows) | "depthwise"
+    # "pointwise" (1x1 conv and fc: steps of 4 inputs), "im2col" (the same steps over one pixel's
+    # window, flattened on the stack), "rows" (dot products along kernel rows) or "depthwise"
+    variant: str
     groups: int  # passes of LANES output channels
     row: int  # rows: int8 values per kernel row (k_w * in_c; in_features for fc)
     row_words: int  # rows: packed weight words per kernel row of one group
@@ -66,6 +69,9 @@ def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
     row = kern.k_w * kern.in_c
     if kern.k_h == kern.k_w == 1 and kern.pad_t == kern.pad_l == 0 and kern.in_c % 4 == 0:
         return SimdConv("pointwise", -(-kern.out_c // LANES), row, 2 * row, False, *_rq_fast(kern))
+    column = -(-kern.k_h * row // 4) * 4
+    if column <= COLUMN_LIMIT:
+        return SimdConv("im2col", -(-kern.out_c // LANES), column, 2 * column, False, *_rq_fast(kern))
     # Rows outside the input are skipped; a window cut at the left or right border reads its
     # row from a padded copy, unless whole channel words keep the row's chunks aligned.
     border = kern.pad_l > 0 or (kern.out_w - 1) * kern.stride_w - kern.pad_l + kern.k_w > kern.in_w
@@ -114,7 +120,10 @@ def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
 def pack_rows(weights: np.ndarray, s: SimdConv) -> np.ndarray:
     """OHWI (or units x features) int8 weights -> words [group][ky][chunk][lane][2] then, for the
     row's last ``row % 4`` values, [group][ky][value][2] (lanes 0|1 and 2|3)."""
-    w = weights.reshape(weights.shape[0], -1, s.row).astype(np.int16)  # O, KH, row
+    w = weights.reshape(weights.shape[0], -1).astype(np.int16)
+    if s.variant == "im2col":  # one row: the whole window, zero-padded to whole steps
+        w = np.pad(w, ((0, 0), (0, s.row - w.shape[1])))
+    w = w.reshape(w.shape[0], -1, s.row)  # O, KH (1 but for "rows"), row
     g = _lanes(w, s.groups)  # G, 4, KH, row
     n4 = s.row // 4
     chunks = g[..., :4 * n4].reshape(s.groups, LANES, g.shape[2], n4, 4)
@@ -125,6 +134,19 @@ def pack_rows(weights: np.ndarray, s: SimdConv) -> np.ndarray:
     packed = np.concatenate([body, rest.reshape(s.groups, g.shape[2], -1)], -1)
     assert packed.shape[-1] == s.row_words
     return packed.reshape(-1)
+
+
+def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: SimdConv) -> np.ndarray:
+    """Per pass of 4 lanes, what it reads in order: 4 biases, its packed weights, and with
+    ``rq`` = (multipliers, addend high words, shifts less one) per lane, the 4 (multiplier,
+    high word) pairs and one word of the 4 shifts (byte j = lane j)."""
+    parts = [bias.view(np.uint32).reshape(s.groups, LANES), packed.reshape(s.groups, -1)]
+    if rq is not None:
+        mult, hi, e1 = (np.asarray(a).reshape(s.groups, LANES) for a in rq)
+        parts.append(np.stack([mult.view(np.uint32), hi.view(np.uint32)], -1).reshape(s.groups, -1))
+        parts.append(e1.astype(np.int8).view(np.uint8).astype(np.uint32) @ (1 << (8 * np.arange(LANES, dtype=np.uint32))))
+        parts[-1] = parts[-1].astype(np.uint32).reshape(s.groups, 1)
+    return np.concatenate(parts, 1).reshape(-1)
 
 
 def pack_depthwise(weights: np.ndarray, s: SimdConv) -> np.ndarray:
@@ -140,5 +162,5 @@ def packed_bytes(kern, s: SimdConv | None, weight_bytes: int) -> int:
         return weight_bytes
     if s.variant == "depthwise":
         return 4 * 2 * s.groups * kern.k_h * kern.k_w
-    k_h = 1 if isinstance(kern, K.FullyConnected) else kern.k_h
+    k_h = kern.k_h if s.variant == "rows" else 1
     return 4 * s.groups * k_h * s.row_words
