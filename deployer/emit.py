@@ -128,11 +128,11 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
     return ctx
 
 
-def simd_choice(graph: Graph, kern, kernel_set: str):
+def simd_choice(kern, kernel_set: str):
     """The DSP kernel variant of a conv/fc layer under ``kernel_set`` ("plain" | "smlad")."""
     if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)):
         return None
-    return simd.choose(kern, graph.tensors[kern.bias].data if kern.bias >= 0 else None)
+    return simd.choose(kern)
 
 
 def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dict:
@@ -159,10 +159,10 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
         rq = (padded(kern.multiplier, 0, np.int32),
               padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
               padded([v - 1 for v in e], 1, np.int8))
-    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col"}.get(
-                   s.variant, "fc_rows" if fc else "conv_rows"),
+    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
+                      "rows": "conv_rows"}[s.variant],
                kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
-               chunks=s.row // 4, rem=s.row % 4, pad_rows=s.pad_rows, fast_requant=s.fast_requant,
+               chunks=s.row // 4, rem=s.row % 4, fast_requant=s.fast_requant,
                fold_zp=s.fold_zp, out_c=channels, oc_tail=channels % simd.LANES,
                off2=c_int(np.int32(np.uint32(off | off << 16))),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
@@ -374,7 +374,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         streams_w = l3 is not None and k in l3.weights
         s_choice = None
         if k not in tilings and not streams_w and not (patch is not None and k in patch.layers):
-            s_choice = simd_choice(graph, kern, kernel_set)
+            s_choice = simd_choice(kern, kernel_set)
             if k in in_place and (s_choice is None or s_choice.variant != "depthwise"
                                   or in_place[k].scratch_bytes < simd.LANES * kern.out_h * kern.out_w):
                 s_choice = None  # in place with a one-channel plane: the plain kernel
@@ -450,7 +450,7 @@ def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain") -> int:
     seen: set[int] = set()
     total = 0
     for layer, kern in zip(graph.layers, kernels):
-        s = simd_choice(graph, kern, kernel_set)
+        s = simd_choice(kern, kernel_set)
         for t in layer.inputs:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)

@@ -14,7 +14,6 @@ import numpy as np
 from . import kernels as K
 
 LANES = 4  # output channels per pass
-PAD_ROWS_LIMIT = 1024  # bytes of stack a border pixel's padded window may take
 COLUMN_LIMIT = 1152  # bytes of stack one pixel's flattened window (im2col) may take: 3x3x128
 
 
@@ -27,7 +26,6 @@ class SimdConv:
     groups: int  # passes of LANES output channels
     row: int  # rows: int8 values per kernel row (k_w * in_c; in_features for fc)
     row_words: int  # rows: packed weight words per kernel row of one group
-    pad_rows: bool  # rows: border pixels copy their window into a padded buffer first
     fast_requant: bool  # every channel shifts right by 2..31 bits and accumulators stay below 2^30
     fold_zp: bool  # ... by at most 22 bits: the output zero point joins the requantization addend
 
@@ -53,33 +51,32 @@ def _rq_fast(kern: K.Conv) -> tuple[bool, bool]:
     return fast, fast and max(e) <= 22
 
 
-def choose(kern, bias: np.ndarray | None = None) -> SimdConv | None:
+def choose(kern) -> SimdConv | None:
     """The DSP variant for a lowered conv/fc kernel, or None where only the plain C applies."""
     if isinstance(kern, K.FullyConnected):
         n = kern.in_features
         if n % 4:
             return None
-        return SimdConv("pointwise", -(-kern.units // LANES), n, 2 * n, False, False, False)
+        return SimdConv("pointwise", -(-kern.units // LANES), n, 2 * n, False, False)
     if not isinstance(kern, K.Conv) or kern.dil_h != 1 or kern.dil_w != 1:
         return None
     if kern.depthwise:
         if kern.depth_multiplier != 1 or kern.in_c % LANES or kern.batch != 1:
             return None
-        return SimdConv("depthwise", kern.in_c // LANES, 0, 0, False, *_rq_fast(kern))
+        return SimdConv("depthwise", kern.in_c // LANES, 0, 0, *_rq_fast(kern))
     row = kern.k_w * kern.in_c
     if kern.k_h == kern.k_w == 1 and kern.pad_t == kern.pad_l == 0 and kern.in_c % 4 == 0:
-        return SimdConv("pointwise", -(-kern.out_c // LANES), row, 2 * row, False, *_rq_fast(kern))
+        return SimdConv("pointwise", -(-kern.out_c // LANES), row, 2 * row, *_rq_fast(kern))
     column = -(-kern.k_h * row // 4) * 4
     if column <= COLUMN_LIMIT:
-        return SimdConv("im2col", -(-kern.out_c // LANES), column, 2 * column, False, *_rq_fast(kern))
-    # Rows outside the input are skipped; a window cut at the left or right border reads its
-    # row from a padded copy, unless whole channel words keep the row's chunks aligned.
+        return SimdConv("im2col", -(-kern.out_c // LANES), column, 2 * column, *_rq_fast(kern))
+    # A window too large for the stack: dot products along its rows in the input. Rows outside
+    # the input are skipped; a row cut at the left or right border starts at a whole tap, which
+    # keeps its steps aligned only with whole channel words.
     border = kern.pad_l > 0 or (kern.out_w - 1) * kern.stride_w - kern.pad_l + kern.k_w > kern.in_w
-    pad_rows = kern.in_c % 4 != 0 and border
-    if pad_rows and kern.k_h * row > PAD_ROWS_LIMIT:
+    if kern.in_c % 4 and border:
         return None
-    return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), pad_rows,
-                    *_rq_fast(kern))
+    return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), *_rq_fast(kern))
 
 
 def folded_bias(kern, bias: np.ndarray | None, weights: np.ndarray) -> np.ndarray:

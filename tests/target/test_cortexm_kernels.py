@@ -1,0 +1,95 @@
+"""The SMLAD kernels alone on random shapes: small models of one kernel variant each (pointwise,
+im2col, rows, depthwise whole and in place, fully connected), built for the Cortex-M4 or M7,
+run on QEMU, equal to the numpy executor element by element."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from deployer import golden, qemu
+from deployer.emit import simd_choice
+from deployer.pipeline import Options, deploy
+from deployer.verify import random_inputs
+from network_parser.tflite_builder import ModelBuilder
+from tests.target.test_cortexm import outputs, payload
+
+pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
+                                reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
+# Every example builds and runs an engine: no shrinking (a failure reports its example as drawn).
+SETTINGS = settings(max_examples=8, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+ACTS = st.sampled_from(["NONE", "RELU", "RELU6"])
+
+
+def check(tmp_path, mb: ModelBuilder, target: str, variant: str, in_place: bool = False) -> None:
+    path = tmp_path / "model.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target=target, patch="off"))
+    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+    assert in_place == ("per tap, in place" in engine), "in place" if in_place else "not in place"
+    variants = {simd_choice(k, "smlad").variant for k in dep.kernels if simd_choice(k, "smlad") is not None}
+    assert variant in variants, f"the model exercises {variants}, not {variant}"
+    samples = [random_inputs(dep.graph, seed) for seed in range(2)]
+    run = qemu.run(qemu.build_elf(dep), b"".join(payload(dep.graph, s) for s in samples))
+    for sample, ours in zip(samples, outputs(dep.graph, run.output, len(samples))):
+        ref, _ = golden.run(dep.graph, sample, dep.kernels)
+        for a, b in zip(ours, ref):
+            assert np.array_equal(a, b.reshape(a.shape)), \
+                f"{variant} on {target}: {int((a != b.reshape(a.shape)).sum())} of {a.size} elements differ"
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 16), hw=st.integers(1, 9), in_c=st.sampled_from([4, 8, 12, 20, 64]),
+       out_c=st.integers(1, 13), stride=st.integers(1, 2), act=ACTS, per_channel=st.booleans())
+def test_pointwise(tmp_path, seed, hw, in_c, out_c, stride, act, per_channel):
+    mb = ModelBuilder(seed)
+    mb.output(mb.conv2d(mb.input((1, hw, hw, in_c)), out_c, kernel=(1, 1), stride=(stride, stride),
+                        padding="VALID", activation=act, per_channel=per_channel))
+    check(tmp_path, mb, "cortex-m4", "pointwise")
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 16), h=st.integers(2, 10), w=st.integers(2, 10), in_c=st.integers(1, 9),
+       out_c=st.integers(1, 10), k=st.tuples(st.integers(1, 4), st.integers(2, 5)), stride=st.integers(1, 2),
+       padding=st.sampled_from(["SAME", "VALID"]), act=ACTS)
+def test_im2col(tmp_path, seed, h, w, in_c, out_c, k, stride, padding, act):
+    if padding == "VALID" and (k[0] > h or k[1] > w):
+        padding = "SAME"
+    mb = ModelBuilder(seed)
+    mb.output(mb.conv2d(mb.input((1, h, w, in_c)), out_c, kernel=k, stride=(stride, stride), padding=padding,
+                        activation=act))
+    check(tmp_path, mb, "cortex-m7", "im2col")
+
+
+@settings(SETTINGS, max_examples=3)
+@given(seed=st.integers(0, 2 ** 16), hw=st.integers(3, 7), out_c=st.integers(1, 6), stride=st.integers(1, 2))
+def test_rows_for_windows_too_large_for_the_stack(tmp_path, seed, hw, out_c, stride):
+    mb = ModelBuilder(seed)
+    mb.output(mb.conv2d(mb.input((1, hw, hw, 64)), out_c, kernel=(5, 5), stride=(stride, stride), padding="SAME"))
+    check(tmp_path, mb, "cortex-m4", "rows")
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 16), h=st.integers(1, 9), w=st.integers(1, 9), groups=st.integers(1, 4),
+       k=st.tuples(st.integers(1, 5), st.integers(1, 5)), stride=st.integers(1, 2),
+       padding=st.sampled_from(["SAME", "VALID"]), act=ACTS, in_place=st.booleans())
+def test_depthwise(tmp_path, seed, h, w, groups, k, stride, padding, act, in_place):
+    if padding == "VALID" and (k[0] > h or k[1] > w):
+        padding = "SAME"
+    mb = ModelBuilder(seed)
+    x = mb.conv2d(mb.input((1, h, w, 4 * groups)), 4 * groups, kernel=(1, 1))
+    mb.output(mb.depthwise_conv2d(x, kernel=k, stride=(stride, stride), padding=padding, activation=act))
+    if not in_place:  # its input is also an output, so it outlives the layer: no overwriting
+        mb.output(x)
+    check(tmp_path, mb, "cortex-m7" if in_place else "cortex-m4", "depthwise", in_place)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 16), features=st.sampled_from([4, 8, 36, 100, 256]), units=st.integers(1, 17),
+       batch=st.integers(1, 3), act=ACTS)
+def test_fully_connected(tmp_path, seed, features, units, batch, act):
+    mb = ModelBuilder(seed)
+    mb.output(mb.fully_connected(mb.input((batch, features)), units, activation=act))
+    check(tmp_path, mb, "cortex-m4", "pointwise")
