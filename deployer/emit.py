@@ -380,6 +380,8 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                 s_choice = None  # in place with a one-channel plane: the plain kernel
         if s_choice is not None:
             L["simd"] = _simd_context(kern, k, sym, s_choice, k in in_place)
+        elif kernel_set == "smlad" and isinstance(kern, K.Add) and simd.add_one_multiply(kern):
+            L["simd"] = dict(macro="add", count=int(np.prod(kern.view.shape, dtype=np.int64)))
         else:
             L["simd"] = None
             L.update(_extra_context(kern, k, sym, data, streams_w))

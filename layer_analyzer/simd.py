@@ -79,6 +79,14 @@ def choose(kern) -> SimdConv | None:
     return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), *_rq_fast(kern))
 
 
+def add_one_multiply(kern: K.Add) -> bool:
+    """A same-shape ADD whose three rescalings shift right (by 0 to 31 bits; no left shift):
+    each runs as one multiply-accumulate with a literal shift (fx_rq_lit)."""
+    shifts = (kern.a_shift, kern.b_shift, kern.out_shift)
+    mults = (kern.a_multiplier, kern.b_multiplier, kern.out_multiplier)
+    return kern.view.dense and all(-31 <= v <= 0 for v in shifts) and all(m >= 0 for m in mults)
+
+
 def folded_bias(kern, bias: np.ndarray | None, weights: np.ndarray) -> np.ndarray:
     """bias + input_offset * (sum of each output channel's weights): the pointwise kernels sum
     x * w, not (x + offset) * w (int32 arithmetic wraps alike, so the final sum is the same)."""

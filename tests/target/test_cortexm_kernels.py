@@ -12,6 +12,8 @@ from deployer import golden, qemu
 from deployer.emit import simd_choice
 from deployer.pipeline import Options, deploy
 from deployer.verify import random_inputs
+from layer_analyzer import kernels as K
+from layer_analyzer import simd
 from network_parser.tflite_builder import ModelBuilder
 from tests.target.test_cortexm import outputs, payload
 
@@ -23,14 +25,18 @@ SETTINGS = settings(max_examples=8, deadline=None, derandomize=True, phases=[Pha
 ACTS = st.sampled_from(["NONE", "RELU", "RELU6"])
 
 
+def variants(dep) -> set[str]:
+    found = {simd_choice(k, "smlad").variant for k in dep.kernels if simd_choice(k, "smlad") is not None}
+    return found | {"add" for k in dep.kernels if isinstance(k, K.Add) and simd.add_one_multiply(k)}
+
+
 def check(tmp_path, mb: ModelBuilder, target: str, variant: str, in_place: bool = False) -> None:
     path = tmp_path / "model.tflite"
     mb.save(path)
     dep = deploy(path, Options(target=target, patch="off"))
     engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
     assert in_place == ("per tap, in place" in engine), "in place" if in_place else "not in place"
-    variants = {simd_choice(k, "smlad").variant for k in dep.kernels if simd_choice(k, "smlad") is not None}
-    assert variant in variants, f"the model exercises {variants}, not {variant}"
+    assert variant in variants(dep), f"the model exercises {variants(dep)}, not {variant}"
     samples = [random_inputs(dep.graph, seed) for seed in range(2)]
     run = qemu.run(qemu.build_elf(dep), b"".join(payload(dep.graph, s) for s in samples))
     for sample, ours in zip(samples, outputs(dep.graph, run.output, len(samples))):
@@ -93,3 +99,12 @@ def test_fully_connected(tmp_path, seed, features, units, batch, act):
     mb = ModelBuilder(seed)
     mb.output(mb.fully_connected(mb.input((batch, features)), units, activation=act))
     check(tmp_path, mb, "cortex-m4", "pointwise")
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 16), shape=st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 9)),
+       act=ACTS)
+def test_add(tmp_path, seed, shape, act):
+    mb = ModelBuilder(seed)
+    mb.output(mb.add(mb.input((1, *shape)), mb.input((1, *shape)), activation=act))
+    check(tmp_path, mb, "cortex-m7", "add")

@@ -39,6 +39,20 @@ def test_one_multiply_requantization_equals_the_reference(fold):
     assert np.array_equal(fx_rq(acc, m, e, zp, fold), ref)
 
 
+def test_literal_shift_requantization_equals_the_reference():
+    """fx_rq_lit (ADD's rescalings): e = 0 is the doubling high multiply alone."""
+    rng = np.random.default_rng(4)
+    acc = np.concatenate([rng.integers(-2 ** 31, 2 ** 31, 200_000), rng.integers(-5000, 5000, 200_000)])
+    m = rng.integers(0, 2 ** 31, acc.size)
+    for e in range(0, 32):
+        ref = mbqm(acc.astype(np.int32), m.astype(np.int32), np.full(acc.size, -e, np.int32)).astype(np.int64)
+        if e == 0:
+            ours = (acc * m + (1 << 30)) >> 31
+        else:
+            ours = (acc * m + (1 << 30) + (1 << (30 + e)) - np.where(acc < 0, 1 << 31, 0)) >> (31 + e)
+        assert np.array_equal(ours, ref), e
+
+
 def test_pruned_channels_take_the_shortest_shift():
     kern = _conv(out_c=3, multiplier=(1 << 30, 0, 1 << 30), shift=(-5, 0, -31))
     assert simd.right_shifts(kern) == [5, 2, 31]
