@@ -1,7 +1,8 @@
 """The ``deploy`` command.
 
     deploy MODEL --l1 64K --sram 256K --flash 1M --target host -o out/
-    deploy verify MODEL [same options] [--input x.npy] [--seeds N] [--json] [--per-layer]
+    deploy verify MODEL [same options] [--input x.npy] [--seeds N] [--json] [--per-layer] [--qemu]
+    deploy targets [--json]
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from .output import write_output
 from backends import BACKENDS
 
 from .pipeline import Options, deploy
-from .report import dump_arena_plan, dump_graph, summary_table
+from .qemu import with_elf_memory
+from .report import dump_arena_plan, dump_graph, summary_table, target_info, targets_table
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
 
@@ -37,6 +39,7 @@ def parse_size(text: str | None) -> int | None:
 
 
 PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
+KERNELS = ("auto", "plain", "smlad")
 
 
 def parse_share(text: str) -> float:
@@ -52,13 +55,13 @@ def parse_share(text: str) -> float:
 
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
-             tile_objective="l1", l3=None, patch="auto", max_overhead="20%") -> Options:
+             tile_objective="l1", l3=None, patch="auto", max_overhead="20%", kernels="auto") -> Options:
     if time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {time_limit}")
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
-                   max_overhead=parse_share(max_overhead))
+                   max_overhead=parse_share(max_overhead), kernels=kernels)
 
 
 def budget_options(f):
@@ -83,6 +86,8 @@ def budget_options(f):
                      help="how layers are cut into L1 tiles (with --l1)"),
         click.option("--tile-objective", type=click.Choice(("l1", "cycles")), default="l1", show_default=True,
                      help="tiles that use L1 best, or fewest modeled cycles"),
+        click.option("--kernels", type=click.Choice(KERNELS), default="auto", show_default=True,
+                     help="conv/fc kernels: auto (the target's: SMLAD on Cortex-M), plain C, or smlad"),
     )):
         f = opt(f)
     return f
@@ -115,13 +120,14 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
-def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective, out_dir,
-              force, dump_ir, dump_plan):
+def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
+              kernels, out_dir, force, dump_ir, dump_plan):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3, patch, max_overhead))
+                                     tile_objective, l3, patch, max_overhead, kernels))
+        dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
         if dump_ir:
             click.echo(dump_graph(dep.graph))
         if dump_plan:
@@ -158,23 +164,27 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
-def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective, inputs,
-               seeds, as_json, per_layer, sanitize):
-    """Build the engine with the host compiler, run it and compare with the reference interpreter."""
+@click.option("--qemu", "on_qemu", is_flag=True,
+              help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions")
+def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
+               kernels, inputs, seeds, as_json, per_layer, sanitize, on_qemu):
+    """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
+    and compare with the reference interpreter."""
+    from .qemu import require_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, random_inputs, verify
 
     try:
-        if target in BACKENDS and not BACKENDS[target].runs_on_host:
-            raise UsageError(f"deploy verify runs engines on this machine: use --target host (the same tile "
-                             f"schedules with --l1); '{target}' engines are checked by the test suite's "
-                             f"emulation of the target")
+        _check_verify_target(target, on_qemu, sanitize)
+        if on_qemu:
+            require_tools()  # before the planner's seconds
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3, patch, max_overhead))
+                                     tile_objective, l3, patch, max_overhead, kernels))
         samples = [_load_inputs(inputs, dep.graph)] if inputs else \
             [random_inputs(dep.graph, s) for s in range(seeds)]
-        result = verify(dep, model, samples, sanitize=sanitize)
+        result = verify_on_qemu(dep, model, samples) if on_qemu else verify(dep, model, samples, sanitize=sanitize)
         if per_layer:
-            result["first_divergence"] = first_divergence(dep, model, samples[0])
+            trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
+            result["first_divergence"] = first_divergence(dep, model, samples[0], trace)
     except DeployError as e:
         _fail(e)
     exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
@@ -192,8 +202,34 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
                 click.echo(f"first divergence: op {d['layer']} {d['op']} '{d['name']}': C vs golden "
                            f"{d['c_vs_golden']:g}, C vs reference {d['c_vs_reference']}, "
                            f"golden vs reference {d['golden_vs_reference']}")
+        if on_qemu:
+            click.echo(qemu_summary(result))
         click.echo("bit-exact" if exact else "MISMATCH")
     sys.exit(0 if exact else 1)
+
+
+def _check_verify_target(target: str, on_qemu: bool, sanitize: bool) -> None:
+    backend = BACKENDS.get(target)  # an unknown name is deploy()'s error
+    if on_qemu:
+        if backend is not None and backend.qemu_machine is None:
+            qemu_targets = ", ".join(n for n, b in BACKENDS.items() if b.qemu_machine)
+            raise UsageError(f"--qemu: target '{target}' has no QEMU board (targets that have one: {qemu_targets})")
+        if sanitize:
+            raise UsageError("--sanitize builds with the host gcc: not with --qemu")
+    elif backend is not None and not backend.runs_on_host:
+        qemu_hint = f", or --qemu to run it on QEMU's {backend.qemu_machine}" if backend.qemu_machine else ""
+        raise UsageError(f"deploy verify runs engines on this machine: use --target host (the same tile "
+                         f"schedules with --l1){qemu_hint}; '{target}' engines are checked by the test suite's "
+                         f"emulation of the target")
+
+
+def qemu_summary(result: dict) -> str:
+    """The instruction count and the ELF's memory of ``deploy verify --qemu``, for people."""
+    return (f"QEMU {result['qemu_machine']}: {result['instructions']:,} instructions per inference, "
+            f"{result['instructions_per_mac']:.2f} per MAC ({result['macs']:,} MACs)\n"
+            f"ELF flash {result['flash_bytes']:,} B (planned {result['planned_flash_bytes']:,} B), "
+            f"SRAM {result['sram_bytes']:,} B (planned {result['planned_sram_bytes']:,} B); "
+            f"the ELF's include the QEMU harness and its stack")
 
 
 @main.command("compare")
@@ -202,12 +238,12 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report")
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
-def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective, report,
-                tiling):
+def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
+                kernels, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
-                                        tile_objective, l3, patch, max_overhead))
+                                        tile_objective, l3, patch, max_overhead, kernels))
         return
     from .compare import compare_planners, comparison_table, live_bytes, render_report_html
     from .pipeline import arena_problem
@@ -215,7 +251,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
 
     try:
         options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
-                           patch, max_overhead)
+                           patch, max_overhead, kernels)
         dep = deploy(model, replace(options, sram=None, flash=None))
         problem, _ = arena_problem(dep.lives, dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
@@ -253,6 +289,14 @@ def _compare_tiling(model, options) -> None:
         _fail(e)
     rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
     click.echo(tiling_table(rows))
+
+
+@main.command("targets")
+@click.option("--json", "as_json", is_flag=True, help="print the targets as a JSON list")
+def targets_cmd(as_json):
+    """List the targets: memories, kernels and the QEMU board each runs on."""
+    infos = [target_info(b) for b in BACKENDS.values()]
+    click.echo(json.dumps(infos, indent=2) if as_json else targets_table(infos))
 
 
 if __name__ == "__main__":

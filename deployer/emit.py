@@ -320,10 +320,11 @@ def _stage_context(patch, layers: list[dict]) -> dict:
 
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
            planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
-           l3=None, patch=None, kernel_set: str = "plain") -> Rendered:
+           l3=None, patch=None, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> Rendered:
     """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
     ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there;
-    ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels."""
+    ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels, but for
+    the ``plain_layers`` (kept on the portable kernels, whose weights take less flash)."""
     tilings = tilings or {}
     ident = c_identifier(graph.name)
     macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
@@ -373,14 +374,16 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
         streams_w = l3 is not None and k in l3.weights
         s_choice = None
-        if k not in tilings and not streams_w and not (patch is not None and k in patch.layers):
+        if k not in tilings and not streams_w and not (patch is not None and k in patch.layers) \
+                and k not in plain_layers:
             s_choice = simd_choice(kern, kernel_set)
             if k in in_place and (s_choice is None or s_choice.variant != "depthwise"
                                   or in_place[k].scratch_bytes < simd.LANES * kern.out_h * kern.out_w):
                 s_choice = None  # in place with a one-channel plane: the plain kernel
         if s_choice is not None:
             L["simd"] = _simd_context(kern, k, sym, s_choice, k in in_place)
-        elif kernel_set == "smlad" and isinstance(kern, K.Add) and simd.add_one_multiply(kern):
+        elif kernel_set == "smlad" and isinstance(kern, K.Add) and simd.add_one_multiply(kern) \
+                and k not in plain_layers:
             L["simd"] = dict(macro="add", count=int(np.prod(kern.view.shape, dtype=np.int64)))
         else:
             L["simd"] = None
@@ -445,14 +448,14 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[st
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 
 
-def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain") -> int:
+def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> int:
     """Bytes of .rodata the engine holds: weights (in their kernel's layout), biases,
     requantization arrays. With DSP kernels every layer that may use them is counted packed
     (a tiled layer keeps its int8 weights: then this is an upper bound)."""
     seen: set[int] = set()
     total = 0
-    for layer, kern in zip(graph.layers, kernels):
-        s = simd_choice(kern, kernel_set)
+    for k, (layer, kern) in enumerate(zip(graph.layers, kernels)):
+        s = None if k in plain_layers else simd_choice(kern, kernel_set)
         for t in layer.inputs:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)

@@ -1,6 +1,8 @@
 """manifest.json: everything the engine's memory plan decided, for tools and people."""
 from __future__ import annotations
 
+import json
+
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
 
@@ -49,6 +51,11 @@ def _patch(patch) -> dict | None:
             "overhead": round(c.overhead, 6), "estimated_peak": c.peak, "unsplit_estimated_peak": c.unsplit_peak,
             "solver": c.method, "status": c.status,
             "buffers": {str(t): b for t, b in sorted(patch.buffers.items())}}
+
+
+def manifest_text(manifest: dict) -> str:
+    """manifest.json's bytes: one formatting wherever the manifest is written or amended."""
+    return json.dumps(manifest, indent=2, sort_keys=False) + "\n"
 
 
 def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend, tilings=None,

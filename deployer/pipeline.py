@@ -1,7 +1,6 @@
 """The whole compiler on one screen: read -> lower -> lifetimes -> arena -> budgets -> emit."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,11 +21,13 @@ from layer_analyzer.tiling import geometry as tiling_geometry
 from . import emit
 from .patching import PatchPlan, forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split
 from .placement import L3Layout, layout_l3, place, staging_lifetimes
-from .manifest import build_manifest
+from .manifest import build_manifest, manifest_text
 
-# Rough .text per generated layer function and for the fixed runtime; replaced by
-# the measured size once the engine is compiled (``deploy verify``).
+# Rough .text per generated layer function (a DSP kernel: its unrolled steps, taps and
+# requantization; measured 0.6-4.5 KB on Cortex-M, about 1.3 KB on average) and for the fixed
+# runtime; the compiled engine's measured size is in the manifest's "elf" (Cortex-M targets).
 CODE_BYTES_PER_LAYER = 640
+CODE_BYTES_PER_DSP_LAYER = 1536
 CODE_BYTES_BASE = 1024
 
 
@@ -126,8 +127,9 @@ def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
              offsets[lt.tensor], lt.size) for lt in lives]
 
 
-def code_estimate(graph: Graph) -> int:
-    return CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * len(graph.layers)
+def code_estimate(graph: Graph, kernels=(), kernels_used: str = "plain", plain_layers: frozenset = frozenset()) -> int:
+    dsp = sum(1 for k, kern in enumerate(kernels) if k not in plain_layers and emit.simd_choice(kern, kernels_used))
+    return CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * (len(graph.layers) - dsp) + CODE_BYTES_PER_DSP_LAYER * dsp
 
 
 def lanes(options: Options) -> int:
@@ -136,13 +138,13 @@ def lanes(options: Options) -> int:
 
 
 def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: L3Layout | None = None,
-                  kernels_used: str = "plain") -> dict:
+                  kernels_used: str = "plain", plain_layers: frozenset = frozenset()) -> dict:
     """Bytes per memory. Resident weights count to flash, and to SRAM too on parts that run
     from L2 (the boot loader copies the image there); streamed weights count to L3 only."""
     streamed = l3.image_bytes if l3 else 0
-    weights = emit.constant_bytes(graph, kernels, kernels_used) - sum(graph.tensors[kernels[k].weights].nbytes
+    weights = emit.constant_bytes(graph, kernels, kernels_used, plain_layers) - sum(graph.tensors[kernels[k].weights].nbytes
                                                         for k in (l3.weights if l3 else ()))
-    code = code_estimate(graph)
+    code = code_estimate(graph, kernels, kernels_used, plain_layers)
     sram = plan.peak + (weights + code if backend.weights_in_sram else 0)
     return dict(arena_bytes=plan.peak, scratch_bytes=0, sram_bytes=sram,
                 weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code,
@@ -226,14 +228,45 @@ def deploy(model: Path, options: Options) -> Deployment:
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
     patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
+    # Layers run tile by tile, patch by patch or from L3 keep their int8 weights and plain kernels.
+    plain_layers = frozenset(tilings) | frozenset(patch.layers if patch else ()) | frozenset(l3.weights if l3 else ())
+    memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers)
+    extra = fit_flash(graph, kernels, options, kernels_used, memory["flash_bytes"], plain_layers)
+    if extra:
+        plain_layers |= extra
+        memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers)
+        n = len(extra)
+        notes = [*notes, f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit "
+                         f"--flash: op{'s' if n > 1 else ''} {', '.join(map(str, sorted(extra)))}"]
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
-                        tilings, options.l1, l3, patch, kernels_used).files
-    files["manifest.json"] = json.dumps(
-        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3, patch),
-        indent=2, sort_keys=False) + "\n"
+                        tilings, options.l1, l3, patch, kernels_used, plain_layers).files
+    files["manifest.json"] = manifest_text(
+        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3, patch))
     return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
                       tuple(notes), tilings, l3, patch)
+
+
+def fit_flash(graph: Graph, kernels, options: Options, kernels_used: str, flash_bytes: int,
+              plain_layers: frozenset = frozenset()) -> frozenset:
+    """The DSP kernels' packed weights take about twice the flash of int8 ones: when that is over
+    --flash (and the kernels were not asked for by name), the layers whose packing costs most
+    keep the plain kernels until the plan fits (or every layer is plain)."""
+    if kernels_used != "smlad" or options.kernels == "smlad" or options.flash is None or flash_bytes <= options.flash:
+        return frozenset()
+    extra = []
+    for k, kern in enumerate(kernels):
+        s = None if k in plain_layers else emit.simd_choice(kern, kernels_used)
+        if s is not None:
+            w = graph.tensors[kern.weights].nbytes
+            extra.append((simd.packed_bytes(kern, s, w) - w + CODE_BYTES_PER_DSP_LAYER - CODE_BYTES_PER_LAYER, k))
+    plain, over = set(), flash_bytes - options.flash
+    for saving, k in sorted(extra, reverse=True):
+        if over <= 0:
+            break
+        plain.add(k)
+        over -= saving
+    return frozenset(plain)
 
 
 def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
@@ -313,7 +346,8 @@ def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options
     if options.l3 is None:
         return None
     placement = place(graph, kernels, lives, tilings, sram=sram_target, flash=options.flash,
-                      code_bytes=code_estimate(graph), resident_bytes=emit.constant_bytes(graph, kernels),
+                      code_bytes=code_estimate(graph, kernels, kernel_set(options, backend)),
+                      resident_bytes=emit.constant_bytes(graph, kernels, kernel_set(options, backend)),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)
     if not placement:
         return None

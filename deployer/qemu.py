@@ -1,39 +1,45 @@
 """Build an engine for a Cortex-M target with its ``qemu/`` harness, run it on QEMU's board,
-read its memory from the ELF and count the instructions it executes (a TCG plugin of ours)."""
+read its memory from the ELF and count the instructions it executes (a TCG plugin of ours);
+``deploy verify --qemu`` and the ELF's memory in ``deploy``'s manifest."""
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from network_parser.errors import DeployError
 
+from .manifest import manifest_text
 from .pipeline import Deployment
-from .verify import CACHE, BuildError, files_digest, write_files
+from .verify import CACHE, BuildError, compare, files_digest, parse_output, samples_payload, write_files
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
 TIMEOUT_S = 600
 TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "arm-none-eabi-nm", "qemu-system-arm", "make")
+BUILD_TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "make")  # enough to link the ELF and size it
+INSTALL = "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm make"
 
 
 class QemuError(DeployError):
     kind = "QemuError"
 
 
-def missing_tools() -> list[str]:
-    return [t for t in TOOLS if shutil.which(t) is None]
+def missing_tools(tools: tuple[str, ...] = TOOLS) -> list[str]:
+    return [t for t in tools if shutil.which(t) is None]
 
 
-def require_tools() -> None:
-    missing = missing_tools()
+def require_tools(tools: tuple[str, ...] = TOOLS, what: str = "--qemu") -> None:
+    missing = missing_tools(tools)
     if missing:
-        raise QemuError(f"--qemu needs {', '.join(missing)} (Debian: apt-get install gcc-arm-none-eabi "
-                        f"libnewlib-arm-none-eabi qemu-system-arm make)")
+        raise QemuError(f"{what} needs {', '.join(missing)} (Debian: {INSTALL})")
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ def build_elf(dep: Deployment, trace: bool = False) -> Elf:
     """``make`` in the engine's qemu/ folder (cached by the files' digest and the flags)."""
     if dep.backend.qemu_machine is None:
         raise QemuError(f"target '{dep.backend.name}' has no QEMU board (use a Cortex-M target)")
-    require_tools()
+    require_tools(BUILD_TOOLS, "building the ELF")
     digest = files_digest(dep.files)
     digest.update(b"elf" + (b"trace" if trace else b""))
     folder = CACHE / ("elf-" + digest.hexdigest()[:24])
@@ -166,13 +172,26 @@ def per_function(histogram: dict[int, int], funcs: list[tuple[int, int, str]]) -
     return totals
 
 
-# The qemu/ harness's own functions (main.c, semihost.c, startup.c): not the engine's work.
+# The qemu/ harness's own functions (main.c, semihost.c, startup.c and its *_Handler vectors):
+# not the engine's work. startup.c's memcpy/memset/memmove stand in for the C library the engine's
+# compiled code may call, so they count as the engine's.
 HARNESS_FUNCTIONS = {"main", "put", "get", "read_sample", "run_once", "sample_bytes", "inference_trace",
-                     "put_hex", "Reset_Handler"}
+                     "put_hex", "fault_report", "length"}
 
 
 def is_harness(name: str) -> bool:
-    return name in HARNESS_FUNCTIONS or name.startswith("sh_")
+    return name in HARNESS_FUNCTIONS or name.startswith("sh_") or name.endswith("_Handler")
+
+
+def engine_text_bytes(funcs: list[tuple[int, int, str]]) -> int:
+    """.text bytes of the functions that are not the harness's; aliases (``__aeabi_dadd`` /
+    ``__adddf3``) and symbols inside another's range are counted once."""
+    total, end = 0, 0
+    for start, stop, name in sorted(funcs):
+        if not is_harness(name):
+            total += max(0, stop - max(start, end))
+            end = max(end, stop)
+    return total
 
 
 def instructions_per_inference(elf: Elf, sample_payload: bytes) -> tuple[int, dict[str, int]]:
@@ -185,3 +204,57 @@ def instructions_per_inference(elf: Elf, sample_payload: bytes) -> tuple[int, di
     diff = {name: two.get(name, 0) - one.get(name, 0) for name in two if not is_harness(name)}
     diff = {k: v for k, v in diff.items() if v}
     return sum(diff.values()), diff
+
+
+def toolchain() -> str:
+    """The compiler's version line, e.g. 'arm-none-eabi-gcc (15:12.2.rel1-1) 12.2.1 20221205'."""
+    proc = subprocess.run(["arm-none-eabi-gcc", "--version"], capture_output=True, text=True, check=True)
+    line = proc.stdout.split("\n")[0].strip()
+    return line if line.startswith("arm-none-eabi-gcc") else f"arm-none-eabi-gcc {line}"
+
+
+def elf_entry(dep: Deployment) -> dict | None:
+    """The manifest's ``elf``: memory of the image linked from the engine's qemu/ folder (harness
+    and its stack included), or None when the Arm tools are missing."""
+    if missing_tools(BUILD_TOOLS):
+        return None
+    mem = elf_memory(build_elf(dep).path)
+    return dict(flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"], sections=mem["sections"],
+                toolchain=toolchain())
+
+
+def with_elf_memory(dep: Deployment) -> Deployment:
+    """A deployment for a target with a QEMU board whose manifest records the linked ELF's memory
+    after the planner's (``elf``: null without the Arm tools); other targets' are returned as is."""
+    if dep.backend.qemu_machine is None:
+        return dep
+    entry = elf_entry(dep)  # the manifest is not part of the image
+    manifest = {}
+    for key, value in json.loads(dep.files["manifest.json"]).items():
+        manifest[key] = value
+        if key == "memory":
+            manifest["elf"] = entry
+    return replace(dep, files={**dep.files, "manifest.json": manifest_text(manifest)})
+
+
+def verify_on_qemu(dep: Deployment, model: Path, samples: list[list[np.ndarray]]) -> dict:
+    """``deploy verify --qemu``: every sample in one run on the core's QEMU board, compared with the
+    reference as on the host; then the instructions of one inference (the first sample) and the
+    ELF's memory (harness and stack included) beside the planner's estimates."""
+    require_tools()
+    elf = build_elf(dep)
+    outs, _ = parse_output(dep.graph, run(elf, samples_payload(dep.graph, samples)).output, len(samples), False)
+    result = compare(dep, model, samples, outs)
+    instructions, _ = instructions_per_inference(elf, samples_payload(dep.graph, samples[:1]))
+    mem = elf_memory(elf.path)
+    result.update(planned_flash_bytes=result["flash_bytes"], planned_sram_bytes=result["sram_bytes"],
+                  flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"], instructions=instructions,
+                  instructions_per_mac=round(instructions / max(dep.macs, 1), 4), qemu_machine=elf.machine)
+    return result
+
+
+def trace_on_qemu(dep: Deployment, sample: list[np.ndarray]) -> list:
+    """Every layer's output for one sample, from the engine built with INFERENCE_TRACE, run on QEMU."""
+    require_tools()
+    elf = build_elf(dep, trace=True)
+    return parse_output(dep.graph, run(elf, samples_payload(dep.graph, [sample])).output, 1, True)[1][0]

@@ -1,13 +1,37 @@
 """Human-readable summaries printed by the CLI."""
 from __future__ import annotations
 
+import json
+
 from layer_analyzer import kernels as K
 
 from .emit import shape_text
+from .qemu import BUILD_TOOLS, INSTALL, missing_tools
+
+ABSENT = object()  # a manifest without an ``elf`` key: the target has no QEMU board
 
 
 def _kib(n: int | None) -> str:
     return "-" if n is None else f"{n / 1024:,.1f} KiB"
+
+
+def _elf_column(elf, key: str, budget: int | None) -> str:
+    if not isinstance(elf, dict):
+        return ""
+    over = budget is not None and elf[key] > budget
+    return f" {_kib(elf[key]):>12}" + (" OVER the budget (harness and stack included)" if over else "")
+
+
+def _elf_lines(dep, elf) -> list[str]:
+    """What the ELF column measured, or how to get it measured."""
+    if elf is ABSENT:
+        return []
+    if elf is None:
+        return [f"ELF: not linked ({', '.join(missing_tools(BUILD_TOOLS))} missing); to see its flash and SRAM "
+                f"beside the estimates, install them (Debian: {INSTALL})"]
+    return [f"ELF: linked by the qemu/ Makefile for {dep.backend.qemu_machine} with {elf['toolchain']}; its flash "
+            f"and SRAM include the QEMU harness and its {dep.backend.stack_bytes:,} B stack",
+            "     sections: " + ", ".join(f"{name} {size:,} B" for name, size in elf["sections"].items())]
 
 
 def summary_table(dep) -> str:
@@ -18,13 +42,15 @@ def summary_table(dep) -> str:
     rows.append(f"{'':>4}  {'total':<18} {'':<18} {dep.macs:>12,}")
     m, p = dep.memory, dep.plan
     budgets = dict(sram=dep.options.sram, flash=dep.options.flash)
+    elf = json.loads(dep.files["manifest.json"]).get("elf", ABSENT)  # measured, None (no Arm tools) or absent
     rows += [
         "",
         f"arena ({p.method}): {m['arena_bytes']:,} B; lower bound {p.lower_bound:,} B ({p.status})",
-        f"{'memory':<8} {'needed':>12} {'budget':>12}",
-        f"{'SRAM':<8} {_kib(m['sram_bytes']):>12} {_kib(budgets['sram']):>12}",
-        f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}"
+        f"{'memory':<8} {'needed':>12} {'budget':>12}" + (f" {'ELF':>12}" if isinstance(elf, dict) else ""),
+        f"{'SRAM':<8} {_kib(m['sram_bytes']):>12} {_kib(budgets['sram']):>12}{_elf_column(elf, 'sram_bytes', budgets['sram'])}",
+        f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}{_elf_column(elf, 'flash_bytes', budgets['flash'])}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
+        *_elf_lines(dep, elf),
     ]
     if dep.patch is not None:
         c, st = dep.patch.choice, dep.patch.stage
@@ -88,3 +114,31 @@ def dump_arena_plan(dep) -> str:
             lines.append(f"  slabs: op {k} streams {'+'.join(s.streamed)} in {s.slabs} slabs of {s.rows} rows x "
                          f"{s.chans} channels, {s.l2_bytes} B of L2 staging, {s.l3_traffic} B moved")
     return "\n".join(lines)
+
+
+def _size(n: int | None) -> str:
+    """64K, 1M, or bytes when not a whole number of K."""
+    if n is None:
+        return "-"
+    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
+        if n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def target_info(b) -> dict:
+    """One backend's memories, kernels and QEMU board (``deploy targets --json``)."""
+    return dict(name=b.name, description=b.description, l1_bytes=b.l1_bytes, tcm_bytes=b.tcm_bytes,
+                sram_bytes=b.sram_bytes, flash_bytes=b.flash_bytes, l3_bytes=b.l3_bytes, kernels=b.kernels,
+                qemu_machine=b.qemu_machine)
+
+
+def targets_table(infos: list[dict]) -> str:
+    """``deploy targets``: one row per target; a TCM is the L1 that --l1 may use."""
+    head = ("target", "description", "L1", "SRAM", "flash", "L3", "kernels", "QEMU board")
+    rows = [(t["name"], t["description"],
+             f"TCM {_size(t['tcm_bytes'])} (--l1)" if t["tcm_bytes"] else _size(t["l1_bytes"]),
+             _size(t["sram_bytes"]), _size(t["flash_bytes"]), _size(t["l3_bytes"]), t["kernels"],
+             t["qemu_machine"] or "-") for t in infos]
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in (head, *rows))

@@ -96,19 +96,29 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     return Engine(exe, dep.graph, trace)
 
 
+def samples_payload(graph: Graph, samples: list[list[np.ndarray]]) -> bytes:
+    """The engine's stdin (or input.bin): every sample's inputs, raw, one after the other."""
+    return b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[graph.tensors[t].dtype]).tobytes()
+                    for sample in samples for t, x in zip(graph.inputs, sample))
+
+
 def run_engine(engine: Engine, samples: list[list[np.ndarray]]):
     """Run every sample through the engine; returns (outputs per sample, traces per sample)."""
-    g = engine.graph
-    payload = b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[g.tensors[t].dtype]).tobytes()
-                       for sample in samples for t, x in zip(g.inputs, sample))
-    proc = subprocess.run([str(engine.exe)], input=payload, capture_output=True, timeout=600)
+    proc = subprocess.run([str(engine.exe)], input=samples_payload(engine.graph, samples), capture_output=True,
+                          timeout=600)
     if proc.returncode != 0:
         raise BuildError(f"engine exited with status {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}")
-    data, pos = proc.stdout, 0
+    return parse_output(engine.graph, proc.stdout, len(samples), engine.trace)
+
+
+def parse_output(g: Graph, data: bytes, count: int, traced: bool):
+    """What a harness wrote for ``count`` samples: (outputs per sample, traces per sample); when
+    ``traced``, each sample's outputs come after one record per layer (int32 index, int32 bytes, bytes)."""
+    pos = 0
     outs, traces = [], []
-    for _ in samples:
+    for _ in range(count):
         trace = []
-        if engine.trace:
+        if traced:
             for layer in g.layers:
                 idx, n = np.frombuffer(data[pos:pos + 8], np.int32)
                 pos += 8
@@ -150,8 +160,12 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 def verify(dep: Deployment, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False) -> dict:
     """Compare the compiled engine with the reference interpreter on every sample."""
-    engine = build_engine(dep, sanitize=sanitize)
-    outs, _ = run_engine(engine, samples)
+    outs, _ = run_engine(build_engine(dep, sanitize=sanitize), samples)
+    return compare(dep, model, samples, outs)
+
+
+def compare(dep: Deployment, model: Path, samples: list[list[np.ndarray]], outs: list[list[np.ndarray]]) -> dict:
+    """The largest difference per output between the engine's ``outs`` and the reference's."""
     diffs = [0.0] * len(dep.graph.outputs)
     reference = None
     for sample, ours in zip(samples, outs):
@@ -171,10 +185,10 @@ def verify(dep: Deployment, model: Path, samples: list[list[np.ndarray]], saniti
     }
 
 
-def first_divergence(dep: Deployment, model: Path, sample: list[np.ndarray]) -> dict:
-    """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference."""
-    engine = build_engine(dep, trace=True)
-    _, traces = run_engine(engine, [sample])
+def first_divergence(dep: Deployment, model: Path, sample: list[np.ndarray], trace: list | None = None) -> dict:
+    """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference.
+    ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here."""
+    traces = [trace] if trace is not None else run_engine(build_engine(dep, trace=True), [sample])[1]
     _, gold = golden.run(dep.graph, sample, dep.kernels)
     reference, _, tensors = run_reference(model, sample, preserve=True)
     for k, (layer, c_out, g_out) in enumerate(zip(dep.graph.layers, traces[0], gold)):

@@ -344,3 +344,83 @@ def test_dump_ir_and_plan(tmp_path):
     assert out.startswith("graph tiny_kws:") and "CONV_2D" in out and "SOFTMAX" in out
     assert "arena 8000 B by cpsat" in out and "in place: op 6 elementwise-in-place" in out
     assert "tiles: op 0 " in out and "zero-copy-reshape" in out
+
+
+# ---- targets, --kernels, --qemu --------------------------------------------------------------
+
+def test_targets_table(run):
+    from backends import BACKENDS
+    code, out, err = run("targets")
+    assert code == 0 and err == "", err
+    lines = out.strip("\n").splitlines()
+    assert lines[0].split()[:2] == ["target", "description"] and len(lines) == 1 + len(BACKENDS)
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(BACKENDS)
+    assert "TCM 128K (--l1)" in rows["stm32h743"] and "2M" in rows["stm32h743"] and "mps2-an500" in rows["stm32h743"]
+    assert all(s in rows["gap8"].split() for s in ("64K", "512K", "8M", "plain"))
+    assert "smlad" in rows["cortex-m4"].split() and "mps2-an386" in rows["cortex-m4"]
+
+
+def test_targets_json():
+    from backends import BACKENDS
+    code, out, err = run_clirunner("targets", "--json")
+    assert code == 0, err
+    infos = {t["name"]: t for t in json.loads(out)}
+    assert list(infos) == list(BACKENDS)
+    assert infos["stm32h743"]["tcm_bytes"] == 128 * 1024 and infos["stm32h743"]["l1_bytes"] is None
+    assert infos["gap8"]["l3_bytes"] == 8 * 1024 * 1024 and infos["gap8"]["qemu_machine"] is None
+    assert infos["cortex-m7"]["kernels"] == "smlad" and infos["cortex-m7"]["qemu_machine"] == "mps2-an500"
+    assert infos["host"] == dict(name="host", description=BACKENDS["host"].description, l1_bytes=None,
+                                 tcm_bytes=None, sram_bytes=None, flash_bytes=None, l3_bytes=None,
+                                 kernels="plain", qemu_machine=None)
+
+
+@pytest.mark.parametrize("command, extra", [([], ["-o", "out"]), (["verify"], ["--seeds", "1"]),
+                                            (["compare"], ["--report", "r.html"])])
+def test_kernels_smlad_needs_armv7em(run, tmp_path, command, extra):
+    model = builder_model(tmp_path / "cnn.tflite")
+    before = {p.name for p in tmp_path.iterdir()}
+    value = extra[1] if extra[1].isdigit() else tmp_path / extra[1]
+    code, _, err = run(*command, model, "--kernels", "smlad", extra[0], value)
+    assert code == 2
+    assert "--kernels smlad" in assert_one_line_error(code, err, "UsageError")
+    assert {p.name for p in tmp_path.iterdir()} == before
+
+
+def test_kernels_option_reaches_the_engine(tmp_path, monkeypatch):
+    """--kernels plain on a Cortex-M target: no SMLAD in the engine (the ELF step is skipped here)."""
+    monkeypatch.setattr("deployer.qemu.shutil.which", lambda tool: None)
+    model = builder_model(tmp_path / "cnn.tflite")
+    for kernels, smlad in (("auto", True), ("plain", False)):
+        code, _, err = run_clirunner(model, "--target", "cortex-m7", "--kernels", kernels, "-o", tmp_path / kernels)
+        assert code == 0, err
+        assert ("smlad" in (tmp_path / kernels / "cnn_engine.c").read_text().lower()) == smlad
+
+
+def test_verify_qemu_needs_a_qemu_board(run, tmp_path):
+    code, _, err = run("verify", builder_model(tmp_path / "cnn.tflite"), "--qemu", "--target", "host")
+    assert "target 'host' has no QEMU board" in assert_one_line_error(code, err, "UsageError")
+
+
+def test_verify_qemu_without_tools(tmp_path, monkeypatch):
+    monkeypatch.setattr("deployer.qemu.shutil.which", lambda tool: None)
+    code, _, err = run_clirunner("verify", builder_model(tmp_path / "cnn.tflite"), "--qemu", "--target", "cortex-m4")
+    line = assert_one_line_error(code, err, "QemuError")
+    assert "qemu-system-arm" in line and "apt-get install" in line
+
+
+def test_deploy_without_arm_tools(tmp_path, monkeypatch):
+    """A Cortex-M deploy still works without the Arm tools: manifest ``elf`` is null and the
+    summary says how to get the ELF's memory; host manifests have no ``elf``."""
+    monkeypatch.setattr("deployer.qemu.shutil.which", lambda tool: None)
+    model = builder_model(tmp_path / "cnn.tflite")
+    code, out, err = run_clirunner(model, "--target", "cortex-m7", "-o", tmp_path / "m7")
+    assert code == 0, err
+    m = json.loads((tmp_path / "m7" / "manifest.json").read_text())
+    assert "elf" in m and m["elf"] is None
+    elf_lines = [line for line in out.splitlines() if line.startswith("ELF:")]
+    assert len(elf_lines) == 1 and "not linked" in elf_lines[0] and "apt-get install gcc-arm-none-eabi" in elf_lines[0]
+    assert not any(line.endswith(" ELF") for line in out.splitlines())  # no ELF column
+    code, out, err = run_clirunner(model, "-o", tmp_path / "host")
+    assert code == 0, err
+    assert "elf" not in json.loads((tmp_path / "host" / "manifest.json").read_text()) and "ELF" not in out

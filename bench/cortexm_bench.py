@@ -1,0 +1,248 @@
+"""Cortex-M: instructions per MAC of our SMLAD and plain C kernels on QEMU, against TFLite Micro
+with CMSIS-NN; code size without weights; the linked ELF's memory against the budgets.
+
+    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m7[,cortex-m4]] [--kernels smlad,plain]
+
+For kws_ref_model, vww_96_int8 and pretrainedResnet_quant (``--models`` adds others from
+shared/models/tflite, by file name), on every core and kernel family: deploy with --sram 256K
+--flash 1M --patch off (no recomputed MACs, like TFLite Micro), link the engine's qemu/ folder
+with arm-none-eabi-gcc, and count the instructions of one inference on QEMU's board with our
+TCG plugin (the difference between a run with two copies of a seeded random sample and a run
+with one; qemu.instructions_per_inference). Instructions go to layers by the engine's
+op{k}_ functions (never inlined); the rest (fx_*, __aeabi_*, inference_run, memcpy...) to a
+row "other". Tables:
+
+* per model: MACs, instructions and instructions/MAC per kernel family, the plain/smlad ratio,
+  and TFLite Micro's own figures on the same QEMU M7 board (with CMSIS-NN, and with its
+  reference kernels);
+* per layer: index, op, kind, MACs, instructions and instructions/MAC per kernel family;
+* per layer kind over all models (sum of instructions / sum of MACs) beside CMSIS-NN's
+  per-kind figures and our targets;
+* code without weights: the engine's functions in .text (nm sizes of every function that is
+  not the QEMU harness's) and .rodata less the weights, beside TFLite Micro + CMSIS-NN's runtime
+  code on the same part;
+* the ELF's flash and SRAM (the harness and its stack included) against --flash and --sram.
+
+Instruction counts are exact and repeatable (no timing): QEMU executes, it does not model a
+pipeline, so these are instructions, not cycles.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from deployer import qemu  # noqa: E402
+from deployer.pipeline import Deployment, Options, deploy  # noqa: E402
+from deployer.verify import random_inputs, samples_payload  # noqa: E402
+from layer_analyzer import kernels as K  # noqa: E402
+from network_parser.errors import DeployError  # noqa: E402
+
+MODELS_DIR = ROOT.parent / "shared" / "models" / "tflite"
+DEFAULT_MODELS = ("kws_ref_model", "vww_96_int8", "pretrainedResnet_quant")
+SRAM, FLASH = 256 * 1024, 1024 * 1024
+
+# TFLite Micro on the same QEMU M7 board, instructions per MAC: with CMSIS-NN, with its reference kernels.
+TFLM = {"kws_ref_model": (2.88, 16.4), "vww_96_int8": (3.21, 13.5), "pretrainedResnet_quant": (2.40, 8.7)}
+TFLM_CODE_KB = 81  # TFLite Micro + CMSIS-NN runtime code (interpreter, resolver, kernels) on the same part
+KINDS = ("1x1 conv", "conv >1x1", "depthwise", "fc", "other")
+CMSIS_KIND = {"1x1 conv": "2.05-2.3", "conv >1x1": "2.1 (3x3)", "depthwise": "7.8-8.1 (3x3)"}
+TARGET_KIND = {"1x1 conv": "1.1", "conv >1x1": "1.2", "depthwise": "4.0", "network": "1.5"}
+_LAYER = re.compile(r"^op(\d+)_")
+
+
+@dataclass(frozen=True)
+class Measure:
+    dep: Deployment
+    instructions: int
+    layers: dict[int, int]  # layer index -> instructions of its op{k}_ function
+    other: int  # every other function's
+    flash: int
+    sram: int
+    text: int  # engine functions' .text bytes
+    rodata_code: int  # .rodata less the weights (tables, constants; the harness's few strings)
+
+
+def kind(kern) -> str:
+    if isinstance(kern, K.Conv):
+        return "depthwise" if kern.depthwise else "1x1 conv" if kern.k_h == kern.k_w == 1 else "conv >1x1"
+    return "fc" if isinstance(kern, K.FullyConnected) else "other"
+
+
+def by_layer(per_function: dict[str, int]) -> tuple[dict[int, int], int]:
+    layers, other = {}, 0
+    for name, n in per_function.items():
+        m = _LAYER.match(name)
+        if m:
+            layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + n
+        else:
+            other += n
+    return layers, other
+
+
+def measure(path: Path, core: str, kernels: str) -> Measure:
+    dep = deploy(path, Options(target=core, kernels=kernels, sram=SRAM, flash=FLASH, patch="off"))
+    elf = qemu.build_elf(dep)
+    total, per_function = qemu.instructions_per_inference(
+        elf, samples_payload(dep.graph, [random_inputs(dep.graph, 0)]))
+    layers, other = by_layer(per_function)
+    mem = qemu.elf_memory(elf.path)
+    return Measure(dep, total, layers, other, mem["flash_bytes"], mem["sram_bytes"],
+                   qemu.engine_text_bytes(qemu.functions(elf.path)),
+                   mem["sections"].get(".rodata", 0) - dep.memory["weights_bytes"])
+
+
+def size(n: int) -> str:
+    return f"{n >> 20}M" if n % (1 << 20) == 0 else f"{n >> 10}K"
+
+
+def ratio(n: int, macs: int) -> str:
+    return f"{n / macs:.2f}" if macs else "-"
+
+
+def find_model(name: str) -> Path | None:
+    stem = Path(name).stem
+    return next(iter(sorted(MODELS_DIR.rglob(f"{stem}.tflite"))), None)
+
+
+def model_table(results: dict, models: list[str], cores: list[str], kernels: list[str]) -> None:
+    both = {"smlad", "plain"} <= set(kernels)
+    head = f"{'model':<24} {'core':<10} {'MACs':>11}"
+    for k in kernels:
+        head += f" {k + ' instr':>13} {'i/MAC':>6}"
+    print(head + (f" {'plain/smlad':>12}" if both else "") + f" {'TFLM+CMSIS-NN':>14} {'TFLM ref':>9}")
+    for model in models:
+        for core in cores:
+            runs = {k: results.get((model, core, k)) for k in kernels}
+            if not any(runs.values()):
+                continue
+            macs = next(r for r in runs.values() if r).dep.macs
+            row = f"{model[:24]:<24} {core:<10} {macs:>11,}"
+            for r in runs.values():
+                row += f" {r.instructions:>13,} {ratio(r.instructions, macs):>6}" if r else f" {'-':>13} {'-':>6}"
+            if both:
+                s, p = runs["smlad"], runs["plain"]
+                row += f" {p.instructions / s.instructions:>12.2f}" if s and p else f" {'-':>12}"
+            cmsis, ref = TFLM.get(model, (None, None)) if core == "cortex-m7" else (None, None)
+            print(row + (f" {cmsis:>14.2f} {ref:>9.1f}" if cmsis else f" {'-':>14} {'-':>9}"))
+
+
+def layer_table(model: str, core: str, runs: dict[str, Measure]) -> None:
+    dep = next(iter(runs.values())).dep
+    print(f"\n{model} on {core}: per layer")
+    head = f"{'op':>4} {'type':<18} {'kind':<10} {'MACs':>11}"
+    for k in runs:
+        head += f" {k + ' instr':>13} {'i/MAC':>6}"
+    print(head)
+    for i, (layer, kern) in enumerate(zip(dep.graph.layers, dep.kernels)):
+        macs = K.macs(kern)
+        row = f"{i:>4} {layer.op[:18]:<18} {kind(kern):<10} {macs:>11,}"
+        for r in runs.values():
+            n = r.layers.get(i, 0)
+            row += f" {n:>13,} {ratio(n, macs):>6}"
+        print(row)
+    row = f"{'':>4} {'other functions':<18} {'other':<10} {'':>11}"
+    for r in runs.values():
+        row += f" {r.other:>13,} {'':>6}"
+    print(row)
+
+
+def kind_table(results: dict, core: str, kernels: list[str]) -> None:
+    """Sum of instructions / sum of MACs per layer kind over every model measured on ``core``."""
+    macs = dict.fromkeys(KINDS, 0)
+    instr = {k: dict.fromkeys(KINDS, 0) for k in kernels}
+    counted = set()
+    for (model, c, k), r in results.items():
+        if c != core:
+            continue
+        for i, kern in enumerate(r.dep.kernels):
+            instr[k][kind(kern)] += r.layers.get(i, 0)
+            if (model, i) not in counted:
+                counted.add((model, i))
+                macs[kind(kern)] += K.macs(kern)
+        instr[k]["other"] += r.other
+    print(f"\nper layer kind on {core}, all models (sum instructions / sum MACs)")
+    print(f"{'kind':<10} {'MACs':>12}" + "".join(f" {k + ' instr':>13} {'i/MAC':>6}" for k in kernels)
+          + f" {'CMSIS-NN':>14} {'target':>7}")
+    for kd in KINDS:
+        print(f"{kd:<10} {macs[kd]:>12,}"
+              + "".join(f" {instr[k][kd]:>13,} {ratio(instr[k][kd], macs[kd]):>6}" for k in kernels)
+              + f" {CMSIS_KIND.get(kd, '-'):>14} {TARGET_KIND.get(kd, '-'):>7}")
+    total = sum(macs.values())
+    whole = [min(v[0] for v in TFLM.values()), max(v[0] for v in TFLM.values())]  # TFLM + CMSIS-NN, per model
+    print(f"{'network':<10} {total:>12,}"
+          + "".join(f" {sum(instr[k].values()):>13,} {ratio(sum(instr[k].values()), total):>6}" for k in kernels)
+          + f" {f'{whole[0]:.2f}-{whole[1]:.2f}':>14} {TARGET_KIND['network']:>7}")
+
+
+def code_table(results: dict) -> None:
+    print(f"\ncode without weights: engine functions' .text, .rodata less the weights "
+          f"(TFLite Micro + CMSIS-NN runtime on the same part: about {TFLM_CODE_KB} KB)")
+    print(f"{'model':<24} {'core':<10} {'kernels':<7} {'.text':>8} {'.rodata-w':>9} {'total':>8} {'vs TFLM':>7}")
+    for (model, core, k), r in results.items():
+        total = r.text + r.rodata_code
+        print(f"{model[:24]:<24} {core:<10} {k:<7} {r.text:>8,} {r.rodata_code:>9,} {total:>8,} "
+              f"{total / (TFLM_CODE_KB * 1000):>7.2f}")
+
+
+def memory_table(results: dict) -> None:
+    print(f"\nELF memory (QEMU harness and its stack included) against --flash {size(FLASH)} --sram "
+          f"{size(SRAM)}; planned = the deployer's estimate")
+    print(f"{'model':<24} {'core':<10} {'kernels':<7} {'flash':>9} {'planned':>9} {'SRAM':>9} {'planned':>9} "
+          f"{'fits':>4}")
+    for (model, core, k), r in results.items():
+        m = r.dep.memory
+        fits = "yes" if r.flash <= FLASH and r.sram <= SRAM else "NO"
+        print(f"{model[:24]:<24} {core:<10} {k:<7} {r.flash:>9,} {m['flash_bytes']:>9,} {r.sram:>9,} "
+              f"{m['sram_bytes']:>9,} {fits:>4}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="", help="more models from shared/models/tflite, by name (comma-separated)")
+    ap.add_argument("--cores", default="cortex-m7", help="cortex-m7[,cortex-m4]")
+    ap.add_argument("--kernels", default="smlad,plain", help="kernel families, comma-separated")
+    args = ap.parse_args(argv)
+    missing = qemu.missing_tools()
+    if missing:
+        print(f"needs {', '.join(missing)} (Debian: {qemu.INSTALL})")
+        return 1
+    names = list(dict.fromkeys([*DEFAULT_MODELS, *(Path(n).stem for n in args.models.split(",") if n)]))
+    cores = [c for c in args.cores.split(",") if c]
+    kernels = [k for k in args.kernels.split(",") if k]
+    print(f"Cortex-M instructions per inference on QEMU (one seeded random input); deploy --sram {size(SRAM)} "
+          f"--flash {size(FLASH)} --patch off\n")
+    results, models = {}, []
+    for name in names:
+        path = find_model(name)
+        if path is None:
+            print(f"{name}: not found under {MODELS_DIR}")
+            continue
+        models.append(name)
+        for core in cores:
+            for k in kernels:
+                try:
+                    results[(name, core, k)] = measure(path, core, k)
+                except DeployError as e:
+                    print(f"{name} {core} {k}: {e}")  # reported, not fatal
+    model_table(results, models, cores, kernels)
+    for model in models:
+        for core in cores:
+            runs = {k: results[(model, core, k)] for k in kernels if (model, core, k) in results}
+            if runs:
+                layer_table(model, core, runs)
+    for core in cores:
+        kind_table(results, core, kernels)
+    code_table(results)
+    memory_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The CLI on Cortex-M targets with the Arm tools: `deploy verify --qemu` (bit-exact on the QEMU
+board, instructions per inference, the ELF's memory beside the planner's) and the ELF's memory
+in `deploy`'s manifest, deterministic across runs that each compile the engine afresh."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deployer import qemu
+from tests.models import shared_model
+from tests.unit.test_cli import run_clirunner, run_subprocess, snapshot
+
+pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
+                                reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
+
+KWS = "mlperf_tiny/kws_ref_model.tflite"
+
+
+def test_verify_qemu_json():
+    code, out, err = run_clirunner("verify", shared_model(KWS), "--target", "cortex-m4", "--qemu", "--json",
+                                   "--seeds", "2")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["target"] == "cortex-m4" and r["qemu_machine"] == "mps2-an386" and r["samples"] == 2
+    assert [o["max_abs_diff"] for o in r["outputs"]] == [0] and r["reference"]
+    assert r["instructions"] > 0 and r["instructions_per_mac"] == pytest.approx(r["instructions"] / r["macs"], 1e-3)
+    assert r["planned_sram_bytes"] > 0 and r["planned_flash_bytes"] > 0
+    # the ELF holds the planned arena, plus the harness and its stack; its flash the weights and code
+    assert r["sram_bytes"] > r["planned_sram_bytes"] and r["flash_bytes"] > 0
+
+
+def test_verify_qemu_summary():
+    code, out, err = run_clirunner("verify", shared_model(KWS), "--target", "cortex-m7", "--qemu", "--seeds", "1",
+                                   "--kernels", "plain", "--per-layer")
+    assert code == 0, err
+    assert "instructions per inference" in out and "mps2-an500" in out and "ELF flash" in out
+    assert "every layer matches" in out and out.rstrip().endswith("bit-exact")
+
+
+def test_deploy_records_the_elf(tmp_path):
+    """Two processes, each with its own build cache (the ELF linked twice), write identical files."""
+    for name, seed in (("a", "1"), ("b", "2")):
+        env = {"PYTHONHASHSEED": seed, "DEPLOY_BUILD_CACHE": str(tmp_path / f"cache-{name}")}
+        code, out, err = run_subprocess(shared_model(KWS), "--target", "cortex-m7", "-o", tmp_path / name, env=env)
+        assert code == 0, err
+        assert any(line.startswith("ELF: ") and "QEMU harness" in line for line in out.splitlines())
+        assert any(line.split()[:1] == ["memory"] and line.split()[-1] == "ELF" for line in out.splitlines())
+    a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
+    assert sorted(a) == sorted(b) and all(a[n] == b[n] for n in a), [n for n in a if a[n] != b.get(n)]
+    m = json.loads(a["manifest.json"])
+    elf = m["elf"]
+    assert elf["flash_bytes"] > 0 and elf["sram_bytes"] > 0 and elf["toolchain"].startswith("arm-none-eabi-gcc")
+    assert elf["sections"][".bss"] >= m["memory"]["arena_bytes"]
+    assert elf["sram_bytes"] == sum(elf["sections"].get(s, 0) for s in (".data", ".bss", ".stack"))
