@@ -92,3 +92,13 @@ def test_layers_keep_int8_weights_when_packed_ones_exceed_flash():
     elf = qemu.elf_memory(qemu.build_elf(tight).path)["flash_bytes"]  # the QEMU harness included
     assert abs(elf - tight.memory["flash_bytes"]) < 0.05 * elf, (elf, tight.memory["flash_bytes"])
     assert_bit_exact_on_qemu(shared_model(rel), tight, [random_inputs(tight.graph, 3)])
+
+
+def test_stm32h743_stages_tiles_in_dtcm():
+    """With --l1 the stm32h743 preset tiles layers into its DTCM (the linker's .dtcm section)."""
+    rel = "mlperf_tiny/kws_ref_model.tflite"
+    dep = deploy(shared_model(rel), Options(target="stm32h743", l1=32 * K))
+    assert dep.tilings and dep.options.sram == 512 * K and dep.options.flash == 2048 * K
+    assert '__attribute__((section(".dtcm"))) static uint8_t l1[32768]' in \
+        dep.files[next(n for n in dep.files if n.endswith("_engine.c"))]
+    assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, 1)])
