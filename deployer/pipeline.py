@@ -165,7 +165,7 @@ def check_budgets(memory: dict, options: Options) -> None:
 def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | None) -> PatchPlan | None:
     """The first stage split into patches: as forced, or (auto) when the split is needed to fit
     --sram (aiming at ``sram_target``), or saves a larger share of memory than the share of
-    MACs it recomputes."""
+    MACs it recomputes (not on targets with DSP kernels, which the stage does not use)."""
     if options.patch == "off":
         return None
     lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
@@ -177,7 +177,10 @@ def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | Non
         return None
     needed = options.sram is not None and choice.unsplit_peak > options.sram
     saving = 1 - choice.peak / max(choice.unsplit_peak, 1)
-    return make_plan(graph, kernels, choice) if needed or saving > choice.overhead else None
+    # The stage runs the portable kernels: where the target's DSP kernels are several times
+    # faster, a split that is not needed costs more time than its recomputed MACs say.
+    worth = saving > choice.overhead and kernel_set(options, BACKENDS[options.target]) != "smlad"
+    return make_plan(graph, kernels, choice) if needed or worth else None
 
 
 def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | None = None) -> dict:
