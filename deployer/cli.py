@@ -252,7 +252,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     try:
         options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels)
-        dep = deploy(model, replace(options, sram=None, flash=None))
+        dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
         problem, _ = arena_problem(dep.lives, dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
         click.echo(comparison_table(plans, lower_bound(problem)))
@@ -283,7 +283,7 @@ def _compare_tiling(model, options) -> None:
     try:
         if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
             raise UsageError("--tiling needs an L1 budget: pass --l1")
-        greedy = deploy(model, replace(options, sram=None, flash=None))
+        greedy = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
         cpsat = tile_layers(greedy.graph, greedy.kernels, replace(options, tiler="cpsat"))
     except DeployError as e:
         _fail(e)

@@ -47,6 +47,7 @@ class Options:
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
     kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
+    board_budgets: bool = True  # a board preset's memories fill an unset --sram / --flash
 
 
 def kernel_set(options: Options, backend: Backend) -> str:
@@ -219,7 +220,7 @@ def deploy(model: Path, options: Options) -> Deployment:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
     options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
     options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
-    if backend.board:  # a board's memories are its default budgets
+    if backend.board and options.board_budgets:  # a board's memories are its default budgets
         options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
     if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
         raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "

@@ -424,3 +424,18 @@ def test_deploy_without_arm_tools(tmp_path, monkeypatch):
     code, out, err = run_clirunner(model, "-o", tmp_path / "host")
     assert code == 0, err
     assert "elf" not in json.loads((tmp_path / "host" / "manifest.json").read_text()) and "ELF" not in out
+
+
+def test_compare_on_a_board_preset_plans_without_its_budgets(tmp_path):
+    """deploy compare plans every planner unconstrained: a board preset's SRAM (128K on the
+    stm32f446) must not turn a larger model into a budget error."""
+    from network_parser.tflite_builder import ModelBuilder
+
+    mb = ModelBuilder(3)
+    mb.output(mb.conv2d(mb.input((1, 128, 128, 8)), 8, kernel=(1, 1)))  # 256 KiB of activations
+    path = tmp_path / "big.tflite"
+    mb.save(path)
+    code, out, err = run_clirunner("compare", path, "--target", "stm32f446", "--report", tmp_path / "r.html")
+    assert code == 0, err
+    code, _, err = run_clirunner(path, "--target", "stm32f446", "-o", tmp_path / "out")
+    assert code != 0 and "smallest --sram" in err
