@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from deployer import qemu
-from deployer.golden import NP_DTYPES
 from deployer.pipeline import Options, deploy
-from deployer.reference import run_reference
-from deployer.verify import random_inputs
+from deployer.verify import parse_output, random_inputs, samples_payload
+from tests.host.test_models import assert_outputs_match
 from tests.models import shared_model
 
 pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
@@ -31,33 +30,14 @@ MODELS = [
 CORES = ["cortex-m4", "cortex-m7"]
 
 
-def payload(graph, sample) -> bytes:
-    return b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[graph.tensors[t].dtype]).tobytes()
-                    for t, x in zip(graph.inputs, sample))
-
-
-def outputs(graph, data: bytes, n: int) -> list[list[np.ndarray]]:
-    result, pos = [], 0
-    for _ in range(n):
-        sample = []
-        for o in graph.outputs:
-            t = graph.tensors[o]
-            sample.append(np.frombuffer(data[pos:pos + t.nbytes], NP_DTYPES[t.dtype]).reshape(t.shape))
-            pos += t.nbytes
-        result.append(sample)
-    assert pos == len(data), f"the engine wrote {len(data)} bytes, expected {pos}"
-    return result
+def run_on_qemu(dep, samples) -> list[list[np.ndarray]]:
+    """Every sample through the engine in one run on the core's QEMU board: outputs per sample."""
+    data = qemu.run(qemu.build_elf(dep), samples_payload(dep.graph, samples)).output
+    return parse_output(dep.graph, data, len(samples), False)[0]
 
 
 def assert_bit_exact_on_qemu(model, dep, samples) -> None:
-    elf = qemu.build_elf(dep)
-    got = outputs(dep.graph, qemu.run(elf, b"".join(payload(dep.graph, s) for s in samples)).output, len(samples))
-    for n, (sample, ours) in enumerate(zip(samples, got)):
-        name, ref, _ = run_reference(model, sample)
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            diff = np.abs(a.astype(np.int64) - b.reshape(a.shape).astype(np.int64))
-            assert diff.max() == 0, (f"{model.name} on {dep.backend.name}: output {i} sample {n}: "
-                                     f"{int((diff > 0).sum())} of {diff.size} elements differ from {name}")
+    assert_outputs_match(model, samples, run_on_qemu(dep, samples), f" on {dep.backend.name}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,7 @@ from deployer.verify import random_inputs
 from layer_analyzer import kernels as K
 from layer_analyzer import simd
 from network_parser.tflite_builder import ModelBuilder
-from tests.target.test_cortexm import outputs, payload
+from tests.target.test_cortexm import run_on_qemu
 
 pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
                                 reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
@@ -38,8 +38,7 @@ def check(tmp_path, mb: ModelBuilder, target: str, variant: str, in_place: bool 
     assert in_place == ("per tap, in place" in engine), "in place" if in_place else "not in place"
     assert variant in variants(dep), f"the model exercises {variants(dep)}, not {variant}"
     samples = [random_inputs(dep.graph, seed) for seed in range(2)]
-    run = qemu.run(qemu.build_elf(dep), b"".join(payload(dep.graph, s) for s in samples))
-    for sample, ours in zip(samples, outputs(dep.graph, run.output, len(samples))):
+    for sample, ours in zip(samples, run_on_qemu(dep, samples)):
         ref, _ = golden.run(dep.graph, sample, dep.kernels)
         for a, b in zip(ours, ref):
             assert np.array_equal(a, b.reshape(a.shape)), \
