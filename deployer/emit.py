@@ -128,6 +128,12 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
     return ctx
 
 
+def portable_layers(tilings, patch, l3) -> frozenset:
+    """Layers that keep their int8 weights and portable kernels whatever the kernel family: run
+    tile by tile, patch by patch, or with weights streamed from L3."""
+    return frozenset(tilings or ()) | frozenset(patch.layers if patch else ()) | frozenset(l3.weights if l3 else ())
+
+
 def simd_choice(kern, kernel_set: str):
     """The DSP kernel variant of a conv/fc layer under ``kernel_set`` ("plain" | "smlad")."""
     if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)):
@@ -326,6 +332,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels, but for
     the ``plain_layers`` (kept on the portable kernels, whose weights take less flash)."""
     tilings = tilings or {}
+    plain_layers = plain_layers | portable_layers(tilings, patch, l3)
     ident = c_identifier(graph.name)
     macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
              for lt in lives}
@@ -374,8 +381,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
             L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
         streams_w = l3 is not None and k in l3.weights
         s_choice = None
-        if k not in tilings and not streams_w and not (patch is not None and k in patch.layers) \
-                and k not in plain_layers:
+        if k not in plain_layers:
             s_choice = simd_choice(kern, kernel_set)
             if k in in_place and (s_choice is None or s_choice.variant != "depthwise"
                                   or in_place[k].scratch_bytes < simd.LANES * kern.out_h * kern.out_w):

@@ -232,8 +232,7 @@ def deploy(model: Path, options: Options) -> Deployment:
     graph, notes = apply_rewrites(graph, options.fuse)
     kernels = K.lower_graph(graph)
     patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
-    # Layers run tile by tile, patch by patch or from L3 keep their int8 weights and plain kernels.
-    plain_layers = frozenset(tilings) | frozenset(patch.layers if patch else ()) | frozenset(l3.weights if l3 else ())
+    plain_layers = emit.portable_layers(tilings, patch, l3)
     memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers)
     extra = fit_flash(graph, kernels, options, kernels_used, memory["flash_bytes"], plain_layers)
     if extra:
