@@ -115,11 +115,30 @@ class _Symbols:
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
 
 
+def c_int64(v: int) -> str:
+    return c_int(v) if -(1 << 31) <= v < (1 << 31) else f"{int(v)}LL"
+
+
+def _int_rq_context(rq, k: int, sym: _Symbols) -> dict:
+    """An integer graph's requantization constants: literals when one value serves every
+    channel, else per-channel .rodata arrays (int32 multipliers, int64 addends)."""
+    per_mul, per_add = len(set(rq.mul)) > 1, len(set(rq.add)) > 1
+    return dict(rq=dict(
+        mul=sym.array(f"op{k}_rq_mul", "int32_t", np.array(rq.mul, np.int64)) if per_mul else c_int(rq.mul[0]),
+        add=sym.array(f"op{k}_rq_add", "int64_t", np.array(rq.add, np.int64)) if per_add else c_int64(rq.add[0]),
+        mul_i=per_mul, add_i=per_add))
+
+
 def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
     # weights streamed from L3 have no .rodata array: the tile loop fetches them by address
     ctx = dict(w=None if streamed else sym.tensor(kern.weights, f"op{k}_weights"),
                b=sym.tensor(kern.bias, f"op{k}_bias") if kern.bias >= 0 else None)
-    if isinstance(kern, K.Conv):
+    if isinstance(kern, K.FullyConnected):  # a bias per unit, or (ONNX Gemm) one per row and unit
+        rows = kern.bias >= 0 and sym.graph.tensors[kern.bias].elements == kern.batch * kern.units > kern.units
+        ctx["bias_at"] = f"b * {kern.units} + u" if rows else "u"
+    if kern.int_rq is not None:
+        ctx.update(_int_rq_context(kern.int_rq, k, sym))
+    elif isinstance(kern, K.Conv):
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", kern.multiplier),
                    shift=sym.array(f"op{k}_shift", "int8_t", kern.shift))
     else:
@@ -136,8 +155,8 @@ def portable_layers(tilings, patch, l3) -> frozenset:
 
 def simd_choice(kern, kernel_set: str):
     """The DSP kernel variant of a conv/fc layer under ``kernel_set`` ("plain" | "smlad")."""
-    if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)):
-        return None
+    if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)) or kern.int_rq is not None:
+        return None  # (the DSP kernels requantize the TFLite way only)
     return simd.choose(kern)
 
 
@@ -221,6 +240,12 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             return _weights_context(kern, k, sym, l3_weights)
         case K.Add() | K.Mul():
             return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None)
+        case K.IntAdd():
+            return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None,
+                        rq=dict(add=c_int64(kern.add), post_add=c_int64(kern.post_add),
+                                post=(kern.post_mul, kern.post_add, kern.post_shift) != (1, 0, 0)))
+        case K.IntRescale() | K.Pool() if kern.int_rq is not None:
+            return _int_rq_context(kern.int_rq, k, sym)
         case K.Lookup():
             return dict(table=sym.array(f"op{k}_table", "int8_t", kern.table))
         case K.Concat():
@@ -299,7 +324,7 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict)
         return dict(ptr=sym.tensor(t, f"op{k}_in"), table=f"P{t}" if t in patch.buffers else None,
                     w=shape[2] if len(shape) == 4 else 1, c=shape[-1])
 
-    kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.Transpose: "transpose",
+    kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.IntAdd: "binary", K.Transpose: "transpose",
             K.Quantize: "quantize"}[type(kern)]
     ctx = dict(kind=kind, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
                out_type="int8_t", out_w=out_t.shape[2], full_out=None,
@@ -372,6 +397,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         L = dict(index=k, kind=type(kern).__name__, k=kern, func=f"op{k}_{layer.op.lower()}",
                  title=f"{layer.op} '{layer.name}' -> {shape_text(out_t)}",
                  y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,
+                 out_ctype=CTYPES[out_t.dtype], in_ctype=CTYPES[graph.tensors[data[0]].dtype] if data else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
                  alias=None, in_place=False)
@@ -467,7 +493,10 @@ def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain", plain_layer
                 seen.add(t)
                 n = graph.tensors[t].nbytes
                 total += simd.packed_bytes(kern, s, n) if s is not None and t == kern.weights else n
-        if isinstance(kern, K.Conv):
+        if getattr(kern, "int_rq", None) is not None:
+            total += 4 * len(kern.int_rq.mul) * (len(set(kern.int_rq.mul)) > 1) \
+                + 8 * len(kern.int_rq.add) * (len(set(kern.int_rq.add)) > 1)
+        elif isinstance(kern, K.Conv):
             total += 5 * len(kern.multiplier)
         elif isinstance(kern, K.FullyConnected):
             total += 8 * len(kern.scale)

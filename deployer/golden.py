@@ -14,7 +14,13 @@ from network_parser.ir import Graph
 
 from . import fixedpoint as fx
 
-NP_DTYPES = {"int8": np.int8, "float32": np.float32, "int32": np.int32}
+NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "float32": np.float32, "int32": np.int32}
+
+
+def int_requant(acc: np.ndarray, rq, lo: int, hi: int) -> np.ndarray:
+    """An integer graph's requantization, channels on the last axis (exact: int64 throughout)."""
+    y = (acc.astype(np.int64) * np.array(rq.mul, np.int64) + np.array(rq.add, np.int64)) >> rq.shift
+    return np.clip(y, lo, hi)
 
 
 def _conv(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -40,6 +46,8 @@ def _conv(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.n
     acc = np.rint(acc).astype(np.int64)
     if b is not None:
         acc += b.astype(np.int64)
+    if k.int_rq is not None:
+        return int_requant(acc, k.int_rq, k.act_min, k.act_max)
     out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
@@ -49,6 +57,8 @@ def _fc(k: K.FullyConnected, x, w, b):
     acc = np.rint(xs @ w.astype(np.float64).T).astype(np.int64)
     if b is not None:
         acc += b.astype(np.int64)
+    if k.int_rq is not None:
+        return int_requant(acc, k.int_rq, k.act_min, k.act_max)
     out = fx.round_half_away(acc.astype(np.float64) * np.array(k.scale)) + k.output_offset
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
@@ -69,6 +79,18 @@ def _add(k: K.Add, a, b):
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 
+def _int_add(k: K.IntAdd, a, b):
+    sa, sb = _views(k.view, a, b)
+    y = ((sa + k.a_offset) * k.a_mul + (sb + k.b_offset) * k.b_mul + k.add) >> k.shift
+    y = (y * k.post_mul + k.post_add) >> k.post_shift
+    return np.clip(y, k.act_min, k.act_max)
+
+
+def _int_rescale(k: K.IntRescale, x):
+    xs = x.reshape(-1, k.channels).astype(np.int64) + k.input_offset
+    return int_requant(xs, k.int_rq, k.act_min, k.act_max)
+
+
 def _mul(k: K.Mul, a, b):
     sa, sb = _views(k.view, a, b)
     out = fx.mbqm((sa + k.a_offset) * (sb + k.b_offset), k.out_multiplier, k.out_shift) + k.output_offset
@@ -86,6 +108,8 @@ def _pool(k: K.Pool, x):
             win = xi[:, ys, max(x0, 0): min(x0 + k.f_w, k.in_w), :]
             if k.kind == "max":
                 out[:, oy, ox, :] = win.max(axis=(1, 2))
+            elif k.int_rq is not None:  # the window's sum, requantized (no padding: a whole window)
+                out[:, oy, ox, :] = int_requant(win.sum(axis=(1, 2)), k.int_rq, k.act_min, k.act_max)
             else:
                 count = win.shape[1] * win.shape[2]
                 s = win.sum(axis=(1, 2))
@@ -173,6 +197,12 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _add(kernel, ins[0], ins[1])
         case K.Mul():
             y = _mul(kernel, ins[0], ins[1])
+        case K.IntAdd():
+            y = _int_add(kernel, ins[0], ins[1])
+        case K.IntRescale():
+            y = _int_rescale(kernel, ins[0])
+        case K.Offset():
+            y = ins[0].astype(np.int64) + kernel.delta
         case K.Pool():
             y = _pool(kernel, ins[0])
         case K.Mean():

@@ -12,6 +12,7 @@ from network_parser.ir import Graph
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import Lifetime, lifetimes
 from network_parser.rewrites import apply_rewrites
+from network_parser.onnx_reader import read_onnx
 from network_parser.tflite_reader import read_tflite
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
 from solver.plan_checker import check_tensor_plan
@@ -48,6 +49,9 @@ class Options:
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
     kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
     board_budgets: bool = True  # a board preset's memories fill an unset --sram / --flash
+    input_layout: str = "nchw"  # ONNX graphs: the layout of the engine's 3-D/4-D inputs ("nchw" = the model's)
+    output_layout: str = "nchw"  # ... and of its outputs
+    input_type: str | None = None  # integer ONNX graphs: "int8" | "uint8" input values (None: guessed)
 
 
 def kernel_set(options: Options, backend: Backend) -> str:
@@ -81,11 +85,14 @@ class Deployment:
         return sum(K.macs(k) for k in self.kernels)
 
 
-def read_model(path: Path) -> Graph:
+def read_model(path: Path, options: Options | None = None) -> Graph:
+    options = options or Options()
     suffix = path.suffix.lower()
     if suffix == ".tflite":
         return read_tflite(path)
-    raise ModelFormatError(f"{path}: unknown model format '{suffix}' (supported: .tflite)")
+    if suffix == ".onnx":
+        return read_onnx(path, options.input_layout, options.output_layout, options.input_type)
+    raise ModelFormatError(f"{path}: unknown model format '{suffix}' (supported: .tflite, .onnx)")
 
 
 def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, list[int]]:
@@ -228,8 +235,9 @@ def deploy(model: Path, options: Options) -> Deployment:
     kernels_used = kernel_set(options, backend)
     if options.l3 is not None and options.l1 is None:
         raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
-    graph = read_model(Path(model))
+    graph = read_model(Path(model), options)
     graph, notes = apply_rewrites(graph, options.fuse)
+    notes = [*(graph.source.notes if graph.source else ()), *notes]
     kernels = K.lower_graph(graph)
     patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
     plain_layers = emit.portable_layers(tilings, patch, l3)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from network_parser.errors import UnsupportedOperator
-from network_parser.ir import Graph, Layer, Tensor
+from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from . import geometry as geo
 from .requant import (activation_range, f32, quantize_multiplier, sigmoid_table,
@@ -45,6 +45,7 @@ class Conv:
     act_max: int
     weights: int  # tensor index
     bias: int  # tensor index or -1
+    int_rq: IntRequant | None = None  # integer graphs: used instead of multiplier/shift
 
     @property
     def macs(self) -> int:
@@ -65,6 +66,7 @@ class FullyConnected:
     act_max: int
     weights: int
     bias: int
+    int_rq: IntRequant | None = None  # integer graphs: used instead of scale
 
     @property
     def macs(self) -> int:
@@ -134,6 +136,43 @@ class Pool:
     pad_l: int
     act_min: int
     act_max: int
+    int_rq: IntRequant | None = None  # "avg" of integer graphs: requantizes the window's sum
+
+
+@dataclass(frozen=True, slots=True)
+class IntAdd:
+    """ADD of an integer graph: clamp(floor(((a + a_offset) * a_mul + (b + b_offset) * b_mul + add)
+    / 2^shift)), in 64 bits."""
+    view: Broadcast
+    a_offset: int
+    b_offset: int
+    a_mul: int
+    b_mul: int
+    add: int
+    shift: int
+    act_min: int
+    act_max: int
+    post_mul: int = 1  # a second rounding stage: clamp(floor((s * post_mul + post_add) / 2^post_shift))
+    post_add: int = 0
+    post_shift: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IntRescale:
+    """REQUANT_SHIFT on its own: per channel (the last axis) of an 8-bit activation."""
+    elements: int
+    channels: int
+    input_offset: int
+    act_min: int
+    act_max: int
+    int_rq: IntRequant
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """uint8 <-> int8 at a graph's edge: unsigned activations are stored as value - 128."""
+    elements: int
+    delta: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,13 +312,16 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     exp_w = geo.output_size(iw, kw, sw, dw, a.padding, pw)
     if (oh, ow) != (exp_h, exp_w):
         raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the geometry ({exp_h}x{exp_w})")
-    # PopulateConvolutionQuantizationParams: double(input) * double(filter) / double(output).
-    scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
-    ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
-    lo, hi = _act(y, a.activation)
+    if a.requant is not None:
+        ms, ss, zp, (lo, hi) = (), (), 0, _int_range(a.requant, oc, where)
+    else:
+        # PopulateConvolutionQuantizationParams: double(input) * double(filter) / double(output).
+        scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
+        ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
+        zp, (lo, hi) = y.zero_point, _act(y, a.activation)
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
                 geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
-                mult, -x.zero_point, y.zero_point, ms, ss, lo, hi, l.inputs[1], bias)
+                mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant)
 
 
 def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
@@ -293,6 +335,10 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
         raise UnsupportedOperator(f"{where}: input of {x.elements} elements is not a multiple of {depth}")
     if any(z != 0 for z in w.quant.zero_point):
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric (zero point 0)")
+    rq = l.attrs.requant
+    if rq is not None:
+        return FullyConnected(x.elements // depth, depth, units, -x.zero_point, 0, (), *_int_range(rq, units, where),
+                              l.inputs[1], bias, rq)
     scales = tuple(x.scale * s / y.scale for s in w.quant.scale)
     lo, hi = _act(y, l.attrs.activation)
     return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point,
@@ -317,7 +363,38 @@ def _broadcast(a: Tensor, b: Tensor, out: Tensor, where: str) -> Broadcast:
     return Broadcast(shape, strides(a), strides(b))  # type: ignore[arg-type]
 
 
-def _add(g: Graph, l: Layer, where: str) -> Add:
+def _int_range(rq: IntRequant, channels: int, where: str) -> tuple[int, int]:
+    """The clamp of an integer requantization, after checking it fits the kernels' arithmetic
+    (int32 multipliers, a 64-bit sum that cannot overflow)."""
+    if len(rq.mul) not in (1, channels) or len(rq.add) not in (1, channels):
+        raise UnsupportedOperator(f"{where}: requantization has {len(rq.mul)} multipliers and {len(rq.add)} "
+                                  f"addends for {channels} channels")
+    if not 0 <= rq.shift <= 62 or any(abs(m) >= 2 ** 31 for m in rq.mul) or any(abs(v) >= 2 ** 61 for v in rq.add):
+        raise UnsupportedOperator(f"{where}: requantization constants out of range (shift {rq.shift}, "
+                                  f"multipliers up to {max(map(abs, rq.mul))}, addends up to {max(map(abs, rq.add))})")
+    return rq.lo, rq.hi
+
+
+def _int_add(g: Graph, l: Layer, where: str) -> IntAdd:
+    a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    p: IntegerAdd = l.attrs
+    if max(abs(p.a_mul), abs(p.b_mul), abs(p.post_mul)) >= 2 ** 31 or max(abs(p.add), abs(p.post_add)) >= 2 ** 61 \
+            or not (0 <= p.shift <= 62 and 0 <= p.post_shift <= 62):
+        raise UnsupportedOperator(f"{where}: integer ADD constants out of range")
+    return IntAdd(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, p.a_mul, p.b_mul, p.add, p.shift,
+                  p.lo, p.hi, p.post_mul, p.post_add, p.post_shift)
+
+
+def _rescale(g: Graph, l: Layer, where: str) -> IntRescale:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    channels = x.shape[-1] if x.shape else 1
+    lo, hi = _int_range(l.attrs.requant, channels, where)
+    return IntRescale(x.elements, channels, -x.zero_point, lo, hi, l.attrs.requant)
+
+
+def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
+    if isinstance(l.attrs, IntegerAdd):
+        return _int_add(g, l, where)
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
     left_shift = 20  # int8 ADD headroom
     twice_max = 2.0 * f32(max(np.float32(a.scale), np.float32(b.scale)))
@@ -342,14 +419,27 @@ def _pool(g: Graph, l: Layer, where: str) -> Pool:
     n, ih, iw, c = _nhwc(x, where)
     _, oh, ow, oc = _nhwc(y, where)
     a = l.attrs
+    (fh, fw), (sh, sw) = a.filter, a.stride
+    ph, pw = (a.pads[:2], a.pads[2:]) if a.pads else (None, None)
+    if (oh, ow) != (geo.output_size(ih, fh, sh, 1, a.padding, ph), geo.output_size(iw, fw, sw, 1, a.padding, pw)):
+        raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the pooling geometry")
+    kind = "avg" if l.op == "AVERAGE_POOL_2D" else "max"
+    pads = geo.pad_before(ih, fh, sh, 1, a.padding, ph), geo.pad_before(iw, fw, sw, 1, a.padding, pw)
+    rq = a.requant
+    if rq is not None:
+        if kind != "avg" or any(pads) or a.padding == "SAME" or (a.pads and any(a.pads)):
+            raise UnsupportedOperator(f"{where}: an integer requantization applies to unpadded average pooling only")
+        # the kernel sums stored values: the input offset's share of each window joins the addend
+        extra = -x.zero_point * fh * fw
+        n_ch = max(len(rq.mul), len(rq.add))
+        mul = rq.mul * n_ch if len(rq.mul) == 1 else rq.mul
+        add = rq.add * n_ch if len(rq.add) == 1 else rq.add
+        rq = IntRequant(rq.mul, tuple(v + m * extra for m, v in zip(mul, add)), rq.shift, rq.lo, rq.hi)
+        return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, *_int_range(rq, c, where), rq)
     if (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: pooling with different input and output quantization")
-    (fh, fw), (sh, sw) = a.filter, a.stride
-    if (oh, ow) != (geo.output_size(ih, fh, sh, 1, a.padding), geo.output_size(iw, fw, sw, 1, a.padding)):
-        raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the pooling geometry")
     lo, hi = _act(y, a.activation)
-    return Pool("avg" if l.op == "AVERAGE_POOL_2D" else "max", n, ih, iw, c, oh, ow, fh, fw, sh, sw,
-                geo.pad_before(ih, fh, sh, 1, a.padding), geo.pad_before(iw, fw, sw, 1, a.padding), lo, hi)
+    return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, lo, hi)
 
 
 def _mean(g: Graph, l: Layer, where: str) -> Mean:
@@ -419,6 +509,8 @@ def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
 
 def _quantize(g: Graph, l: Layer, where: str):
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
+        return Offset(x.elements, y.zero_point - x.zero_point)
     if x.dtype == "float32":
         return Quantize(y.elements, y.scale, y.zero_point)
     return _requantize_act(g, l, where)
@@ -474,11 +566,11 @@ LOWERINGS = {
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
     "RELU": _requantize_act, "RELU6": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
-    "CONCATENATION": _concat, "TRANSPOSE": _transpose,
+    "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,
 }
 
 Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose)
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | IntAdd | IntRescale | Offset)
 
 
 def lower(graph: Graph, layer: Layer) -> Kernel:

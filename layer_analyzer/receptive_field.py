@@ -52,6 +52,8 @@ class SpatialLayer:
 
 def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shape: tuple) -> SpatialLayer | None:
     """The spatial view of a lowered kernel, or None when it cannot run patch by patch."""
+    if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
+        return None  # an integer graph's raw int32 output: patch buffers hold int8
     match kernel:
         case K.Transpose(perm=(0, 2, 3, 1)) if len(kernel.in_shape) == 4 and kernel.in_shape[0] == 1:
             _, c, h, w = kernel.in_shape  # NCHW -> NHWC: a patch reads its rows and columns of every plane
@@ -69,7 +71,7 @@ def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shap
             cols = Window(kernel.f_w, kernel.stride_w, 1, kernel.pad_l, kernel.in_w)
             return SpatialLayer(k, inputs, output, rows, cols, kernel.out_h, kernel.out_w, kernel.channels,
                                 kernel.f_h * kernel.f_w * kernel.channels)
-        case K.Add() | K.Mul() if kernel.view.dense and kernel.view.shape[0] == 1 and len(inputs) == 2:
+        case K.Add() | K.Mul() | K.IntAdd() if kernel.view.dense and kernel.view.shape[0] == 1 and len(inputs) == 2:
             _, h, w, c = kernel.view.shape
             return SpatialLayer(k, inputs, output, Window(in_size=h), Window(in_size=w), h, w, c, c)
     return None

@@ -139,6 +139,8 @@ class TileGeometry:
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
     """The tiling view of a lowered kernel, or None when the layer runs untiled from L2."""
+    if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
+        return None  # an integer graph's raw int32 output: tiles hold int8 outputs only
     match kernel:
         case K.Conv(batch=1):
             kind = "depthwise" if kernel.depthwise else "conv"
@@ -151,7 +153,7 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "pool", kernel.out_h, kernel.out_w, kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, kernel.f_h, kernel.f_w, kernel.stride_h,
                                 kernel.stride_w)
-        case K.Add() | K.Mul() if kernel.view.dense and kernel.view.shape[0] == 1:
+        case K.Add() | K.Mul() | K.IntAdd() if kernel.view.dense and kernel.view.shape[0] == 1:
             _, h, w, c = kernel.view.shape
             return TileGeometry(layer, "eltwise", h, w, c, h, w, c, operands=2)
         case K.FullyConnected(batch=1):

@@ -61,12 +61,30 @@ class Tensor:
 # ---- typed layer attributes -------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
+class IntRequant:
+    """Requantization of integer graphs (NEMO/DORY, Quantlab, Deeploy ``RequantShift``), exact in
+    integers: stored = clamp(floor((acc * mul[c] + add[c]) / 2^shift), lo, hi).
+
+    ``acc`` is the layer's true integer accumulator; rounding (Deeploy adds 2^(shift-1)) and the
+    output's zero point (-128 for unsigned activations stored as int8) are folded into ``add``,
+    and ``lo``/``hi`` are in the stored domain. One value in ``mul``/``add`` applies to every channel.
+    """
+    mul: tuple[int, ...]
+    add: tuple[int, ...]
+    shift: int
+    lo: int
+    hi: int
+
+
+
+@dataclass(frozen=True, slots=True)
 class Conv2D:
     stride: tuple[int, int]
     dilation: tuple[int, int]
     padding: str  # "SAME" | "VALID" | "EXPLICIT" (then ``pads`` holds it)
     activation: str
     pads: tuple[int, int, int, int] | None = None  # top, bottom, left, right
+    requant: IntRequant | None = None  # integer graphs: replaces the scale-derived multipliers
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +95,14 @@ class DepthwiseConv2D:
     activation: str
     depth_multiplier: int
     pads: tuple[int, int, int, int] | None = None
+    requant: IntRequant | None = None  # integer graphs: replaces the scale-derived multipliers
 
 
 @dataclass(frozen=True, slots=True)
 class FullyConnected:
     activation: str
     keep_num_dims: bool
+    requant: IntRequant | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +111,36 @@ class Pool2D:
     stride: tuple[int, int]
     padding: str
     activation: str
+    requant: IntRequant | None = None  # AVERAGE_POOL_2D of integer graphs: requantizes the window's sum
+    pads: tuple[int, int, int, int] | None = None  # padding "EXPLICIT": top, bottom, left, right
 
 
 @dataclass(frozen=True, slots=True)
 class Elementwise:
     activation: str
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerAdd:
+    """ADD of an integer graph over the inputs' true values (NEMO's per-branch scaling, Deeploy's
+    Add + RequantShift), in one or two rounding stages (NEMO requantizes a sum once more):
+    s = floor((a * a_mul + b * b_mul + add) / 2^shift);
+    stored = clamp(floor((s * post_mul + post_add) / 2^post_shift), lo, hi)."""
+    a_mul: int
+    b_mul: int
+    add: int
+    shift: int
+    lo: int
+    hi: int
+    post_mul: int = 1
+    post_add: int = 0
+    post_shift: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Rescale:
+    """REQUANT_SHIFT: an integer graph's requantization of an activation on its own."""
+    requant: IntRequant
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +175,8 @@ class NoAttrs:
     """Ops fully described by their tensors (RESHAPE, RELU, QUANTIZE, ...)."""
 
 
-Attrs = Union[Conv2D, DepthwiseConv2D, FullyConnected, Pool2D, Elementwise, Mean,
-              Softmax, Pad, Concat, Transpose, NoAttrs]
+Attrs = Union[Conv2D, DepthwiseConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
+              Mean, Softmax, Pad, Concat, Transpose, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +190,26 @@ class Layer:
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    """What the reader decided for a graph's edges. ``input_perms`` / ``output_perms`` turn an array
+    in the model file's own layout into the engine's (``np.transpose(x, perm)`` then a reshape to the
+    engine tensor's shape; None: the same layout)."""
+    format: str  # "tflite" | "onnx-integer" | "onnx-qdq"
+    input_layout: str = "nhwc"
+    output_layout: str = "nhwc"
+    input_perms: tuple[tuple[int, ...] | None, ...] = ()
+    output_perms: tuple[tuple[int, ...] | None, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Graph:
     name: str
     tensors: tuple[Tensor, ...]
     layers: tuple[Layer, ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    source: Source | None = None
 
     def tensor(self, index: int) -> Tensor:
         return self.tensors[index]

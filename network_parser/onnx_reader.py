@@ -1,0 +1,807 @@
+"""Read a quantized ``.onnx`` graph into the IR.
+
+Two families of graphs arrive here:
+
+* **integer graphs** (NEMO/Quantlab exports for DORY, Deeploy's ``RequantShift`` graphs): every
+  value is an integer carried in float or int64 tensors, and requantization is spelled out as a
+  chain of nodes after each Conv/Gemm/MatMul/Add/pooling (Mul, Add, Cast, Div, Floor, Clip, or one
+  ``RequantShift``). The chain is folded, by the values of its constants, into one exact integer
+  requantization of the layer (``ir.IntRequant``): acc * mul + add, a floor shift, a clamp.
+* **QDQ graphs** (``onnxruntime.quantization``): QuantizeLinear/DequantizeLinear around float ops,
+  read into the same scale/zero-point IR as a ``.tflite`` (``onnx_qdq``).
+
+Layouts: ONNX activations are NCHW (1-D convolutions: NCL, run as 2-D with H = 1); the IR is NHWC.
+Weights are transposed at read time; the graph's edges keep the model's layout unless
+``nhwc`` is asked for, through a TRANSPOSE at the input and the output.
+
+Unsigned activations (NEMO's 0..255, ``RequantShift`` with ``signed=0``) are stored as int8 holding
+value - 128 (zero point -128), so every int8 kernel runs them unchanged; an unsigned graph input or
+output is converted at the edge (one add of -128 / +128).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from layer_analyzer import geometry as geo
+
+from .errors import ModelFormatError, UnsupportedOperator
+from .ir import (Conv2D, DepthwiseConv2D, FullyConnected, Graph, IntegerAdd, IntRequant, Layer, NoAttrs,
+                 Pad, Pool2D, Quant, Rescale, Source, Tensor, Transpose)
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+UNIT = Quant((1.0,), (0,))
+UNSIGNED = Quant((1.0,), (-128,))
+# Float ops a classifier ends with, which integer deployers leave to the application (monotonic:
+# the argmax of their input is the answer).
+TRAILING_FLOAT_OPS = ("LogSoftmax", "Softmax", "Sigmoid")
+CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift", "Identity")
+
+
+def load_onnx(path: Path) -> onnx.ModelProto:
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
+        raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    if not model.graph.node:
+        raise ModelFormatError(f"{path}: the ONNX graph has no nodes")
+    return model
+
+
+def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
+              input_type: str | None = None) -> Graph:
+    """``input_type`` ("int8" | "uint8"): the range of an integer graph's input values; None
+    guesses from the graph (unsigned when its activations are)."""
+    path = Path(path)
+    model = load_onnx(path)
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul")
+           for n in model.graph.node):
+        from .onnx_qdq import read_qdq
+        return read_qdq(path, model, input_layout, output_layout)
+    return IntegerGraphReader(path, model, input_layout, output_layout, input_type).read()
+
+
+# ---- values and constants -----------------------------------------------------
+
+@dataclass
+class Value:
+    """An ONNX activation as the IR holds it."""
+    tensor: int  # IR tensor index (4-D values: NHWC)
+    rank: int  # the ONNX rank: 2 (N, F), 3 (N, C, L) or 4 (N, C, H, W)
+    flat_chw: tuple[int, int, int] | None = None  # flattened from (C, H, W) but stored in H, W, C order
+
+
+@dataclass
+class Chain:
+    """A requantization chain folded so far: y = clamp(floor((x * mul + add) / 2^shift), lo, hi)."""
+    mul: list[int] = field(default_factory=lambda: [1])
+    add: list[int] = field(default_factory=lambda: [0])
+    shift: int = 0
+    lo: int | None = None
+    hi: int | None = None
+    pending_mul: int | None = None  # a multiply after a division: undone by an equal division, or stage 2
+    post: tuple[int, int] | None = None  # a second rounding stage: (multiplier, shift)
+    truncating: bool = False  # an int64 Div (rounds toward zero) was read as a floor shift
+    end: str = ""
+    nodes: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def identity(self) -> bool:
+        return self.mul == [1] and self.add == [0] and self.shift == 0 and self.lo is None and self.hi is None
+
+
+def _broadcast(a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+    if len(a) == len(b):
+        return a, b
+    if len(a) == 1:
+        return a * len(b), b
+    if len(b) == 1:
+        return a, b * len(a)
+    raise ValueError(f"{len(a)} and {len(b)} channels")
+
+
+def _exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
+    arr = np.asarray(arr)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.array_equal(arr, np.round(arr)):
+            raise UnsupportedOperator(f"{where}: {what} holds non-integer values; an integer graph needs "
+                                      f"integer constants (a float graph must be quantized first)")
+        if np.abs(arr).max(initial=0) >= 2 ** 62:
+            raise UnsupportedOperator(f"{where}: {what} holds values beyond 64-bit integers")
+    elif arr.dtype.kind not in "iub":
+        raise UnsupportedOperator(f"{where}: {what} has type {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def _power_of_two(d: int) -> tuple[int, bool]:
+    """log2 of a divisor that is a power of two, or one less than one (NEMO exports 2^k as 2^k - 1
+    when the float-to-int conversion rounded down): (k, was_off_by_one)."""
+    if d >= 1 and d & (d - 1) == 0:
+        return d.bit_length() - 1, False
+    if d >= 3 and (d + 1) & d == 0:
+        return d.bit_length(), True
+    return -1, False
+
+
+class IntegerGraphReader:
+    def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str,
+                 input_type: str | None):
+        self.path, self.model, self.g = path, model, model.graph
+        self.input_layout, self.output_layout, self.input_type = input_layout, output_layout, input_type
+        self.consts: dict[str, np.ndarray] = {}
+        for init in self.g.initializer:
+            self.consts[init.name] = numpy_helper.to_array(init)
+        self.nodes = list(self.g.node)
+        for node in self.nodes:
+            if node.op_type == "Constant":
+                self.consts[node.output[0]] = self._constant_value(node)
+        self.consumers: dict[str, list[int]] = {}
+        self.producer: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            for name in node.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(i)
+            for name in node.output:
+                self.producer[name] = i
+        self.graph_outputs = [o.name for o in self.g.output]
+        self.tensors: list[Tensor] = []
+        self.layers: list[Layer] = []
+        self.values: dict[str, Value] = {}
+        self.done: set[int] = set()
+        self.notes: list[str] = []
+        self.input_tensors: dict[str, int] = {}
+        self.input_perms: list[tuple[int, ...] | None] = []
+
+    # ---- small helpers ----------------------------------------------------------
+
+    def where(self, i: int) -> str:
+        node = self.nodes[i]
+        return f"{self.path.name}: node {i} {node.op_type} '{node.name or node.output[0]}'"
+
+    def _constant_value(self, node) -> np.ndarray:
+        for a in node.attribute:
+            if a.name == "value":
+                return numpy_helper.to_array(a.t)
+            if a.name in ("value_float", "value_int"):
+                return np.array(onnx.helper.get_attribute_value(a))
+            if a.name in ("value_floats", "value_ints"):
+                return np.array(onnx.helper.get_attribute_value(a))
+        raise UnsupportedOperator(f"{self.path.name}: Constant '{node.output[0]}' has no supported value attribute")
+
+    @staticmethod
+    def attrs(node) -> dict:
+        return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    def add_tensor(self, name: str, shape, dtype: str, quant: Quant | None, data=None) -> int:
+        self.tensors.append(Tensor(name, tuple(int(d) for d in shape), dtype, quant, data))
+        return len(self.tensors) - 1
+
+    def add_layer(self, op: str, inputs, outputs, attrs, name: str) -> None:
+        self.layers.append(Layer(len(self.layers), op, tuple(inputs), tuple(outputs), attrs, name))
+
+    def value(self, name: str, i: int) -> Value:
+        if name in self.consts:
+            raise UnsupportedOperator(f"{self.where(i)}: input '{name}' is a constant where an activation "
+                                      f"was expected")
+        if name not in self.values:
+            raise ModelFormatError(f"{self.where(i)}: reads '{name}' before any node writes it")
+        return self.values[name]
+
+    def const(self, name: str, i: int, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise UnsupportedOperator(f"{self.where(i)}: {what} '{name}' must be a constant")
+        return self.consts[name]
+
+    def single_consumer(self, name: str) -> int | None:
+        users = self.consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in self.graph_outputs else None
+
+    def nhwc(self, v: Value) -> tuple[int, int, int, int]:
+        return self.tensors[v.tensor].shape  # type: ignore[return-value]
+
+    def channels(self, v: Value) -> int:
+        return self.tensors[v.tensor].shape[-1]
+
+    # ---- the graph ----------------------------------------------------------------
+
+    def read(self) -> Graph:
+        for inp in self.g.input:
+            if inp.name not in self.consts:
+                self._graph_input(inp)
+        handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
+                    "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
+                    "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
+                    "Constant": lambda i, n: None}
+        for op in CHAIN_OPS:
+            handlers.setdefault(op, self._standalone_chain)
+        for op in TRAILING_FLOAT_OPS:
+            handlers[op] = self._trailing
+        for i, node in enumerate(self.nodes):
+            if i in self.done:
+                continue
+            if node.domain not in ("", "ai.onnx") and node.op_type != "RequantShift":
+                raise UnsupportedOperator(f"{self.where(i)}: operator {node.domain}.{node.op_type} is not supported")
+            if node.op_type not in handlers:
+                raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in an "
+                                          f"integer graph (supported: {', '.join(sorted(handlers))})")
+            handlers[node.op_type](i, node)
+            self.done.add(i)
+        outputs, perms = [], []
+        for name in self.graph_outputs:
+            t, perm = self._graph_output(name)
+            outputs.append(t)
+            perms.append(perm)
+        inputs = [self.input_tensors[n] for n in self.input_tensors]
+        source = Source("onnx-integer", self.input_layout, self.output_layout,
+                        tuple(self.input_perms), tuple(perms), tuple(self.notes))
+        return Graph(self.path.stem, tuple(self.tensors), tuple(self.layers), tuple(inputs), tuple(outputs), source)
+
+    # ---- edges ----------------------------------------------------------------------
+
+    def _guess_input_type(self) -> str:
+        for node in self.nodes:
+            a = self.attrs(node)
+            if node.op_type == "RequantShift" or node.op_type == "Clip":
+                if node.op_type == "Clip" and a.get("min") == 0.0 and a.get("max") == 255.0:
+                    return "uint8"
+                if node.op_type == "RequantShift":
+                    signed = float(np.asarray(numpy_helper.to_array(a["signed"])).reshape(-1)[0]) if "signed" in a else 1.0
+                    return "int8" if signed else "uint8"
+        return "int8"
+
+    def _graph_input(self, inp) -> None:
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in inp.type.tensor_type.shape.dim]
+        where = f"{self.path.name}: graph input '{inp.name}'"
+        if not 2 <= len(dims) <= 4 or any(d <= 0 for d in dims):
+            raise UnsupportedOperator(f"{where} has shape {dims}; a fixed 2-D, 3-D or 4-D shape is needed")
+        if dims[0] != 1 and len(dims) > 2:
+            raise UnsupportedOperator(f"{where}: batch {dims[0]}; the engine runs one sample (batch 1)")
+        kind = self.input_type or self._guess_input_type()
+        if kind not in ("int8", "uint8"):
+            raise UnsupportedOperator(f"{where}: input type {kind} (supported: int8, uint8)")
+        rank = len(dims)
+        # the engine's input: the model's shape (nchw), or channels last (nhwc)
+        perm = None
+        if rank > 2 and self.input_layout == "nhwc":
+            perm = (0, *range(2, rank), 1)
+        shape = dims if perm is None else [dims[p] for p in perm]
+        t = self.add_tensor(inp.name, shape, kind, UNIT)
+        self.input_tensors[inp.name] = t
+        self.input_perms.append(perm)
+        if kind == "uint8":
+            s = self.add_tensor(f"{inp.name}/as_int8", shape, "int8", UNSIGNED)
+            self.add_layer("QUANTIZE", [t], [s], NoAttrs(), f"{inp.name}/as_int8")
+            t = s
+        q = self.tensors[t].quant
+        if rank > 2:
+            c, spatial = dims[1], dims[2:]
+            h, w = (1, spatial[0]) if rank == 3 else spatial
+            if perm is None:  # NC(H)W -> NHWC
+                if rank == 3:
+                    r = self.add_tensor(f"{inp.name}/nchw", (1, c, 1, w), "int8", q)
+                    self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{inp.name}/nchw")
+                    t = r
+                n = self.add_tensor(f"{inp.name}/nhwc", (1, h, w, c), "int8", q)
+                self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 2, 3, 1)), f"{inp.name}/nhwc")
+                t = n
+            elif rank == 3:
+                r = self.add_tensor(f"{inp.name}/nhwc", (1, 1, w, c), "int8", q)
+                self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{inp.name}/nhwc")
+                t = r
+        self.values[inp.name] = Value(t, rank)
+
+    def _graph_output(self, name: str) -> tuple[int, tuple[int, ...] | None]:
+        if name not in self.values:
+            raise ModelFormatError(f"{self.path.name}: graph output '{name}' is never written")
+        v = self.values[name]
+        t = v.tensor
+        tt = self.tensors[t]
+        perm = None
+        if v.rank > 2:
+            _, h, w, c = tt.shape
+            if self.output_layout == "nchw":
+                n = self.add_tensor(f"{name}/nchw", (1, c, h, w), tt.dtype, tt.quant)
+                self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{name}/nchw")
+                t = n
+                if v.rank == 3:
+                    r = self.add_tensor(f"{name}/ncl", (1, c, w), tt.dtype, tt.quant)
+                    self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/ncl")
+                    t = r
+            else:
+                perm = (0, *range(2, v.rank), 1)
+                if v.rank == 3:
+                    r = self.add_tensor(f"{name}/nlc", (1, w, c), tt.dtype, tt.quant)
+                    self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nlc")
+                    t = r
+        tt = self.tensors[t]
+        if tt.dtype == "int8" and tt.quant.zero_point[0] == -128:  # unsigned: hand out uint8
+            u = self.add_tensor(name, tt.shape, "uint8", UNIT)
+            self.add_layer("QUANTIZE", [t], [u], NoAttrs(), name)
+            t = u
+        self.tensors[t] = Tensor(name, tt.shape, self.tensors[t].dtype, self.tensors[t].quant)
+        return t, perm
+
+    # ---- requantization chains ----------------------------------------------------------
+
+    def channel_vector(self, arr: np.ndarray, channels: int, i: int, what: str) -> list[int]:
+        ints = _exact_ints(arr, what, self.where(i))
+        if ints.size == 1:
+            return [int(ints.reshape(-1)[0])]
+        squeezed = [d for d in ints.shape if d != 1]
+        if squeezed != [channels]:
+            raise UnsupportedOperator(f"{self.where(i)}: {what} of shape {list(ints.shape)} is neither one value "
+                                      f"nor one per channel ({channels})")
+        return [int(v) for v in ints.reshape(-1)]
+
+    def absorb(self, start: str, channels: int, chain: Chain | None = None) -> Chain:
+        """Fold the requantization nodes that follow value ``start`` (each the only reader of the
+        value before it) into ``chain``; stops at a clamp, or at the first node that is not part of it."""
+        c = chain or Chain()
+        cur = start
+        while True:
+            nxt = self.single_consumer(cur)
+            if nxt is None or nxt in self.done:
+                break
+            node = self.nodes[nxt]
+            op = node.op_type
+            if op not in CHAIN_OPS:
+                break
+            if op in ("Mul", "Add", "Div") and sum(1 for x in node.input if x in self.consts) != 1:
+                break  # an op between two activations: not part of this chain
+            if c.lo is not None and op not in ("Cast", "Identity"):
+                break  # after the clamp: a new stage
+            self._fold(c, nxt, node, cur, channels)
+            c.nodes.append(nxt)
+            self.done.add(nxt)
+            cur = node.output[0]
+        c.end = cur
+        return c
+
+    def _fold(self, c: Chain, i: int, node, cur: str, channels: int) -> None:
+        op, a = node.op_type, self.attrs(node)
+        where = self.where(i)
+        other = next((x for x in node.input if x != cur), None)
+        try:
+            if op == "Mul":
+                m = self.channel_vector(self.consts[other], channels, i, "the multiplier")
+                if c.shift:
+                    if len(m) != 1 or c.pending_mul is not None or c.post is not None:
+                        raise UnsupportedOperator(f"{where}: a multiply after the division starts a second "
+                                                  f"rounding stage, which the kernels do not have")
+                    c.pending_mul = m[0]
+                else:
+                    mul, m2 = _broadcast(c.mul, m)
+                    add, m3 = _broadcast(c.add, m)
+                    c.mul = [x * y for x, y in zip(mul, m2)]
+                    c.add = [x * y for x, y in zip(add, m3)]
+            elif op == "Add":
+                if c.pending_mul is not None or c.post is not None:
+                    raise UnsupportedOperator(f"{where}: an addition between a multiply and its division")
+                v = self.channel_vector(self.consts[other], channels, i, "the addend")
+                add, v2 = _broadcast(c.add, v)
+                c.add = [x + (y << c.shift) for x, y in zip(add, v2)]
+            elif op == "Div":
+                if node.input[0] != cur:
+                    raise UnsupportedOperator(f"{where}: divides a constant by an activation")
+                d = self.channel_vector(self.consts[other], channels, i, "the divisor")
+                if len(d) != 1:
+                    raise UnsupportedOperator(f"{where}: a per-channel divisor")
+                k, off_by_one = _power_of_two(d[0])
+                if c.pending_mul is not None:  # x * m / m is x; otherwise a second rounding stage
+                    m, c.pending_mul = c.pending_mul, None
+                    if d[0] == m:
+                        return
+                    if k < 0 or c.post is not None:
+                        raise UnsupportedOperator(f"{where}: division by {d[0]} after a multiply by {m} "
+                                                  f"(a second stage must divide by a power of two)")
+                    c.post = (m, k)
+                    return
+                if k < 0:
+                    raise UnsupportedOperator(f"{where}: division by {d[0]}, which is not a power of two "
+                                              f"(an integer requantization divides by 2^k)")
+                if off_by_one:
+                    c.notes.append(f"{where}: division by {d[0]} read as a shift by {k} (2^{k}, exported "
+                                   f"one less by a float-to-integer rounding)")
+                if self.consts[other].dtype.kind in "iu":  # integer Div rounds toward zero
+                    c.truncating = True
+                c.shift += k
+            elif op == "Clip":
+                lo, hi = a.get("min"), a.get("max")
+                if len(node.input) > 1 and node.input[1]:
+                    lo = float(self.const(node.input[1], i, "the Clip minimum").reshape(-1)[0])
+                if len(node.input) > 2 and node.input[2]:
+                    hi = float(self.const(node.input[2], i, "the Clip maximum").reshape(-1)[0])
+                c.lo = int(np.ceil(lo)) if lo is not None else INT32[0]
+                c.hi = int(np.floor(hi)) if hi is not None else INT32[1]
+            elif op == "Relu":
+                c.lo, c.hi = 0, INT32[1]
+            elif op == "RequantShift":
+                if not c.identity:
+                    raise UnsupportedOperator(f"{where}: RequantShift after other requantization nodes")
+                mul = self.channel_vector(self.const(node.input[1], i, "mul"), channels, i, "mul")
+                add = self.channel_vector(self.const(node.input[2], i, "add"), channels, i, "add")
+                div = int(np.asarray(numpy_helper.to_array(a["div"])).reshape(-1)[0]) if "div" in a else 1
+                k, off = _power_of_two(div)
+                if k < 0 or off:
+                    raise UnsupportedOperator(f"{where}: RequantShift div {div} is not a power of two")
+                levels = a.get("n_levels_out", a.get("n_levels"))
+                levels = int(np.asarray(numpy_helper.to_array(levels)).reshape(-1)[0]) if levels is not None else 256
+                signed = a.get("signed")
+                signed = bool(np.asarray(numpy_helper.to_array(signed)).reshape(-1)[0]) if signed is not None else True
+                c.mul, c.add, c.shift = mul, [v + ((1 << k) >> 1) for v in add], k  # rounds half up
+                c.lo, c.hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
+            # Cast, Floor, Identity: the values are integers already
+        except ValueError as e:
+            raise UnsupportedOperator(f"{where}: constants do not broadcast over the channels ({e})") from None
+
+    def requant(self, c: Chain, channels: int, where: str, eight_bit_inputs_unsigned: bool | None = None,
+                allow_post: bool = False) -> tuple[IntRequant, str, Quant | None]:
+        """The chain as the stored-domain IntRequant of a layer, with its output's dtype and quantization.
+        A chain without a clamp gives a raw int32 output. With a second stage (``c.post``), the output
+        zero point folds into that stage's addend instead: see ``post_stage``."""
+        lo, hi = c.lo, c.hi
+        if c.pending_mul is not None:
+            raise UnsupportedOperator(f"{where}: a multiply by {c.pending_mul} after the division is never undone")
+        if c.post is not None and not allow_post:
+            raise UnsupportedOperator(f"{where}: two rounding stages after this layer (supported after Add only)")
+        self.notes.extend(c.notes)
+        if lo is None:
+            lo, hi = INT32
+        if c.truncating and lo < 0 and c.shift:
+            raise UnsupportedOperator(f"{where}: an integer division (rounding toward zero) before a clamp "
+                                      f"that keeps negative values; the kernels floor")
+        if 0 <= lo and hi <= 255 and (hi > 127 or eight_bit_inputs_unsigned is not False):
+            zp, dtype = -128, "int8"
+        elif -128 <= lo and hi <= 127:
+            zp, dtype = 0, "int8"
+        else:
+            zp, dtype = 0, "int32"
+            lo, hi = max(lo, INT32[0]), min(hi, INT32[1])
+        if dtype == "int8" and zp:
+            add = [v - (128 << c.shift) for v in c.add] if c.post is None else c.add
+            return IntRequant(tuple(c.mul), tuple(add), c.shift, lo - 128, hi - 128), dtype, UNSIGNED
+        return IntRequant(tuple(c.mul), tuple(c.add), c.shift, lo, hi), dtype, UNIT
+
+    @staticmethod
+    def post_stage(c: Chain, quant: Quant) -> tuple[int, int, int]:
+        """(multiplier, addend, shift) of a chain's second stage, the output zero point folded in."""
+        if c.post is None:
+            return 1, 0, 0
+        m, k = c.post
+        return m, quant.zero_point[0] << k, k
+
+    def saturate_if_read_as_8bit(self, c: Chain, unsigned: bool, where: str) -> None:
+        """A result with no Clip, read by an 8-bit layer: saturate it to its operands' 8-bit range,
+        as DORY's kernels do (NEMO leaves that clamp implicit after Add and average pooling)."""
+        readers = ("Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "Add", "Pad", "Flatten", "Reshape")
+        if c.lo is None and any(self.nodes[u].op_type in readers for u in self.consumers.get(c.end, [])):
+            c.lo, c.hi = (0, 255) if unsigned else (-128, 127)
+            self.notes.append(f"{where}: no Clip before an 8-bit layer reads the result; saturated to {c.lo}..{c.hi}")
+
+    # ---- layers ------------------------------------------------------------------------------
+
+    def _input_with_pads(self, name: str, i: int) -> tuple[Value, tuple[int, int, int, int]]:
+        """An activation, looking through zero Pads that only this layer reads (folded into its padding)."""
+        pads = [0, 0, 0, 0]
+        while name not in self.values:
+            j = self.producer.get(name)
+            if j is None or self.nodes[j].op_type != "Pad":
+                break
+            t, b, l, r = self._pad_amounts(j)
+            pads = [pads[0] + t, pads[1] + b, pads[2] + l, pads[3] + r]
+            name = self.nodes[j].input[0]
+        return self.value(name, i), tuple(pads)
+
+    def _pad_amounts(self, j: int) -> tuple[int, int, int, int]:
+        node = self.nodes[j]
+        a = self.attrs(node)
+        where = self.where(j)
+        pads = a.get("pads")
+        if pads is None and len(node.input) > 1:
+            pads = self.const(node.input[1], j, "the pads").reshape(-1).tolist()
+        value = a.get("value", 0.0)
+        if len(node.input) > 2 and node.input[2]:
+            value = float(self.const(node.input[2], j, "the pad value").reshape(-1)[0])
+        if a.get("mode", b"constant") not in (b"constant", "constant") or value != 0:
+            raise UnsupportedOperator(f"{where}: only zero padding is supported")
+        rank = len(pads) // 2
+        begin, end = pads[:rank], pads[rank:]
+        if any(begin[:2]) or any(end[:2]) or min(pads) < 0:
+            raise UnsupportedOperator(f"{where}: pads {list(pads)} touch the batch or channel axis (or are negative)")
+        if rank == 3:
+            return 0, 0, int(begin[2]), int(end[2])
+        return int(begin[2]), int(end[2]), int(begin[3]), int(end[3])
+
+    def _pad(self, i: int, node) -> None:
+        """A Pad that is not folded into a convolution (those are read through by ``_input_with_pads``)."""
+        users = self.consumers.get(node.output[0], [])
+        if users and all(self.nodes[u].op_type in ("Conv", "Pad") for u in users) \
+                and node.output[0] not in self.graph_outputs:
+            return
+        v = self.value(node.input[0], i)
+        t, b, l, r = self._pad_amounts(i)
+        if not any((t, b, l, r)):  # NEMO exports zero-width Pads: nothing to do
+            self.values[node.output[0]] = v
+            return
+        x = self.tensors[v.tensor]
+        n, h, w, ch = x.shape
+        out = self.add_tensor(node.output[0], (n, h + t + b, w + l + r, ch), x.dtype, x.quant)
+        self.add_layer("PAD", [v.tensor], [out], Pad(((0, 0), (t, b), (l, r), (0, 0))), node.output[0])
+        self.values[node.output[0]] = Value(out, v.rank)
+
+    def weights(self, name: str, i: int, what: str = "weights") -> np.ndarray:
+        w = _exact_ints(self.const(name, i, what), what, self.where(i))
+        if w.size and (w.min() < -128 or w.max() > 127):
+            raise UnsupportedOperator(f"{self.where(i)}: {what} '{name}' range {w.min()}..{w.max()} exceeds int8")
+        return w.astype(np.int8)
+
+    def bias(self, node, i: int, units: int) -> int:
+        if len(node.input) < 3 or not node.input[2]:
+            return -1
+        b = _exact_ints(self.const(node.input[2], i, "the bias"), "the bias", self.where(i))
+        rows = max(1, b.size // units)  # Gemm: one bias per unit, or per row and unit
+        if b.size == 1:
+            b = np.repeat(b.reshape(-1), units)
+        elif b.size == units:
+            b = b.reshape(-1)
+        elif b.ndim == 2 and b.shape[1] == units and node.op_type == "Gemm":
+            b = b.reshape(rows, units)
+        if b.size not in (units, rows * units) or np.abs(b).max(initial=0) >= 2 ** 31:
+            raise UnsupportedOperator(f"{self.where(i)}: bias of shape {list(b.shape)} for {units} outputs "
+                                      f"(or beyond int32)")
+        return self.add_tensor(node.input[2], b.shape, "int32", UNIT, b.astype(np.int32))
+
+    def finish(self, i: int, node, op: str, inputs: list[int], attrs_of, shape, channels: int, rank: int,
+               unsigned_inputs: bool | None = None) -> None:
+        """Absorb the requantization after ``node``, then add the fused layer and its output."""
+        chain = self.absorb(node.output[0], channels)
+        rq, dtype, quant = self.requant(chain, channels, self.where(i), unsigned_inputs)
+        out = self.add_tensor(chain.end, shape, dtype, quant)
+        self.add_layer(op, inputs, [out], attrs_of(rq), chain.end)
+        self.values[chain.end] = Value(out, rank)
+
+    def _conv(self, i: int, node) -> None:
+        a = self.attrs(node)
+        where = self.where(i)
+        x, extra = self._input_with_pads(node.input[0], i)
+        w = self.weights(node.input[1], i)
+        if x.rank not in (3, 4) or w.ndim != x.rank:
+            raise UnsupportedOperator(f"{where}: a {w.ndim - 2}-D convolution over a rank-{x.rank} input")
+        if w.ndim == 3:  # 1-D: H = 1
+            w = w[:, :, None, :]
+        one_d = x.rank == 3
+
+        def pair(key, default):
+            v = list(a.get(key, default))
+            return (1, v[0]) if one_d else (v[0], v[1])
+        stride, dil = pair("strides", [1, 1]), pair("dilations", [1, 1])
+        pads = list(a.get("pads", [0] * (2 if one_d else 4)))
+        if one_d:
+            pads = [0, 0, pads[0], pads[1]]  # top, bottom, left, right
+        else:
+            pads = [pads[0], pads[2], pads[1], pads[3]]
+        auto = a.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID"):
+            raise UnsupportedOperator(f"{where}: auto_pad {auto} (supported: NOTSET, VALID)")
+        pads = tuple(p + e for p, e in zip(pads, extra))
+        n, ih, iw, ic = self.nhwc(x)
+        oc, icg, kh, kw = w.shape
+        group = int(a.get("group", 1))
+        if min(stride) < 1 or min(dil) < 1:
+            raise ModelFormatError(f"{where}: strides {stride} and dilations {dil} must be positive")
+        oh = geo.output_size(ih, kh, stride[0], dil[0], "EXPLICIT", pads[:2])
+        ow = geo.output_size(iw, kw, stride[1], dil[1], "EXPLICIT", pads[2:])
+        if oh < 1 or ow < 1:
+            raise UnsupportedOperator(f"{where}: a {kh}x{kw} window over a {ih}x{iw} input gives no output")
+        if group == 1 and icg == ic:
+            wt = self.add_tensor(node.input[1], (oc, kh, kw, ic), "int8", UNIT, np.transpose(w, (0, 2, 3, 1)))
+            op = "CONV_2D"
+            make = lambda rq: Conv2D(stride, dil, "EXPLICIT", "NONE", pads, rq)  # noqa: E731
+        elif group == ic and icg == 1 and oc % ic == 0:
+            wt = self.add_tensor(node.input[1], (1, kh, kw, oc), "int8", UNIT, np.transpose(w, (1, 2, 3, 0)))
+            op = "DEPTHWISE_CONV_2D"
+            make = lambda rq: DepthwiseConv2D(stride, dil, "EXPLICIT", "NONE", oc // ic, pads, rq)  # noqa: E731
+        else:
+            raise UnsupportedOperator(f"{where}: grouped convolution (group {group}, {ic} input channels, "
+                                      f"weights {list(w.shape)}); supported: group 1 or depthwise")
+        inputs = [x.tensor, wt, self.bias(node, i, oc)]
+        if inputs[-1] < 0:
+            inputs.pop()
+        self.finish(i, node, op, inputs, make, (n, oh, ow, oc), oc, x.rank)
+
+    def _fc(self, i: int, node) -> None:
+        a = self.attrs(node)
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        if x.rank != 2:
+            raise UnsupportedOperator(f"{where}: {node.op_type} over a rank-{x.rank} input (flatten it first)")
+        w = self.weights(node.input[1], i)
+        if node.op_type == "Gemm":
+            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+                raise UnsupportedOperator(f"{where}: Gemm with transA, alpha or beta other than 0, 1, 1")
+            w = w if a.get("transB", 0) else w.T
+        else:
+            w = w.T
+        units, depth = w.shape
+        batch, features = self.tensors[x.tensor].shape
+        if depth != features:
+            raise UnsupportedOperator(f"{where}: weights {list(w.shape)} for {features} input features")
+        if x.flat_chw is not None:  # the input is stored H, W, C: reorder the weight columns to match
+            c, h, ww = x.flat_chw
+            w = w.reshape(units, c, h, ww).transpose(0, 2, 3, 1).reshape(units, depth)
+        wt = self.add_tensor(node.input[1], (units, depth), "int8", UNIT, np.ascontiguousarray(w))
+        inputs = [x.tensor, wt]
+        if node.op_type == "Gemm":
+            b = self.bias(node, i, units)
+            if b >= 0:
+                inputs.append(b)
+        self.finish(i, node, "FULLY_CONNECTED", inputs, lambda rq: FullyConnected("NONE", False, rq),
+                    (batch, units), units, 2)
+
+    def _scaled_operand(self, name: str, i: int) -> tuple[Value, int]:
+        """An Add operand, looking through a Mul by one constant that only this Add reads (NEMO's
+        per-branch scaling)."""
+        if name not in self.values:
+            j = self.producer.get(name)
+            node = self.nodes[j] if j is not None else None
+            if node is not None and node.op_type == "Mul":
+                src = next((x for x in node.input if x not in self.consts), None)
+                cst = next((x for x in node.input if x in self.consts), None)
+                if src is not None and cst is not None:
+                    m = self.channel_vector(self.consts[cst], 1, j, "the branch scale")
+                    self.done.add(j)
+                    return self.value(src, i), m[0]
+        return self.value(name, i), 1
+
+    def _add(self, i: int, node) -> None:
+        if any(x in self.consts for x in node.input):  # Add of a constant: part of a requantization
+            return self._standalone_chain(i, node)
+        where = self.where(i)
+        (a, ma), (b, mb) = (self._scaled_operand(n, i) for n in node.input[:2])
+        ta, tb = self.tensors[a.tensor], self.tensors[b.tensor]
+        for t in (ta, tb):
+            if t.dtype != "int8":
+                raise UnsupportedOperator(f"{where}: operand '{t.name}' is {t.dtype}; Add reads 8-bit activations")
+        shape = np.broadcast_shapes(ta.shape, tb.shape)
+        chain = self.absorb(node.output[0], 1)
+        unsigned = ta.quant.zero_point[0] == -128 and tb.quant.zero_point[0] == -128
+        self.saturate_if_read_as_8bit(chain, unsigned, where)
+        if len(chain.mul) != 1 or len(chain.add) != 1:
+            raise UnsupportedOperator(f"{where}: a per-channel requantization after Add")
+        rq, dtype, quant = self.requant(chain, 1, where, unsigned, allow_post=True)
+        attrs = IntegerAdd(ma * rq.mul[0], mb * rq.mul[0], rq.add[0], rq.shift, rq.lo, rq.hi,
+                           *self.post_stage(chain, quant))
+        out = self.add_tensor(chain.end, shape, dtype, quant)
+        self.add_layer("ADD", [a.tensor, b.tensor], [out], attrs, chain.end)
+        self.values[chain.end] = Value(out, max(a.rank, b.rank))
+
+    def _pool(self, i: int, node) -> None:
+        a = self.attrs(node)
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        if x.rank not in (3, 4):
+            raise UnsupportedOperator(f"{where}: pooling over a rank-{x.rank} input")
+        n, ih, iw, c = self.nhwc(x)
+        one_d = x.rank == 3
+        if node.op_type == "GlobalAveragePool":
+            kernel, stride, pads = (ih, iw), (1, 1), (0, 0, 0, 0)
+        else:
+            k = list(a["kernel_shape"])
+            s = list(a.get("strides", [1] * len(k)))
+            p = list(a.get("pads", [0] * 2 * len(k)))
+            if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [])):
+                raise UnsupportedOperator(f"{where}: ceil_mode or dilated pooling")
+            kernel, stride = ((1, k[0]), (1, s[0])) if one_d else ((k[0], k[1]), (s[0], s[1]))
+            pads = (0, 0, p[0], p[1]) if one_d else (p[0], p[2], p[1], p[3])
+        oh = geo.output_size(ih, kernel[0], stride[0], 1, "EXPLICIT", pads[:2])
+        ow = geo.output_size(iw, kernel[1], stride[1], 1, "EXPLICIT", pads[2:])
+        xt = self.tensors[x.tensor]
+        if node.op_type == "MaxPool":
+            if xt.dtype != "int8":
+                raise UnsupportedOperator(f"{where}: MaxPool over a {xt.dtype} input")
+            out = self.add_tensor(node.output[0], (n, oh, ow, c), "int8", xt.quant)
+            self.add_layer("MAX_POOL_2D", [x.tensor], [out], Pool2D(kernel, stride, "EXPLICIT", "NONE", None, pads),
+                           node.output[0])
+            self.values[node.output[0]] = Value(out, x.rank)
+            return
+        # integer average pooling (NEMO): the float mean, multiplied back by the window size, is the sum
+        count = kernel[0] * kernel[1]
+        nxt = self.single_consumer(node.output[0])
+        first = self.nodes[nxt] if nxt is not None else None
+        cst = next((v for v in first.input if v in self.consts), None) if first is not None else None
+        if first is None or first.op_type != "Mul" or cst is None \
+                or self.channel_vector(self.consts[cst], c, nxt, "the window size") != [count] or any(pads):
+            raise UnsupportedOperator(f"{where}: an integer graph's average pooling must be unpadded and "
+                                      f"followed by a Mul by its window size ({count}), as NEMO exports it")
+        self.done.add(nxt)
+        chain = self.absorb(first.output[0], c)
+        self.saturate_if_read_as_8bit(chain, xt.quant.zero_point[0] == -128, where)
+        rq, dtype, quant = self.requant(chain, c, where, xt.quant.zero_point[0] == -128)
+        if dtype != "int8":
+            raise UnsupportedOperator(f"{where}: average pooling without a clamp to 8 bits")
+        out = self.add_tensor(chain.end, (n, oh, ow, c), dtype, quant)
+        self.add_layer("AVERAGE_POOL_2D", [x.tensor], [out], Pool2D(kernel, stride, "EXPLICIT", "NONE", rq, pads),
+                       chain.end)
+        self.values[chain.end] = Value(out, x.rank)
+
+    def _flatten(self, i: int, node) -> None:
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        xt = self.tensors[x.tensor]
+        a = self.attrs(node)
+        if node.op_type == "Flatten" and a.get("axis", 1) != 1:
+            raise UnsupportedOperator(f"{where}: Flatten at axis {a.get('axis')} (supported: 1)")
+        if node.op_type == "Reshape":
+            target = self.const(node.input[1], i, "the shape").reshape(-1).tolist()
+            total = xt.elements
+            if target.count(-1) > 1 or 0 in target:
+                raise UnsupportedOperator(f"{where}: reshape to {target}")
+            known = int(np.prod([d for d in target if d != -1]))
+            target = [total // known if d == -1 else d for d in target]
+            if int(np.prod(target)) != total or len(target) != 2 or target[0] != 1:
+                raise UnsupportedOperator(f"{where}: reshape of {list(xt.shape)} to {target} (supported: to (1, N))")
+        features = xt.elements
+        t, flat = x.tensor, None
+        if x.rank > 2:
+            _, h, w, c = xt.shape
+            if h * w > 1:
+                users = self.consumers.get(node.output[0], [])
+                if users and all(self.nodes[u].op_type in ("Gemm", "MatMul") for u in users) \
+                        and node.output[0] not in self.graph_outputs:
+                    flat = (c, h, w)  # the FC reorders its weights instead
+                else:
+                    n = self.add_tensor(f"{node.output[0]}/nchw", (1, c, h, w), xt.dtype, xt.quant)
+                    self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{node.output[0]}/nchw")
+                    t = n
+        out = self.add_tensor(node.output[0], (1, features), xt.dtype, xt.quant)
+        self.add_layer("RESHAPE", [t], [out], NoAttrs(), node.output[0])
+        self.values[node.output[0]] = Value(out, 2, flat)
+
+    def _standalone_chain(self, i: int, node) -> None:
+        """Requantization nodes on an 8-bit activation with no layer before them to fuse into:
+        one REQUANT_SHIFT layer (or nothing, when they change no value)."""
+        src = next((x for x in node.input if x in self.values), None)
+        if src is None:
+            raise UnsupportedOperator(f"{self.where(i)}: {node.op_type} of constants only")
+        users = [self.nodes[u] for u in self.consumers.get(node.output[0], [])]
+        if node.op_type == "Mul" and len(users) == 1 and users[0].op_type == "Add" \
+                and not any(v in self.consts for v in users[0].input):
+            return  # a branch's scaling: the Add reads through it (_scaled_operand)
+        x = self.values[src]
+        xt = self.tensors[x.tensor]
+        c = xt.shape[-1]
+        chain = Chain()
+        self.done.discard(i)
+        self._fold(chain, i, node, src, c)
+        chain.nodes.append(i)
+        self.done.add(i)
+        chain = self.absorb(node.output[0], c, chain)
+        if chain.identity:
+            self.values[chain.end] = x
+            return
+        if xt.dtype != "int8":
+            raise UnsupportedOperator(f"{self.where(i)}: requantization of a {xt.dtype} activation that no "
+                                      f"layer produces with it (only 8-bit activations can be rescaled alone)")
+        # the layer reads stored values: the input offset (128 for unsigned) makes them true values
+        rq, dtype, quant = self.requant(chain, c, self.where(i))
+        if dtype != "int8":
+            raise UnsupportedOperator(f"{self.where(i)}: a requantization of an 8-bit activation to {dtype}")
+        out = self.add_tensor(chain.end, xt.shape, dtype, quant)
+        self.add_layer("REQUANT_SHIFT", [x.tensor], [out], Rescale(rq), chain.end)
+        self.values[chain.end] = Value(out, x.rank)
+
+    def _trailing(self, i: int, node) -> None:
+        src, out = node.input[0], node.output[0]
+        if out not in self.graph_outputs or self.consumers.get(src, []) != [i]:
+            raise UnsupportedOperator(f"{self.where(i)}: {node.op_type} inside an integer graph (supported only "
+                                      f"as the float op on a classifier's output, left to the application)")
+        self.notes.append(f"{self.where(i)}: {node.op_type} on the output is left to the application; the "
+                          f"engine outputs its input '{src}'")
+        self.graph_outputs[self.graph_outputs.index(out)] = src
+        self.values.setdefault(src, self.value(src, i))
