@@ -55,13 +55,15 @@ def parse_share(text: str) -> float:
 
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
-             tile_objective="l1", l3=None, patch="auto", max_overhead="20%", kernels="auto") -> Options:
+             tile_objective="l1", l3=None, patch="auto", max_overhead="20%", kernels="auto",
+             input_layout="nchw", output_layout="nchw", input_type=None) -> Options:
     if time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {time_limit}")
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
-                   max_overhead=parse_share(max_overhead), kernels=kernels)
+                   max_overhead=parse_share(max_overhead), kernels=kernels, input_layout=input_layout,
+                   output_layout=output_layout, input_type=input_type)
 
 
 def budget_options(f):
@@ -88,6 +90,13 @@ def budget_options(f):
                      help="tiles that use L1 best, or fewest modeled cycles"),
         click.option("--kernels", type=click.Choice(KERNELS), default="auto", show_default=True,
                      help="conv/fc kernels: auto (the target's: SMLAD on Cortex-M), plain C, or smlad"),
+        click.option("--input-layout", type=click.Choice(("nchw", "nhwc")), default="nchw", show_default=True,
+                     help="ONNX models: the layout of the engine's 3-D/4-D inputs (nchw: the model's own)"),
+        click.option("--output-layout", type=click.Choice(("nchw", "nhwc")), default="nchw", show_default=True,
+                     help="ONNX models: the layout of the engine's 3-D/4-D outputs"),
+        click.option("--input-type", type=click.Choice(("int8", "uint8")), default=None,
+                     help="integer ONNX graphs: the range of the input values (default: from the model's test "
+                     "vectors, else guessed from the graph)"),
     )):
         f = opt(f)
     return f
@@ -121,12 +130,13 @@ def main() -> None:
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-              kernels, out_dir, force, dump_ir, dump_plan):
+              kernels, input_layout, output_layout, input_type, out_dir, force, dump_ir, dump_plan):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3, patch, max_overhead, kernels))
+                                     tile_objective, l3, patch, max_overhead, kernels, input_layout, output_layout,
+                                     _input_type(model, input_type)))
         dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
         if dump_ir:
             click.echo(dump_graph(dep.graph))
@@ -139,20 +149,49 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
         _fail(e)
 
 
-def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
-    if len(paths) != len(graph.inputs):
-        raise UsageError(f"the model has {len(graph.inputs)} inputs, {len(paths)} --input files given")
+def _load_arrays(paths: tuple[Path, ...], tensors: list, flag: str) -> list[np.ndarray]:
+    """.npy files, one per tensor (in the model's own layout), checked for size."""
+    if len(paths) != len(tensors):
+        raise UsageError(f"the model has {len(tensors)} {flag[2:]}s, {len(paths)} {flag} files given")
     arrays = []
-    for p, t in zip(paths, graph.inputs):
-        tt = graph.tensors[t]
+    for p, tt in zip(paths, tensors):
         try:
             a = np.load(p)
         except (OSError, ValueError) as e:
-            raise UsageError(f"--input {p}: cannot load .npy ({e})") from None
+            raise UsageError(f"{flag} {p}: cannot load .npy ({e})") from None
         if a.size != tt.elements:
-            raise UsageError(f"--input {p}: {a.size} values, input '{tt.name}' {list(tt.shape)} needs {tt.elements}")
-        arrays.append(a.reshape(tt.shape).astype(np.int8 if tt.dtype == "int8" else np.float32))
+            raise UsageError(f"{flag} {p}: {a.size} values, '{tt.name}' {list(tt.shape)} needs {tt.elements}")
+        arrays.append(a)
     return arrays
+
+
+def _samples(model: Path, graph, inputs, expected_files, seeds: int, random_inputs):
+    """What ``deploy verify`` runs: the --input files (with their --expected outputs), else the
+    model's own test vectors when they ship beside it, else seeded random inputs."""
+    from .test_vectors import find_vectors, to_engine_input, to_engine_output
+    from .verify import Expected
+
+    if inputs:
+        arrays = _load_arrays(inputs, [graph.tensors[t] for t in graph.inputs], "--input")
+        sample = [to_engine_input(graph, i, a) for i, a in enumerate(arrays)]
+        if not expected_files:
+            return [sample], None
+        outs = _load_arrays(expected_files, [graph.tensors[t] for t in graph.outputs], "--expected")
+        return [sample], Expected("--expected files", [[to_engine_output(graph, j, y) for j, y in enumerate(outs)]])
+    vectors = find_vectors(model, graph)
+    if vectors is not None:
+        sample = [to_engine_input(graph, i, x) for i, x in enumerate(vectors.inputs)]
+        return [sample], Expected(vectors.description, [[to_engine_output(graph, j, y)
+                                                         for j, y in enumerate(vectors.outputs)]])
+    return [random_inputs(graph, s) for s in range(seeds)], None
+
+
+def _input_type(model: Path, given: str | None) -> str | None:
+    """An integer ONNX graph's input range: as given, else from the test vectors beside it."""
+    if given is not None or Path(model).suffix.lower() != ".onnx":
+        return given
+    from .test_vectors import vector_input_range
+    return vector_input_range(Path(model))
 
 
 @main.command("verify")
@@ -160,6 +199,9 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @budget_options
 @click.option("--input", "inputs", multiple=True, type=click.Path(path_type=Path),
               help=".npy input (one per model input); default: seeded random inputs")
+@click.option("--expected", "expected_files", multiple=True, type=click.Path(path_type=Path),
+              help=".npy expected output (one per model output) of the --input files; default: the reference "
+              "interpreter")
 @click.option("--seeds", default=3, show_default=True, help="number of seeded random inputs")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
@@ -167,21 +209,25 @@ def _load_inputs(paths: tuple[Path, ...], graph) -> list[np.ndarray]:
 @click.option("--qemu", "on_qemu", is_flag=True,
               help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions")
 def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-               kernels, inputs, seeds, as_json, per_layer, sanitize, on_qemu):
+               kernels, input_layout, output_layout, input_type, inputs, expected_files, seeds, as_json, per_layer,
+               sanitize, on_qemu):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
-    and compare with the reference interpreter."""
+    and compare with the reference interpreter, or with the model's own test vectors."""
     from .qemu import require_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, random_inputs, verify
 
     try:
         _check_verify_target(target, on_qemu, sanitize)
+        if expected_files and not inputs:
+            raise UsageError("--expected needs the --input files it belongs to")
         if on_qemu:
             require_tools()  # before the planner's seconds
         dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3, patch, max_overhead, kernels))
-        samples = [_load_inputs(inputs, dep.graph)] if inputs else \
-            [random_inputs(dep.graph, s) for s in range(seeds)]
-        result = verify_on_qemu(dep, model, samples) if on_qemu else verify(dep, model, samples, sanitize=sanitize)
+                                     tile_objective, l3, patch, max_overhead, kernels, input_layout, output_layout,
+                                     _input_type(model, input_type)))
+        samples, expected = _samples(model, dep.graph, inputs, expected_files, seeds, random_inputs)
+        result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
+            verify(dep, model, samples, sanitize=sanitize, expected=expected)
         if per_layer:
             trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
             result["first_divergence"] = first_divergence(dep, model, samples[0], trace)
@@ -239,11 +285,12 @@ def qemu_summary(result: dict) -> str:
               help="where to write the HTML report")
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
 def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-                kernels, report, tiling):
+                kernels, input_layout, output_layout, input_type, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
+    onnx_options = (input_layout, output_layout, _input_type(model, input_type))
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
-                                        tile_objective, l3, patch, max_overhead, kernels))
+                                        tile_objective, l3, patch, max_overhead, kernels, *onnx_options))
         return
     from .compare import compare_planners, comparison_table, live_bytes, render_report_html
     from .pipeline import arena_problem
@@ -251,7 +298,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
 
     try:
         options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
-                           patch, max_overhead, kernels)
+                           patch, max_overhead, kernels, *onnx_options)
         dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
         problem, _ = arena_problem(dep.lives, dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))

@@ -237,14 +237,14 @@ def with_elf_memory(dep: Deployment) -> Deployment:
     return replace(dep, files={**dep.files, "manifest.json": manifest_text(manifest)})
 
 
-def verify_on_qemu(dep: Deployment, model: Path, samples: list[list[np.ndarray]]) -> dict:
+def verify_on_qemu(dep: Deployment, model: Path, samples: list[list[np.ndarray]], expected=None) -> dict:
     """``deploy verify --qemu``: every sample in one run on the core's QEMU board, compared with the
     reference as on the host; then the instructions of one inference (the first sample) and the
     ELF's memory (harness and stack included) beside the planner's estimates."""
     require_tools()
     elf = build_elf(dep)
     outs, _ = parse_output(dep.graph, run(elf, samples_payload(dep.graph, samples)).output, len(samples), False)
-    result = compare(dep, model, samples, outs)
+    result = compare(dep, model, samples, outs, expected)
     instructions, _ = instructions_per_inference(elf, samples_payload(dep.graph, samples[:1]))
     mem = elf_memory(elf.path)
     result.update(planned_flash_bytes=result["flash_bytes"], planned_sram_bytes=result["sram_bytes"],

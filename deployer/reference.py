@@ -1,4 +1,5 @@
-"""Reference interpreters: LiteRT's reference kernels, and TFLite Micro where LiteRT refuses a file."""
+"""Reference interpreters: LiteRT's reference kernels, TFLite Micro where LiteRT refuses a file, and
+onnxruntime for ONNX graphs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,8 +46,34 @@ def run_tflm(model: Path, inputs: list[np.ndarray]):
     return [it.get_output(i).copy() for i in range(n_outputs)], None
 
 
-def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False):
-    """(name, outputs, tensors-or-None): LiteRT, or TFLite Micro for files LiteRT refuses."""
+def run_onnxruntime(model: Path, inputs: list[np.ndarray]):
+    """Outputs of onnxruntime's CPU provider (inputs and outputs in the model's own layout)."""
+    import onnxruntime as ort
+
+    from network_parser.errors import UnsupportedOperator
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # custom ops (Deeploy's RequantShift) have no kernel there
+        raise UnsupportedOperator(f"{model}: onnxruntime cannot run this graph ({str(e).splitlines()[0][:200]}); "
+                                  f"verify it against its own test vectors (beside the model, or --input "
+                                  f"with --expected)") from None
+    types = {"tensor(float)": np.float32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32}
+    feed = {d.name: np.asarray(x).reshape(d.shape).astype(types.get(d.type, np.float32))
+            for d, x in zip(session.get_inputs(), inputs)}
+    return session.run(None, feed)
+
+
+def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False, graph=None):
+    """(name, outputs, tensors-or-None): LiteRT, or TFLite Micro for files LiteRT refuses; for
+    an ONNX model onnxruntime (``graph``, the deployed IR, maps the layouts; no per-tensor values)."""
+    if Path(model).suffix.lower() == ".onnx":
+        from .test_vectors import to_engine_outputs, to_model_input
+        outs = run_onnxruntime(model, [to_model_input(graph, i, x) for i, x in enumerate(inputs)])
+        return "onnxruntime", to_engine_outputs(graph, outs), None
     try:
         outs, tensors = run_litert(model, inputs, preserve)
         return "litert-builtin-ref", outs, tensors

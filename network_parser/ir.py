@@ -199,7 +199,9 @@ class Source:
     output_layout: str = "nhwc"
     input_perms: tuple[tuple[int, ...] | None, ...] = ()
     output_perms: tuple[tuple[int, ...] | None, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what the reader decided that a user should know
+    input_shapes: tuple[tuple[int, ...], ...] = ()  # in the model file's own layout
+    output_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,6 +156,7 @@ class IntegerGraphReader:
         self.notes: list[str] = []
         self.input_tensors: dict[str, int] = {}
         self.input_perms: list[tuple[int, ...] | None] = []
+        self.input_shapes: list[tuple[int, ...]] = []
 
     # ---- small helpers ----------------------------------------------------------
 
@@ -201,6 +202,15 @@ class IntegerGraphReader:
         users = self.consumers.get(name, [])
         return users[0] if len(users) == 1 and name not in self.graph_outputs else None
 
+    def model_shape(self, v: Value) -> tuple[int, ...]:
+        """The value's shape in the ONNX graph's own layout."""
+        shape = self.tensors[v.tensor].shape
+        if v.rank == 4:
+            return (shape[0], shape[3], shape[1], shape[2])
+        if v.rank == 3:
+            return (shape[0], shape[3], shape[2])
+        return tuple(shape)
+
     def nhwc(self, v: Value) -> tuple[int, int, int, int]:
         return self.tensors[v.tensor].shape  # type: ignore[return-value]
 
@@ -231,14 +241,16 @@ class IntegerGraphReader:
                                           f"integer graph (supported: {', '.join(sorted(handlers))})")
             handlers[node.op_type](i, node)
             self.done.add(i)
-        outputs, perms = [], []
+        outputs, perms, shapes = [], [], []
         for name in self.graph_outputs:
+            shapes.append(self.model_shape(self.values[name]) if name in self.values else ())
             t, perm = self._graph_output(name)
             outputs.append(t)
             perms.append(perm)
         inputs = [self.input_tensors[n] for n in self.input_tensors]
         source = Source("onnx-integer", self.input_layout, self.output_layout,
-                        tuple(self.input_perms), tuple(perms), tuple(self.notes))
+                        tuple(self.input_perms), tuple(perms), tuple(self.notes),
+                        tuple(self.input_shapes), tuple(shapes))
         return Graph(self.path.stem, tuple(self.tensors), tuple(self.layers), tuple(inputs), tuple(outputs), source)
 
     # ---- edges ----------------------------------------------------------------------
@@ -273,6 +285,7 @@ class IntegerGraphReader:
         t = self.add_tensor(inp.name, shape, kind, UNIT)
         self.input_tensors[inp.name] = t
         self.input_perms.append(perm)
+        self.input_shapes.append(tuple(dims))
         if kind == "uint8":
             s = self.add_tensor(f"{inp.name}/as_int8", shape, "int8", UNSIGNED)
             self.add_layer("QUANTIZE", [t], [s], NoAttrs(), f"{inp.name}/as_int8")

@@ -1,0 +1,136 @@
+"""A model's own test vectors, found beside it, and the conversions between a model's layout and
+its engine's.
+
+* DORY's example networks: ``input.txt`` and one ``out_layerN.txt`` per layer (a header line,
+  then comma-separated values; activations in DORY's H, W, C order);
+* Deeploy's test networks: ``inputs.npz`` and ``outputs.npz`` (arrays in the graph's order and
+  layout; an ``inputs.npz`` may hold more arrays than the graph has inputs, e.g. weights).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from network_parser.errors import ModelFormatError
+from network_parser.ir import Graph
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True)
+class TestVectors:
+    source: str  # "dory" | "deeploy"
+    inputs: list[np.ndarray]  # in the model's own layout
+    outputs: list[np.ndarray]  # in the model's own layout
+    layers: list[np.ndarray]  # DORY: every layer's output, flat, in the file's order
+
+    @property
+    def description(self) -> str:
+        return {"dory": "the model's out_layerN.txt (DORY)", "deeploy": "the model's outputs.npz (Deeploy)"}[self.source]
+
+
+def read_dory_txt(path: Path) -> np.ndarray:
+    """The values of a DORY dump (its header line names the tensor; the values follow)."""
+    text = Path(path).read_text()
+    _, _, body = text.partition("\n")
+    return np.array([float(v) for v in _NUMBER.findall(body)], dtype=np.float64)
+
+
+def _layer_number(p: Path) -> int:
+    return int(re.findall(r"(\d+)", p.stem)[-1])
+
+
+def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
+    """The test vectors that ship beside ``model`` (None when there are none)."""
+    folder = Path(model).parent
+    src = graph.source
+    if src is None or not src.input_shapes:
+        return None
+    if (folder / "inputs.npz").exists() and (folder / "outputs.npz").exists():
+        with np.load(folder / "inputs.npz") as zin, np.load(folder / "outputs.npz") as zout:
+            ins, outs = [zin[k] for k in zin.files], [zout[k] for k in zout.files]
+        if len(ins) < len(graph.inputs) or len(outs) < len(graph.outputs):
+            raise ModelFormatError(f"{folder}: inputs.npz / outputs.npz hold {len(ins)} / {len(outs)} arrays for "
+                                   f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
+        shaped = []
+        for x, shape in zip(ins, src.input_shapes):
+            if x.size != int(np.prod(shape)):
+                raise ModelFormatError(f"{folder / 'inputs.npz'}: {x.size} values for an input of shape {list(shape)}")
+            shaped.append(x.reshape(shape))
+        return TestVectors("deeploy", shaped, [o.reshape(s) for o, s in zip(outs, src.output_shapes)], [])
+    dumps = sorted(folder.glob("out_layer*.txt"), key=_layer_number)
+    if (folder / "input.txt").exists() and dumps and len(graph.inputs) == 1:
+        shape = src.input_shapes[0]
+        x = read_dory_txt(folder / "input.txt")
+        if x.size != int(np.prod(shape)):
+            raise ModelFormatError(f"{folder / 'input.txt'}: {x.size} values for an input of shape {list(shape)}")
+        # DORY writes activations channels last: (H, W, C) of an (N, C, H, W) input
+        x = np.moveaxis(x.reshape(*shape[2:], shape[1]), -1, 0).reshape(shape) if len(shape) > 2 else x.reshape(shape)
+        layers = [read_dory_txt(p) for p in dumps]
+        last = layers[-1]
+        out_shape = src.output_shapes[0]
+        if last.size != int(np.prod(out_shape)):
+            raise ModelFormatError(f"{dumps[-1]}: {last.size} values for the output of shape {list(out_shape)}")
+        y = np.moveaxis(last.reshape(*out_shape[2:], out_shape[1]), -1, 0).reshape(out_shape) \
+            if len(out_shape) > 2 else last.reshape(out_shape)
+        return TestVectors("dory", [x], [y], layers)
+    return None
+
+
+# ---- the model's layout <-> the engine's -----------------------------------------------
+
+def to_engine_input(graph: Graph, i: int, x: np.ndarray) -> np.ndarray:
+    """Input ``i`` as the model file lays it out -> as the engine takes it."""
+    from .golden import NP_DTYPES
+    t = graph.tensors[graph.inputs[i]]
+    perm = graph.source.input_perms[i] if graph.source and graph.source.input_perms else None
+    x = np.asarray(x)
+    if perm is not None:
+        x = np.transpose(x.reshape(graph.source.input_shapes[i]), perm)
+    return np.ascontiguousarray(x).reshape(t.shape).astype(NP_DTYPES[t.dtype])
+
+
+def to_engine_output(graph: Graph, j: int, y: np.ndarray) -> np.ndarray:
+    """Output ``j`` as the model file lays it out -> as the engine writes it."""
+    t = graph.tensors[graph.outputs[j]]
+    perm = graph.source.output_perms[j] if graph.source and graph.source.output_perms else None
+    y = np.asarray(y)
+    if perm is not None:
+        y = np.transpose(y.reshape(graph.source.output_shapes[j]), perm)
+    return np.ascontiguousarray(y).reshape(t.shape)
+
+
+def to_model_input(graph: Graph, i: int, x: np.ndarray) -> np.ndarray:
+    """Input ``i`` as the engine takes it -> as the model file lays it out."""
+    src = graph.source
+    if src is None or not src.input_shapes:
+        return x
+    perm = src.input_perms[i]
+    if perm is None:
+        return np.asarray(x).reshape(src.input_shapes[i])
+    shape = src.input_shapes[i]
+    return np.transpose(np.asarray(x).reshape([shape[p] for p in perm]), np.argsort(perm))
+
+
+def to_engine_outputs(graph: Graph, outputs: list[np.ndarray]) -> list[np.ndarray]:
+    return [to_engine_output(graph, j, y) for j, y in enumerate(outputs)]
+
+
+def vector_input_range(model: Path) -> str | None:
+    """"int8" or "uint8" when the first test input beside ``model`` tells (negative values, or
+    values above 127); None when there is none or either fits."""
+    folder = Path(model).parent
+    x = None
+    if (folder / "inputs.npz").exists():
+        with np.load(folder / "inputs.npz") as z:
+            x = z[z.files[0]] if z.files else None
+    elif (folder / "input.txt").exists():
+        x = read_dory_txt(folder / "input.txt")
+    if x is None or x.size == 0:
+        return None
+    if x.min() < 0:
+        return "int8"
+    return "uint8" if x.max() > 127 else None
