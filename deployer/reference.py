@@ -46,16 +46,29 @@ def run_tflm(model: Path, inputs: list[np.ndarray]):
     return [it.get_output(i).copy() for i in range(n_outputs)], None
 
 
-def run_onnxruntime(model: Path, inputs: list[np.ndarray]):
-    """Outputs of onnxruntime's CPU provider (inputs and outputs in the model's own layout)."""
+def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | None = None):
+    """Outputs of onnxruntime's CPU provider (inputs and outputs in the model's own layout);
+    ``outputs`` names the values to return when they are not the graph's (the input of a float op
+    the engine leaves to the application)."""
+    import onnx
     import onnxruntime as ort
 
     from network_parser.errors import UnsupportedOperator
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = 1
+    source: str | bytes = str(model)
+    proto = onnx.load(str(model))
+    declared = [o.name for o in proto.graph.output]
+    if outputs is not None and outputs != declared:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+        types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.output)}
+        del proto.graph.output[:]
+        for name in outputs:
+            proto.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
+        source = proto.SerializeToString()
     try:
-        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # custom ops (Deeploy's RequantShift) have no kernel there
         raise UnsupportedOperator(f"{model}: onnxruntime cannot run this graph ({str(e).splitlines()[0][:200]}); "
                                   f"verify it against its own test vectors (beside the model, or --input "
@@ -72,7 +85,8 @@ def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False,
     an ONNX model onnxruntime (``graph``, the deployed IR, maps the layouts; no per-tensor values)."""
     if Path(model).suffix.lower() == ".onnx":
         from .test_vectors import to_engine_outputs, to_model_input
-        outs = run_onnxruntime(model, [to_model_input(graph, i, x) for i, x in enumerate(inputs)])
+        outs = run_onnxruntime(model, [to_model_input(graph, i, x) for i, x in enumerate(inputs)],
+                               [graph.tensors[o].name for o in graph.outputs])
         return "onnxruntime", to_engine_outputs(graph, outs), None
     try:
         outs, tensors = run_litert(model, inputs, preserve)

@@ -31,3 +31,36 @@ def shared_model(rel: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared model {path} is not present on this machine")
     return path
+
+
+ONNX = SHARED_MODELS / "onnx"
+# DORY's example networks: (folder, model file, layout of its out_layerN.txt dumps). DORY dumps
+# activations channels last, except dscnn_test, whose dumps are channel-major (checked: only that
+# order matches, whatever the header line says).
+DORY_NETS = [
+    ("Residual_connection_test_1", "model_int.onnx", "hwc"),
+    ("TCN_T", "TCN.onnx", "hwc"),
+    ("dscnn_test", "model_int.onnx", "chw"),
+    ("eegnetDW_1d_8b_Hx1", "eegnet_id_8b.onnx", "hwc"),
+    ("eegnet_1d_8b_1xW", "eegnet_id_8b.onnx", "hwc"),
+]
+DEEPLOY_NETS = [
+    "Kernels/Integer/Add/Regular",
+    "Kernels/Integer/Conv/DW_2D_RQ",
+    "Kernels/Integer/Conv/Regular_2D_RQ",
+    "Kernels/Integer/Conv/StriddedPadded_2D_RQ",
+    "Kernels/Integer/GEMM/Regular",
+    "Kernels/Integer/MaxPool/Regular_2D",
+    "Models/MLPerf/AnomalyDetection",
+    "Models/MLPerf/ImageClassification",
+    "Models/MLPerf/KeywordSpotting",
+    "Models/MLPerf/VisualWakeWords",
+    "Models/miniMobileNet",
+]
+
+
+def shared_onnx(rel: str) -> Path:
+    path = ONNX / rel
+    if not path.exists():
+        pytest.skip(f"shared ONNX network {path} is not present on this machine")
+    return path
