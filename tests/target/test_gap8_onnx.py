@@ -1,0 +1,29 @@
+"""The shared ONNX integer networks on the GAP8 target at --l1 32K: tiled through the emulated
+cluster (8 threads, memcpy DMA), bit-exact with the networks' own expected outputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deployer.pipeline import deploy
+from deployer.test_vectors import find_vectors, to_engine_input, to_engine_output
+from deployer.verify import run_engine
+from tests.host.test_onnx import onnx_options
+from tests.models import DEEPLOY_NETS, DORY_NETS, shared_onnx
+from tests.target.test_gap8 import emulated
+
+NETS = [f"dory/{folder}/{file}" for folder, file, _ in DORY_NETS] + \
+       [f"deeploy/{rel}/network.onnx" for rel in DEEPLOY_NETS if rel.startswith("Models/")]
+
+
+@pytest.mark.parametrize("rel", NETS)
+def test_gap8_l1_32k_bit_exact(rel):
+    model = shared_onnx(rel)
+    dep = deploy(model, onnx_options(model, target="gap8", l1=32 * 1024, patch="off"))
+    assert dep.tilings, "no layer was tiled"
+    assert all(t.l1_bytes <= 32 * 1024 for _, t in dep.tilings.values())
+    vec = find_vectors(model, dep.graph)
+    outs, _ = run_engine(emulated(dep), [[to_engine_input(dep.graph, i, x) for i, x in enumerate(vec.inputs)]])
+    for j, (ours, want) in enumerate(zip(outs[0], vec.outputs)):
+        want = to_engine_output(dep.graph, j, want)
+        assert np.array_equal(ours.astype(np.int64), want.astype(np.int64)), f"{rel} output {j}"
