@@ -155,8 +155,10 @@ def portable_layers(tilings, patch, l3) -> frozenset:
 
 def simd_choice(kern, kernel_set: str):
     """The DSP kernel variant of a conv/fc layer under ``kernel_set`` ("plain" | "smlad")."""
-    if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)) or kern.int_rq is not None:
-        return None  # (the DSP kernels requantize the TFLite way only)
+    if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)):
+        return None
+    if kern.int_rq is not None and (kern.act_min < -128 or kern.act_max > 127 or kern.batch > 1):
+        return None  # an integer graph's raw int32 output, or a Gemm bias per row: the plain kernel
     return simd.choose(kern)
 
 
@@ -192,7 +194,7 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
                off2=c_int(np.int32(np.uint32(off | off << 16))),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and rq is not None, bias=None)
+               stream=stream, stream_rq=stream and rq is not None, bias=None, int_rq=None)
     if stream:  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
         folded = simd.folded_bias(kern, bias, w)
         folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
@@ -207,7 +209,12 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
         ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
     if s.variant == "depthwise":
         ctx.update(_depthwise_context(kern, in_place))
-    if fc:
+    if kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
+        rq_int = kern.int_rq
+        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", padded(rq_int.mul, 0, np.int64)),
+                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", padded(rq_int.add, 0, np.int64)),
+                             shift=rq_int.shift)
+    elif fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
     elif rq is not None and not stream:
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", rq[0]),

@@ -45,7 +45,10 @@ def _rq_fast(kern: K.Conv) -> tuple[bool, bool]:
     """(fast, fold_zp): the short requantization (fx_rq) equals fx_mbqm for every int32
     accumulator when every channel shifts right by 2 to 31 bits; the zero point joins its
     addend when no shift exceeds 22 bits (the zero point times 2^(e - 1) then stays far from
-    2^31). tests/unit/test_simd.py checks both against the reference arithmetic."""
+    2^31). tests/unit/test_simd.py checks both against the reference arithmetic. (Integer graphs'
+    requantization has its own form: neither applies.)"""
+    if kern.int_rq is not None:
+        return False, False
     e = right_shifts(kern)
     fast = all(2 <= v <= 31 for v in e)
     return fast, fast and max(e) <= 22
