@@ -27,29 +27,16 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from layer_analyzer import geometry as geo
-
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (Conv2D, DepthwiseConv2D, FullyConnected, Graph, IntegerAdd, IntRequant, Layer, NoAttrs,
-                 Pad, Pool2D, Quant, Rescale, Source, Tensor, Transpose)
+from .ir import FullyConnected, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
+from .onnx_common import UNIT, OnnxGraphBuilder, Value, load_onnx
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
-UNIT = Quant((1.0,), (0,))
 UNSIGNED = Quant((1.0,), (-128,))
 # Float ops a classifier ends with, which integer deployers leave to the application (monotonic:
 # the argmax of their input is the answer).
 TRAILING_FLOAT_OPS = ("LogSoftmax", "Softmax", "Sigmoid")
 CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift", "Identity")
-
-
-def load_onnx(path: Path) -> onnx.ModelProto:
-    try:
-        model = onnx.load(str(path))
-    except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
-        raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
-    if not model.graph.node:
-        raise ModelFormatError(f"{path}: the ONNX graph has no nodes")
-    return model
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
@@ -66,14 +53,6 @@ def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw
 
 
 # ---- values and constants -----------------------------------------------------
-
-@dataclass
-class Value:
-    """An ONNX activation as the IR holds it."""
-    tensor: int  # IR tensor index (4-D values: NHWC)
-    rank: int  # the ONNX rank: 2 (N, F), 3 (N, C, L) or 4 (N, C, H, W)
-    flat_chw: tuple[int, int, int] | None = None  # flattened from (C, H, W) but stored in H, W, C order
-
 
 @dataclass
 class Chain:
@@ -128,94 +107,11 @@ def _power_of_two(d: int) -> tuple[int, bool]:
     return -1, False
 
 
-class IntegerGraphReader:
+class IntegerGraphReader(OnnxGraphBuilder):
     def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str,
                  input_type: str | None):
-        self.path, self.model, self.g = path, model, model.graph
-        self.input_layout, self.output_layout, self.input_type = input_layout, output_layout, input_type
-        self.consts: dict[str, np.ndarray] = {}
-        for init in self.g.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
-        self.nodes = list(self.g.node)
-        for node in self.nodes:
-            if node.op_type == "Constant":
-                self.consts[node.output[0]] = self._constant_value(node)
-        self.consumers: dict[str, list[int]] = {}
-        self.producer: dict[str, int] = {}
-        for i, node in enumerate(self.nodes):
-            for name in node.input:
-                if name:
-                    self.consumers.setdefault(name, []).append(i)
-            for name in node.output:
-                self.producer[name] = i
-        self.graph_outputs = [o.name for o in self.g.output]
-        self.tensors: list[Tensor] = []
-        self.layers: list[Layer] = []
-        self.values: dict[str, Value] = {}
-        self.done: set[int] = set()
-        self.notes: list[str] = []
-        self.input_tensors: dict[str, int] = {}
-        self.input_perms: list[tuple[int, ...] | None] = []
-        self.input_shapes: list[tuple[int, ...]] = []
-
-    # ---- small helpers ----------------------------------------------------------
-
-    def where(self, i: int) -> str:
-        node = self.nodes[i]
-        return f"{self.path.name}: node {i} {node.op_type} '{node.name or node.output[0]}'"
-
-    def _constant_value(self, node) -> np.ndarray:
-        for a in node.attribute:
-            if a.name == "value":
-                return numpy_helper.to_array(a.t)
-            if a.name in ("value_float", "value_int"):
-                return np.array(onnx.helper.get_attribute_value(a))
-            if a.name in ("value_floats", "value_ints"):
-                return np.array(onnx.helper.get_attribute_value(a))
-        raise UnsupportedOperator(f"{self.path.name}: Constant '{node.output[0]}' has no supported value attribute")
-
-    @staticmethod
-    def attrs(node) -> dict:
-        return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-    def add_tensor(self, name: str, shape, dtype: str, quant: Quant | None, data=None) -> int:
-        self.tensors.append(Tensor(name, tuple(int(d) for d in shape), dtype, quant, data))
-        return len(self.tensors) - 1
-
-    def add_layer(self, op: str, inputs, outputs, attrs, name: str) -> None:
-        self.layers.append(Layer(len(self.layers), op, tuple(inputs), tuple(outputs), attrs, name))
-
-    def value(self, name: str, i: int) -> Value:
-        if name in self.consts:
-            raise UnsupportedOperator(f"{self.where(i)}: input '{name}' is a constant where an activation "
-                                      f"was expected")
-        if name not in self.values:
-            raise ModelFormatError(f"{self.where(i)}: reads '{name}' before any node writes it")
-        return self.values[name]
-
-    def const(self, name: str, i: int, what: str) -> np.ndarray:
-        if name not in self.consts:
-            raise UnsupportedOperator(f"{self.where(i)}: {what} '{name}' must be a constant")
-        return self.consts[name]
-
-    def single_consumer(self, name: str) -> int | None:
-        users = self.consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in self.graph_outputs else None
-
-    def model_shape(self, v: Value) -> tuple[int, ...]:
-        """The value's shape in the ONNX graph's own layout."""
-        shape = self.tensors[v.tensor].shape
-        if v.rank == 4:
-            return (shape[0], shape[3], shape[1], shape[2])
-        if v.rank == 3:
-            return (shape[0], shape[3], shape[2])
-        return tuple(shape)
-
-    def nhwc(self, v: Value) -> tuple[int, int, int, int]:
-        return self.tensors[v.tensor].shape  # type: ignore[return-value]
-
-    def channels(self, v: Value) -> int:
-        return self.tensors[v.tensor].shape[-1]
+        super().__init__(path, model, input_layout, output_layout)
+        self.input_type = input_type
 
     # ---- the graph ----------------------------------------------------------------
 
@@ -267,76 +163,28 @@ class IntegerGraphReader:
         return "int8"
 
     def _graph_input(self, inp) -> None:
-        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in inp.type.tensor_type.shape.dim]
-        where = f"{self.path.name}: graph input '{inp.name}'"
-        if not 2 <= len(dims) <= 4 or any(d <= 0 for d in dims):
-            raise UnsupportedOperator(f"{where} has shape {dims}; a fixed 2-D, 3-D or 4-D shape is needed")
-        if dims[0] != 1 and len(dims) > 2:
-            raise UnsupportedOperator(f"{where}: batch {dims[0]}; the engine runs one sample (batch 1)")
+        dims = self.input_dims(inp)
         kind = self.input_type or self._guess_input_type()
         if kind not in ("int8", "uint8"):
-            raise UnsupportedOperator(f"{where}: input type {kind} (supported: int8, uint8)")
-        rank = len(dims)
-        # the engine's input: the model's shape (nchw), or channels last (nhwc)
-        perm = None
-        if rank > 2 and self.input_layout == "nhwc":
-            perm = (0, *range(2, rank), 1)
-        shape = dims if perm is None else [dims[p] for p in perm]
-        t = self.add_tensor(inp.name, shape, kind, UNIT)
-        self.input_tensors[inp.name] = t
-        self.input_perms.append(perm)
-        self.input_shapes.append(tuple(dims))
-        if kind == "uint8":
-            s = self.add_tensor(f"{inp.name}/as_int8", shape, "int8", UNSIGNED)
+            raise UnsupportedOperator(f"{self.path.name}: graph input '{inp.name}': input type {kind} "
+                                      f"(supported: int8, uint8)")
+        t = self.engine_input(inp.name, dims, kind, UNIT)
+        if kind == "uint8":  # stored as value - 128 inside
+            s = self.add_tensor(f"{inp.name}/as_int8", self.tensors[t].shape, "int8", UNSIGNED)
             self.add_layer("QUANTIZE", [t], [s], NoAttrs(), f"{inp.name}/as_int8")
             t = s
-        q = self.tensors[t].quant
-        if rank > 2:
-            c, spatial = dims[1], dims[2:]
-            h, w = (1, spatial[0]) if rank == 3 else spatial
-            if perm is None:  # NC(H)W -> NHWC
-                if rank == 3:
-                    r = self.add_tensor(f"{inp.name}/nchw", (1, c, 1, w), "int8", q)
-                    self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{inp.name}/nchw")
-                    t = r
-                n = self.add_tensor(f"{inp.name}/nhwc", (1, h, w, c), "int8", q)
-                self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 2, 3, 1)), f"{inp.name}/nhwc")
-                t = n
-            elif rank == 3:
-                r = self.add_tensor(f"{inp.name}/nhwc", (1, 1, w, c), "int8", q)
-                self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{inp.name}/nhwc")
-                t = r
-        self.values[inp.name] = Value(t, rank)
+        self.values[inp.name] = Value(self.to_nhwc(t, inp.name, dims), len(dims))
 
     def _graph_output(self, name: str) -> tuple[int, tuple[int, ...] | None]:
         if name not in self.values:
             raise ModelFormatError(f"{self.path.name}: graph output '{name}' is never written")
-        v = self.values[name]
-        t = v.tensor
-        tt = self.tensors[t]
-        perm = None
-        if v.rank > 2:
-            _, h, w, c = tt.shape
-            if self.output_layout == "nchw":
-                n = self.add_tensor(f"{name}/nchw", (1, c, h, w), tt.dtype, tt.quant)
-                self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{name}/nchw")
-                t = n
-                if v.rank == 3:
-                    r = self.add_tensor(f"{name}/ncl", (1, c, w), tt.dtype, tt.quant)
-                    self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/ncl")
-                    t = r
-            else:
-                perm = (0, *range(2, v.rank), 1)
-                if v.rank == 3:
-                    r = self.add_tensor(f"{name}/nlc", (1, w, c), tt.dtype, tt.quant)
-                    self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nlc")
-                    t = r
+        t, perm = self.from_nhwc(self.values[name], name)
         tt = self.tensors[t]
         if tt.dtype == "int8" and tt.quant.zero_point[0] == -128:  # unsigned: hand out uint8
             u = self.add_tensor(name, tt.shape, "uint8", UNIT)
             self.add_layer("QUANTIZE", [t], [u], NoAttrs(), name)
             t = u
-        self.tensors[t] = Tensor(name, tt.shape, self.tensors[t].dtype, self.tensors[t].quant)
+        self.rename(t, name)
         return t, perm
 
     # ---- requantization chains ----------------------------------------------------------
@@ -498,38 +346,6 @@ class IntegerGraphReader:
 
     # ---- layers ------------------------------------------------------------------------------
 
-    def _input_with_pads(self, name: str, i: int) -> tuple[Value, tuple[int, int, int, int]]:
-        """An activation, looking through zero Pads that only this layer reads (folded into its padding)."""
-        pads = [0, 0, 0, 0]
-        while name not in self.values:
-            j = self.producer.get(name)
-            if j is None or self.nodes[j].op_type != "Pad":
-                break
-            t, b, l, r = self._pad_amounts(j)
-            pads = [pads[0] + t, pads[1] + b, pads[2] + l, pads[3] + r]
-            name = self.nodes[j].input[0]
-        return self.value(name, i), tuple(pads)
-
-    def _pad_amounts(self, j: int) -> tuple[int, int, int, int]:
-        node = self.nodes[j]
-        a = self.attrs(node)
-        where = self.where(j)
-        pads = a.get("pads")
-        if pads is None and len(node.input) > 1:
-            pads = self.const(node.input[1], j, "the pads").reshape(-1).tolist()
-        value = a.get("value", 0.0)
-        if len(node.input) > 2 and node.input[2]:
-            value = float(self.const(node.input[2], j, "the pad value").reshape(-1)[0])
-        if a.get("mode", b"constant") not in (b"constant", "constant") or value != 0:
-            raise UnsupportedOperator(f"{where}: only zero padding is supported")
-        rank = len(pads) // 2
-        begin, end = pads[:rank], pads[rank:]
-        if any(begin[:2]) or any(end[:2]) or min(pads) < 0:
-            raise UnsupportedOperator(f"{where}: pads {list(pads)} touch the batch or channel axis (or are negative)")
-        if rank == 3:
-            return 0, 0, int(begin[2]), int(end[2])
-        return int(begin[2]), int(end[2]), int(begin[3]), int(end[3])
-
     def _pad(self, i: int, node) -> None:
         """A Pad that is not folded into a convolution (those are read through by ``_input_with_pads``)."""
         users = self.consumers.get(node.output[0], [])
@@ -537,7 +353,7 @@ class IntegerGraphReader:
                 and node.output[0] not in self.graph_outputs:
             return
         v = self.value(node.input[0], i)
-        t, b, l, r = self._pad_amounts(i)
+        t, b, l, r = self.pad_amounts(i)
         if not any((t, b, l, r)):  # NEMO exports zero-width Pads: nothing to do
             self.values[node.output[0]] = v
             return
@@ -579,54 +395,13 @@ class IntegerGraphReader:
         self.values[chain.end] = Value(out, rank)
 
     def _conv(self, i: int, node) -> None:
-        a = self.attrs(node)
-        where = self.where(i)
-        x, extra = self._input_with_pads(node.input[0], i)
-        w = self.weights(node.input[1], i)
-        if x.rank not in (3, 4) or w.ndim != x.rank:
-            raise UnsupportedOperator(f"{where}: a {w.ndim - 2}-D convolution over a rank-{x.rank} input")
-        if w.ndim == 3:  # 1-D: H = 1
-            w = w[:, :, None, :]
-        one_d = x.rank == 3
-
-        def pair(key, default):
-            v = list(a.get(key, default))
-            return (1, v[0]) if one_d else (v[0], v[1])
-        stride, dil = pair("strides", [1, 1]), pair("dilations", [1, 1])
-        pads = list(a.get("pads", [0] * (2 if one_d else 4)))
-        if one_d:
-            pads = [0, 0, pads[0], pads[1]]  # top, bottom, left, right
-        else:
-            pads = [pads[0], pads[2], pads[1], pads[3]]
-        auto = a.get("auto_pad", b"NOTSET")
-        auto = auto.decode() if isinstance(auto, bytes) else auto
-        if auto not in ("NOTSET", "VALID"):
-            raise UnsupportedOperator(f"{where}: auto_pad {auto} (supported: NOTSET, VALID)")
-        pads = tuple(p + e for p, e in zip(pads, extra))
-        n, ih, iw, ic = self.nhwc(x)
-        oc, icg, kh, kw = w.shape
-        group = int(a.get("group", 1))
-        if min(stride) < 1 or min(dil) < 1:
-            raise ModelFormatError(f"{where}: strides {stride} and dilations {dil} must be positive")
-        oh = geo.output_size(ih, kh, stride[0], dil[0], "EXPLICIT", pads[:2])
-        ow = geo.output_size(iw, kw, stride[1], dil[1], "EXPLICIT", pads[2:])
-        if oh < 1 or ow < 1:
-            raise UnsupportedOperator(f"{where}: a {kh}x{kw} window over a {ih}x{iw} input gives no output")
-        if group == 1 and icg == ic:
-            wt = self.add_tensor(node.input[1], (oc, kh, kw, ic), "int8", UNIT, np.transpose(w, (0, 2, 3, 1)))
-            op = "CONV_2D"
-            make = lambda rq: Conv2D(stride, dil, "EXPLICIT", "NONE", pads, rq)  # noqa: E731
-        elif group == ic and icg == 1 and oc % ic == 0:
-            wt = self.add_tensor(node.input[1], (1, kh, kw, oc), "int8", UNIT, np.transpose(w, (1, 2, 3, 0)))
-            op = "DEPTHWISE_CONV_2D"
-            make = lambda rq: DepthwiseConv2D(stride, dil, "EXPLICIT", "NONE", oc // ic, pads, rq)  # noqa: E731
-        else:
-            raise UnsupportedOperator(f"{where}: grouped convolution (group {group}, {ic} input channels, "
-                                      f"weights {list(w.shape)}); supported: group 1 or depthwise")
-        inputs = [x.tensor, wt, self.bias(node, i, oc)]
+        x, extra = self.input_with_pads(node.input[0], i)
+        op, w, shape, attrs = self.conv_geometry(i, node, x, self.weights(node.input[1], i), extra)
+        oc = shape[3]
+        inputs = [x.tensor, self.add_tensor(node.input[1], w.shape, "int8", UNIT, w), self.bias(node, i, oc)]
         if inputs[-1] < 0:
             inputs.pop()
-        self.finish(i, node, op, inputs, make, (n, oh, ow, oc), oc, x.rank)
+        self.finish(i, node, op, inputs, attrs, shape, oc, x.rank)
 
     def _fc(self, i: int, node) -> None:
         a = self.attrs(node)
@@ -634,21 +409,12 @@ class IntegerGraphReader:
         x = self.value(node.input[0], i)
         if x.rank != 2:
             raise UnsupportedOperator(f"{where}: {node.op_type} over a rank-{x.rank} input (flatten it first)")
-        w = self.weights(node.input[1], i)
-        if node.op_type == "Gemm":
-            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
-                raise UnsupportedOperator(f"{where}: Gemm with transA, alpha or beta other than 0, 1, 1")
-            w = w if a.get("transB", 0) else w.T
-        else:
-            w = w.T
+        w = self.fc_weights(node, a, self.weights(node.input[1], i), x, where)
         units, depth = w.shape
         batch, features = self.tensors[x.tensor].shape
         if depth != features:
             raise UnsupportedOperator(f"{where}: weights {list(w.shape)} for {features} input features")
-        if x.flat_chw is not None:  # the input is stored H, W, C: reorder the weight columns to match
-            c, h, ww = x.flat_chw
-            w = w.reshape(units, c, h, ww).transpose(0, 2, 3, 1).reshape(units, depth)
-        wt = self.add_tensor(node.input[1], (units, depth), "int8", UNIT, np.ascontiguousarray(w))
+        wt = self.add_tensor(node.input[1], (units, depth), "int8", UNIT, w)
         inputs = [x.tensor, wt]
         if node.op_type == "Gemm":
             b = self.bias(node, i, units)
@@ -695,25 +461,9 @@ class IntegerGraphReader:
         self.values[chain.end] = Value(out, max(a.rank, b.rank))
 
     def _pool(self, i: int, node) -> None:
-        a = self.attrs(node)
         where = self.where(i)
         x = self.value(node.input[0], i)
-        if x.rank not in (3, 4):
-            raise UnsupportedOperator(f"{where}: pooling over a rank-{x.rank} input")
-        n, ih, iw, c = self.nhwc(x)
-        one_d = x.rank == 3
-        if node.op_type == "GlobalAveragePool":
-            kernel, stride, pads = (ih, iw), (1, 1), (0, 0, 0, 0)
-        else:
-            k = list(a["kernel_shape"])
-            s = list(a.get("strides", [1] * len(k)))
-            p = list(a.get("pads", [0] * 2 * len(k)))
-            if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [])):
-                raise UnsupportedOperator(f"{where}: ceil_mode or dilated pooling")
-            kernel, stride = ((1, k[0]), (1, s[0])) if one_d else ((k[0], k[1]), (s[0], s[1]))
-            pads = (0, 0, p[0], p[1]) if one_d else (p[0], p[2], p[1], p[3])
-        oh = geo.output_size(ih, kernel[0], stride[0], 1, "EXPLICIT", pads[:2])
-        ow = geo.output_size(iw, kernel[1], stride[1], 1, "EXPLICIT", pads[2:])
+        kernel, stride, pads, (n, oh, ow, c) = self.pool_geometry(i, node, x)
         xt = self.tensors[x.tensor]
         if node.op_type == "MaxPool":
             if xt.dtype != "int8":
@@ -744,37 +494,10 @@ class IntegerGraphReader:
         self.values[chain.end] = Value(out, x.rank)
 
     def _flatten(self, i: int, node) -> None:
-        where = self.where(i)
         x = self.value(node.input[0], i)
-        xt = self.tensors[x.tensor]
-        a = self.attrs(node)
-        if node.op_type == "Flatten" and a.get("axis", 1) != 1:
-            raise UnsupportedOperator(f"{where}: Flatten at axis {a.get('axis')} (supported: 1)")
-        if node.op_type == "Reshape":
-            target = self.const(node.input[1], i, "the shape").reshape(-1).tolist()
-            total = xt.elements
-            if target.count(-1) > 1 or 0 in target:
-                raise UnsupportedOperator(f"{where}: reshape to {target}")
-            known = int(np.prod([d for d in target if d != -1]))
-            target = [total // known if d == -1 else d for d in target]
-            if int(np.prod(target)) != total or len(target) != 2 or target[0] != 1:
-                raise UnsupportedOperator(f"{where}: reshape of {list(xt.shape)} to {target} (supported: to (1, N))")
-        features = xt.elements
-        t, flat = x.tensor, None
-        if x.rank > 2:
-            _, h, w, c = xt.shape
-            if h * w > 1:
-                users = self.consumers.get(node.output[0], [])
-                if users and all(self.nodes[u].op_type in ("Gemm", "MatMul") for u in users) \
-                        and node.output[0] not in self.graph_outputs:
-                    flat = (c, h, w)  # the FC reorders its weights instead
-                else:
-                    n = self.add_tensor(f"{node.output[0]}/nchw", (1, c, h, w), xt.dtype, xt.quant)
-                    self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{node.output[0]}/nchw")
-                    t = n
-        out = self.add_tensor(node.output[0], (1, features), xt.dtype, xt.quant)
-        self.add_layer("RESHAPE", [t], [out], NoAttrs(), node.output[0])
-        self.values[node.output[0]] = Value(out, 2, flat)
+        users = self.consumers.get(node.output[0], [])
+        feeds_fc = bool(users) and all(self.nodes[u].op_type in ("Gemm", "MatMul") for u in users)
+        self.values[node.output[0]] = self.flatten_value(i, node, x, feeds_fc)
 
     def _standalone_chain(self, i: int, node) -> None:
         """Requantization nodes on an 8-bit activation with no layer before them to fuse into:
@@ -817,4 +540,4 @@ class IntegerGraphReader:
         self.notes.append(f"{self.where(i)}: {node.op_type} on the output is left to the application; the "
                           f"engine outputs its input '{src}'")
         self.graph_outputs[self.graph_outputs.index(out)] = src
-        self.values.setdefault(src, self.value(src, i))
+        self.value(src, i)

@@ -1,0 +1,346 @@
+"""What both ONNX readers share: the graph's constants and wiring, activations as the IR holds
+them (NHWC), the edges between the model's layout and the engine's, and the geometry of
+convolutions, pooling and flattening."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from layer_analyzer import geometry as geo
+
+from .errors import ModelFormatError, UnsupportedOperator
+from .ir import Conv2D, DepthwiseConv2D, Layer, NoAttrs, Quant, Tensor, Transpose
+
+UNIT = Quant((1.0,), (0,))
+
+
+def load_onnx(path: Path) -> onnx.ModelProto:
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
+        raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    if not model.graph.node:
+        raise ModelFormatError(f"{path}: the ONNX graph has no nodes")
+    return model
+
+
+@dataclass
+class Value:
+    """An ONNX activation as the IR holds it."""
+    tensor: int  # IR tensor index (4-D values: NHWC)
+    rank: int  # the ONNX rank: 2 (N, F), 3 (N, C, L) or 4 (N, C, H, W)
+    flat_chw: tuple[int, int, int] | None = None  # flattened from (C, H, W) but stored in H, W, C order
+
+
+class OnnxGraphBuilder:
+    def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str):
+        self.path, self.model, self.g = path, model, model.graph
+        self.input_layout, self.output_layout = input_layout, output_layout
+        self.consts: dict[str, np.ndarray] = {init.name: numpy_helper.to_array(init) for init in self.g.initializer}
+        self.nodes = list(self.g.node)
+        for node in self.nodes:
+            if node.op_type == "Constant":
+                self.consts[node.output[0]] = self._constant_value(node)
+        self.consumers: dict[str, list[int]] = {}
+        self.producer: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            for name in node.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(i)
+            for name in node.output:
+                self.producer[name] = i
+        self.graph_outputs = [o.name for o in self.g.output]
+        self.tensors: list[Tensor] = []
+        self.layers: list[Layer] = []
+        self.values: dict[str, Value] = {}
+        self.done: set[int] = set()
+        self.notes: list[str] = []
+        self.input_tensors: dict[str, int] = {}
+        self.input_perms: list[tuple[int, ...] | None] = []
+        self.input_shapes: list[tuple[int, ...]] = []
+
+    # ---- small helpers ----------------------------------------------------------
+
+    def where(self, i: int) -> str:
+        node = self.nodes[i]
+        return f"{self.path.name}: node {i} {node.op_type} '{node.name or node.output[0]}'"
+
+    def _constant_value(self, node) -> np.ndarray:
+        for a in node.attribute:
+            if a.name == "value":
+                return numpy_helper.to_array(a.t)
+            if a.name in ("value_float", "value_int", "value_floats", "value_ints"):
+                return np.array(onnx.helper.get_attribute_value(a))
+        raise UnsupportedOperator(f"{self.path.name}: Constant '{node.output[0]}' has no supported value attribute")
+
+    @staticmethod
+    def attrs(node) -> dict:
+        return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    def add_tensor(self, name: str, shape, dtype: str, quant: Quant | None, data=None) -> int:
+        self.tensors.append(Tensor(name, tuple(int(d) for d in shape), dtype, quant, data))
+        return len(self.tensors) - 1
+
+    def add_layer(self, op: str, inputs, outputs, attrs, name: str) -> None:
+        self.layers.append(Layer(len(self.layers), op, tuple(inputs), tuple(outputs), attrs, name))
+
+    def value(self, name: str, i: int) -> Value:
+        if name in self.consts:
+            raise UnsupportedOperator(f"{self.where(i)}: input '{name}' is a constant where an activation "
+                                      f"was expected")
+        if name not in self.values:
+            raise ModelFormatError(f"{self.where(i)}: reads '{name}' before any node writes it")
+        return self.values[name]
+
+    def const(self, name: str, i: int, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise UnsupportedOperator(f"{self.where(i)}: {what} '{name}' must be a constant")
+        return self.consts[name]
+
+    def single_consumer(self, name: str) -> int | None:
+        users = self.consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in self.graph_outputs else None
+
+    def model_shape(self, v: Value) -> tuple[int, ...]:
+        """The value's shape in the ONNX graph's own layout."""
+        shape = self.tensors[v.tensor].shape
+        if v.rank == 4:
+            return (shape[0], shape[3], shape[1], shape[2])
+        if v.rank == 3:
+            return (shape[0], shape[3], shape[2])
+        return tuple(shape)
+
+    def nhwc(self, v: Value) -> tuple[int, int, int, int]:
+        return self.tensors[v.tensor].shape  # type: ignore[return-value]
+
+    # ---- edges ----------------------------------------------------------------------
+
+    def input_dims(self, inp) -> list[int]:
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in inp.type.tensor_type.shape.dim]
+        where = f"{self.path.name}: graph input '{inp.name}'"
+        if not 2 <= len(dims) <= 4 or any(d <= 0 for d in dims):
+            raise UnsupportedOperator(f"{where} has shape {dims}; a fixed 2-D, 3-D or 4-D shape is needed")
+        if dims[0] != 1 and len(dims) > 2:
+            raise UnsupportedOperator(f"{where}: batch {dims[0]}; the engine runs one sample (batch 1)")
+        return dims
+
+    def engine_input(self, name: str, dims: list[int], dtype: str, quant: Quant | None) -> int:
+        """The engine's input tensor: the model's shape, or channels last with --input-layout nhwc."""
+        perm = (0, *range(2, len(dims)), 1) if len(dims) > 2 and self.input_layout == "nhwc" else None
+        t = self.add_tensor(name, dims if perm is None else [dims[p] for p in perm], dtype, quant)
+        self.input_tensors[name] = t
+        self.input_perms.append(perm)
+        self.input_shapes.append(tuple(dims))
+        return t
+
+    def to_nhwc(self, t: int, name: str, dims: list[int]) -> int:
+        """An input tensor (as the engine takes it) as the IR's NHWC (rank 3: N, 1, L, C)."""
+        rank = len(dims)
+        if rank == 2:
+            return t
+        tt = self.tensors[t]
+        c, spatial = dims[1], dims[2:]
+        h, w = (1, spatial[0]) if rank == 3 else spatial
+        if self.input_layout == "nhwc":
+            if rank == 3:
+                r = self.add_tensor(f"{name}/nhwc", (1, 1, w, c), tt.dtype, tt.quant)
+                self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nhwc")
+                t = r
+            return t
+        if rank == 3:
+            r = self.add_tensor(f"{name}/nchw", (1, c, 1, w), tt.dtype, tt.quant)
+            self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nchw")
+            t = r
+        n = self.add_tensor(f"{name}/nhwc", (1, h, w, c), tt.dtype, tt.quant)
+        self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 2, 3, 1)), f"{name}/nhwc")
+        return n
+
+    def from_nhwc(self, v: Value, name: str) -> tuple[int, tuple[int, ...] | None]:
+        """An output value as the engine hands it out (the model's layout unless --output-layout nhwc),
+        and the permutation from the model's layout to it."""
+        t = v.tensor
+        tt = self.tensors[t]
+        if v.rank <= 2:
+            return t, None
+        _, h, w, c = tt.shape
+        if self.output_layout == "nchw":
+            n = self.add_tensor(f"{name}/nchw", (1, c, h, w), tt.dtype, tt.quant)
+            self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{name}/nchw")
+            t = n
+            if v.rank == 3:
+                r = self.add_tensor(f"{name}/ncl", (1, c, w), tt.dtype, tt.quant)
+                self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/ncl")
+                t = r
+            return t, None
+        if v.rank == 3:
+            r = self.add_tensor(f"{name}/nlc", (1, w, c), tt.dtype, tt.quant)
+            self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nlc")
+            t = r
+        return t, (0, *range(2, v.rank), 1)
+
+    def rename(self, t: int, name: str) -> None:
+        tt = self.tensors[t]
+        self.tensors[t] = Tensor(name, tt.shape, tt.dtype, tt.quant, tt.data)
+
+    # ---- geometry ------------------------------------------------------------------------
+
+    def input_with_pads(self, name: str, i: int) -> tuple[Value, tuple[int, int, int, int]]:
+        """An activation, looking through zero Pads that only this layer reads (folded into its padding)."""
+        pads = [0, 0, 0, 0]
+        while name not in self.values:
+            j = self.producer.get(name)
+            if j is None or self.nodes[j].op_type != "Pad":
+                break
+            t, b, l, r = self.pad_amounts(j)
+            pads = [pads[0] + t, pads[1] + b, pads[2] + l, pads[3] + r]
+            name = self.nodes[j].input[0]
+        return self.value(name, i), tuple(pads)
+
+    def pad_amounts(self, j: int) -> tuple[int, int, int, int]:
+        """A zero Pad's (top, bottom, left, right)."""
+        node = self.nodes[j]
+        a = self.attrs(node)
+        where = self.where(j)
+        pads = a.get("pads")
+        if pads is None and len(node.input) > 1:
+            pads = self.const(node.input[1], j, "the pads").reshape(-1).tolist()
+        value = a.get("value", 0.0)
+        if len(node.input) > 2 and node.input[2]:
+            value = float(self.const(node.input[2], j, "the pad value").reshape(-1)[0])
+        if a.get("mode", b"constant") not in (b"constant", "constant") or value != 0 or pads is None:
+            raise UnsupportedOperator(f"{where}: only zero padding is supported")
+        rank = len(pads) // 2
+        begin, end = pads[:rank], pads[rank:]
+        if rank < 3 or any(begin[:2]) or any(end[:2]) or min(pads) < 0:
+            raise UnsupportedOperator(f"{where}: pads {list(pads)} touch the batch or channel axis (or are negative)")
+        if rank == 3:
+            return 0, 0, int(begin[2]), int(end[2])
+        return int(begin[2]), int(end[2]), int(begin[3]), int(end[3])
+
+    def conv_geometry(self, i: int, node, x: Value, w: np.ndarray, extra_pads=(0, 0, 0, 0)):
+        """(op, IR weights, output NHWC shape, attrs factory) of a Conv with int weights ``w`` in
+        ONNX's (O, I/group, [KH,] KW) layout; 1-D convolutions run as 2-D with H = 1."""
+        a = self.attrs(node)
+        where = self.where(i)
+        if x.rank not in (3, 4) or w.ndim != x.rank:
+            raise UnsupportedOperator(f"{where}: a {w.ndim - 2}-D convolution over a rank-{x.rank} input")
+        one_d = x.rank == 3
+        if one_d:
+            w = w[:, :, None, :]
+
+        def pair(key):
+            v = list(a.get(key, [1] * (1 if one_d else 2)))
+            return (1, int(v[0])) if one_d else (int(v[0]), int(v[1]))
+        stride, dil = pair("strides"), pair("dilations")
+        pads = list(a.get("pads", [0] * (2 if one_d else 4)))
+        pads = [0, 0, pads[0], pads[1]] if one_d else [pads[0], pads[2], pads[1], pads[3]]
+        auto = a.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID"):
+            raise UnsupportedOperator(f"{where}: auto_pad {auto} (supported: NOTSET, VALID)")
+        pads = tuple(int(p) + e for p, e in zip(pads, extra_pads))
+        n, ih, iw, ic = self.nhwc(x)
+        oc, icg, kh, kw = w.shape
+        group = int(a.get("group", 1))
+        if min(stride) < 1 or min(dil) < 1 or min(pads) < 0:
+            raise ModelFormatError(f"{where}: strides {stride}, dilations {dil} and pads {list(pads)} must be "
+                                   f"positive (pads: non-negative)")
+        oh = geo.output_size(ih, kh, stride[0], dil[0], "EXPLICIT", pads[:2])
+        ow = geo.output_size(iw, kw, stride[1], dil[1], "EXPLICIT", pads[2:])
+        if oh < 1 or ow < 1:
+            raise UnsupportedOperator(f"{where}: a {kh}x{kw} window over a {ih}x{iw} input gives no output")
+        if group == 1 and icg == ic:
+            weights = np.ascontiguousarray(np.transpose(w, (0, 2, 3, 1)))
+
+            def attrs(requant=None, activation="NONE"):
+                return Conv2D(stride, dil, "EXPLICIT", activation, pads, requant)
+            return "CONV_2D", weights, (n, oh, ow, oc), attrs
+        if group == ic and icg == 1 and oc % ic == 0:
+            weights = np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0)))
+
+            def attrs(requant=None, activation="NONE"):
+                return DepthwiseConv2D(stride, dil, "EXPLICIT", activation, oc // ic, pads, requant)
+            return "DEPTHWISE_CONV_2D", weights, (n, oh, ow, oc), attrs
+        raise UnsupportedOperator(f"{where}: grouped convolution (group {group}, {ic} input channels, "
+                                  f"weights {list(w.shape)}); supported: group 1 or depthwise")
+
+    def pool_geometry(self, i: int, node, x: Value):
+        """(window, stride, pads, output NHWC shape) of a MaxPool / AveragePool / GlobalAveragePool."""
+        a = self.attrs(node)
+        where = self.where(i)
+        if x.rank not in (3, 4):
+            raise UnsupportedOperator(f"{where}: pooling over a rank-{x.rank} input")
+        n, ih, iw, c = self.nhwc(x)
+        one_d = x.rank == 3
+        if node.op_type == "GlobalAveragePool":
+            kernel, stride, pads = (ih, iw), (1, 1), (0, 0, 0, 0)
+        else:
+            k = list(a["kernel_shape"])
+            s = list(a.get("strides", [1] * len(k)))
+            p = list(a.get("pads", [0] * 2 * len(k)))
+            auto = a.get("auto_pad", b"NOTSET")
+            if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [])) \
+                    or (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", "VALID"):
+                raise UnsupportedOperator(f"{where}: ceil_mode, auto_pad or dilated pooling")
+            kernel, stride = ((1, k[0]), (1, s[0])) if one_d else ((k[0], k[1]), (s[0], s[1]))
+            pads = (0, 0, p[0], p[1]) if one_d else (p[0], p[2], p[1], p[3])
+        if min(kernel) < 1 or min(stride) < 1:
+            raise ModelFormatError(f"{where}: window {kernel} and strides {stride} must be positive")
+        oh = geo.output_size(ih, kernel[0], stride[0], 1, "EXPLICIT", pads[:2])
+        ow = geo.output_size(iw, kernel[1], stride[1], 1, "EXPLICIT", pads[2:])
+        if oh < 1 or ow < 1:
+            raise UnsupportedOperator(f"{where}: a {kernel} window over a {ih}x{iw} input gives no output")
+        return tuple(kernel), tuple(stride), tuple(int(p) for p in pads), (n, oh, ow, c)
+
+    def flatten_value(self, i: int, node, x: Value, feeds_fc: bool) -> Value:
+        """Flatten (axis 1) or Reshape to (1, N). A 4-D value stored H, W, C is flattened as it is
+        when only fully connected layers read it (they reorder their weights); else transposed back
+        to C, H, W first."""
+        where = self.where(i)
+        xt = self.tensors[x.tensor]
+        a = self.attrs(node)
+        if node.op_type == "Flatten" and a.get("axis", 1) != 1:
+            raise UnsupportedOperator(f"{where}: Flatten at axis {a.get('axis')} (supported: 1)")
+        if node.op_type == "Reshape":
+            target = self.const(node.input[1], i, "the shape").reshape(-1).tolist()
+            total = xt.elements
+            if target.count(-1) > 1 or 0 in target:
+                raise UnsupportedOperator(f"{where}: reshape to {target}")
+            known = int(np.prod([d for d in target if d != -1]))
+            target = [total // known if d == -1 else d for d in target]
+            if int(np.prod(target)) != total or len(target) != 2 or target[0] != 1:
+                raise UnsupportedOperator(f"{where}: reshape of {list(xt.shape)} to {target} (supported: to (1, N))")
+        t, flat = x.tensor, None
+        if x.rank > 2:
+            _, h, w, c = xt.shape
+            if h * w > 1:
+                if feeds_fc and node.output[0] not in self.graph_outputs:
+                    flat = (c, h, w)
+                else:
+                    n = self.add_tensor(f"{node.output[0]}/nchw", (1, c, h, w), xt.dtype, xt.quant)
+                    self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{node.output[0]}/nchw")
+                    t = n
+        out = self.add_tensor(node.output[0], (1, xt.elements), xt.dtype, xt.quant)
+        self.add_layer("RESHAPE", [t], [out], NoAttrs(), node.output[0])
+        return Value(out, 2, flat)
+
+    @staticmethod
+    def fc_weights(node, attrs: dict, w: np.ndarray, x: Value, where: str) -> np.ndarray:
+        """Gemm/MatMul weights as (units, features), columns in the order the input is stored."""
+        if node.op_type == "Gemm":
+            if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
+                raise UnsupportedOperator(f"{where}: Gemm with transA, alpha or beta other than 0, 1, 1")
+            w = w if attrs.get("transB", 0) else w.T
+        else:
+            w = w.T
+        if w.ndim != 2:
+            raise UnsupportedOperator(f"{where}: weights of rank {w.ndim} (a matrix is needed)")
+        if x.flat_chw is not None:  # the input is stored H, W, C: reorder the weight columns to match
+            c, h, ww = x.flat_chw
+            units = w.shape[0]
+            w = w.reshape(units, c, h, ww).transpose(0, 2, 3, 1).reshape(units, -1)
+        return np.ascontiguousarray(w)
