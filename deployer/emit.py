@@ -32,7 +32,8 @@ def c_int(v: int) -> str:
 
 def c_float(v: float) -> str:
     """A float32 literal that reads back to exactly the same float."""
-    return f"{np.float32(v).item():.9g}f"
+    text = f"{np.float32(v).item():.9g}"
+    return f"{text}f" if any(ch in text for ch in ".e") else f"{text}.0f"
 
 
 def c_double(v: float) -> str:
@@ -138,6 +139,8 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
         ctx["bias_at"] = f"b * {kern.units} + u" if rows else "u"
     if kern.int_rq is not None:
         ctx.update(_int_rq_context(kern.int_rq, k, sym))
+    elif kern.float_rq is not None:
+        ctx.update(fscale=sym.array(f"op{k}_scale_f32", "float", np.array(kern.float_rq, np.float32)))
     elif isinstance(kern, K.Conv):
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", kern.multiplier),
                    shift=sym.array(f"op{k}_shift", "int8_t", kern.shift))
@@ -194,7 +197,7 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
                off2=c_int(np.int32(np.uint32(off | off << 16))),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and rq is not None, bias=None, int_rq=None)
+               stream=stream, stream_rq=stream and rq is not None, bias=None, int_rq=None, float_rq=None)
     if stream:  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
         folded = simd.folded_bias(kern, bias, w)
         folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
@@ -209,7 +212,9 @@ def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dic
         ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
     if s.variant == "depthwise":
         ctx.update(_depthwise_context(kern, in_place))
-    if kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
+    if kern.float_rq is not None:  # onnxruntime's float requantization: per-lane scales
+        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", padded(kern.float_rq, 0.0, np.float32))
+    elif kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
         rq_int = kern.int_rq
         ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", padded(rq_int.mul, 0, np.int64)),
                              add=sym.array(f"op{k}_rq_add_lanes", "int64_t", padded(rq_int.add, 0, np.int64)),
@@ -500,7 +505,9 @@ def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain", plain_layer
                 seen.add(t)
                 n = graph.tensors[t].nbytes
                 total += simd.packed_bytes(kern, s, n) if s is not None and t == kern.weights else n
-        if getattr(kern, "int_rq", None) is not None:
+        if getattr(kern, "float_rq", None) is not None:
+            total += 4 * len(kern.float_rq)
+        elif getattr(kern, "int_rq", None) is not None:
             total += 4 * len(kern.int_rq.mul) * (len(set(kern.int_rq.mul)) > 1) \
                 + 8 * len(kern.int_rq.add) * (len(set(kern.int_rq.add)) > 1)
         elif isinstance(kern, K.Conv):

@@ -23,7 +23,25 @@ def int_requant(acc: np.ndarray, rq, lo: int, hi: int) -> np.ndarray:
     return np.clip(y, lo, hi)
 
 
+def float_requant(acc: np.ndarray, scales, zp: int, lo: int, hi: int) -> np.ndarray:
+    """onnxruntime's requantization: float32 product, clamped, rounded half to even."""
+    v = acc.astype(np.float32) * np.array(scales, np.float32)
+    v = np.clip(v, np.float32(lo - zp), np.float32(hi - zp))
+    return np.rint(v).astype(np.int64) + zp
+
+
 def _conv(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    acc = _conv_acc(k, x, w, b)
+    if k.int_rq is not None:
+        return int_requant(acc, k.int_rq, k.act_min, k.act_max)
+    if k.float_rq is not None:
+        return float_requant(acc, k.float_rq, k.output_offset, k.act_min, k.act_max)
+    out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
+def _conv_acc(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """The int32 accumulators of a convolution, NHWC."""
     x = x.astype(np.int64) + k.input_offset
     pad_b = max(0, (k.out_h - 1) * k.stride_h + (k.k_h - 1) * k.dil_h + 1 - k.in_h - k.pad_t)
     pad_r = max(0, (k.out_w - 1) * k.stride_w + (k.k_w - 1) * k.dil_w + 1 - k.in_w - k.pad_l)
@@ -46,10 +64,7 @@ def _conv(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.n
     acc = np.rint(acc).astype(np.int64)
     if b is not None:
         acc += b.astype(np.int64)
-    if k.int_rq is not None:
-        return int_requant(acc, k.int_rq, k.act_min, k.act_max)
-    out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return acc
 
 
 def _fc(k: K.FullyConnected, x, w, b):
@@ -59,6 +74,8 @@ def _fc(k: K.FullyConnected, x, w, b):
         acc += b.astype(np.int64)
     if k.int_rq is not None:
         return int_requant(acc, k.int_rq, k.act_min, k.act_max)
+    if k.float_rq is not None:
+        return float_requant(acc, k.float_rq, k.output_offset, k.act_min, k.act_max)
     out = fx.round_half_away(acc.astype(np.float64) * np.array(k.scale)) + k.output_offset
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
@@ -97,7 +114,31 @@ def _mul(k: K.Mul, a, b):
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 
+def _float_avg(k: K.Pool, x):
+    """onnxruntime's QLinearAveragePool: dequantized values summed in float32 in window order,
+    divided by the count, requantized with nearbyint (halves to even)."""
+    xs, ys, xzp, yzp, offset = k.float_avg
+    v = (np.float32(xs) * (x.astype(np.int64) - xzp).astype(np.float32)).astype(np.float32)
+    out = np.zeros((k.batch, k.out_h, k.out_w, k.channels), np.int64)
+    for oy in range(k.out_h):
+        y0 = oy * k.stride_h - k.pad_t
+        rows = range(max(y0, 0), min(y0 + k.f_h, k.in_h))
+        for ox in range(k.out_w):
+            x0 = ox * k.stride_w - k.pad_l
+            cols = range(max(x0, 0), min(x0 + k.f_w, k.in_w))
+            acc = np.zeros((k.batch, k.channels), np.float32)
+            for r in rows:
+                for c in cols:
+                    acc = (acc + v[:, r, c, :]).astype(np.float32)
+            acc = (acc / np.float32(len(rows) * len(cols))).astype(np.float32)
+            q = np.rint((acc / np.float32(ys) + np.float32(yzp)).astype(np.float32))
+            out[:, oy, ox, :] = np.clip(q, k.act_min + offset, k.act_max + offset).astype(np.int64) - offset
+    return out.astype(np.int8)
+
+
 def _pool(k: K.Pool, x):
+    if k.float_avg is not None:
+        return _float_avg(k, x)
     out = np.zeros((k.batch, k.out_h, k.out_w, k.channels), np.int64)
     xi = x.astype(np.int64)
     for oy in range(k.out_h):
@@ -121,6 +162,8 @@ def _pool(k: K.Pool, x):
 
 def _mean(k: K.Mean, x):
     s = x.reshape(k.outer, k.reduced, k.inner).astype(np.int64).sum(axis=1) + k.sum_offset
+    if k.float_scale is not None:
+        return float_requant(s, k.float_scale, k.output_offset, -128, 127).astype(np.int8)
     out = fx.mbqm(s, k.multiplier, k.shift) + k.output_offset
     return np.clip(out, -128, 127).astype(np.int8)
 
@@ -167,7 +210,8 @@ def _requantize(k: K.Requantize, x):
 
 def _quantize(k: K.Quantize, x):
     v = np.clip(x.astype(np.float32) / np.float32(k.scale), -1e6, 1e6)
-    return np.clip(fx.round_half_away(v) + k.zero_point, -128, 127).astype(np.int8)
+    r = np.rint(v).astype(np.int64) if k.half_even else fx.round_half_away(v)
+    return np.clip(r + k.zero_point, -128, 127).astype(np.int8)
 
 
 def _dequantize(k: K.Dequantize, x):

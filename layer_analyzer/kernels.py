@@ -46,6 +46,7 @@ class Conv:
     weights: int  # tensor index
     bias: int  # tensor index or -1
     int_rq: IntRequant | None = None  # integer graphs: used instead of multiplier/shift
+    float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
 
     @property
     def macs(self) -> int:
@@ -67,6 +68,7 @@ class FullyConnected:
     weights: int
     bias: int
     int_rq: IntRequant | None = None  # integer graphs: used instead of scale
+    float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
 
     @property
     def macs(self) -> int:
@@ -137,6 +139,9 @@ class Pool:
     act_min: int
     act_max: int
     int_rq: IntRequant | None = None  # "avg" of integer graphs: requantizes the window's sum
+    # "avg" of QDQ graphs, as onnxruntime computes it: (x_scale, y_scale, the input zero point, the
+    # output's model zero point, the stored-to-model offset); a float32 sum of dequantized values
+    float_avg: tuple[float, float, int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +190,7 @@ class Mean:
     output_offset: int
     multiplier: int
     shift: int
+    float_scale: float | None = None  # QDQ: onnxruntime's x_scale / (y_scale * count), float32
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,10 +234,11 @@ class Requantize:
 
 @dataclass(frozen=True, slots=True)
 class Quantize:
-    """float32 -> int8."""
+    """float32 -> int8 (rounding halves away from zero as TFLite; to even as onnxruntime)."""
     elements: int
     scale: float
     zero_point: int
+    half_even: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +290,12 @@ def _act(t: Tensor, activation: str) -> tuple[int, int]:
     return activation_range(activation, t.scale, t.zero_point)
 
 
+def _float_scales(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tuple[float, ...]:
+    """onnxruntime's per-channel requantization scales: (x_scale * w_scale) / y_scale in float32."""
+    ws = np.array(w.quant.scale if w.quant.per_channel else w.quant.scale * channels, np.float32)
+    return tuple(float(v) for v in (np.float32(x.scale) * ws) / np.float32(y.scale))
+
+
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
     x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
     bias = l.inputs[2] if len(l.inputs) > 2 else -1
@@ -312,8 +325,12 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     exp_w = geo.output_size(iw, kw, sw, dw, a.padding, pw)
     if (oh, ow) != (exp_h, exp_w):
         raise UnsupportedOperator(f"{where}: output {oh}x{ow} does not match the geometry ({exp_h}x{exp_w})")
+    float_rq = None
     if a.requant is not None:
         ms, ss, zp, (lo, hi) = (), (), 0, _int_range(a.requant, oc, where)
+    elif a.float_requant:
+        float_rq = _float_scales(x, w, y, oc)
+        ms, ss, zp, (lo, hi) = (), (), y.zero_point, _act(y, a.activation)
     else:
         # PopulateConvolutionQuantizationParams: double(input) * double(filter) / double(output).
         scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
@@ -321,7 +338,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
         zp, (lo, hi) = y.zero_point, _act(y, a.activation)
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
                 geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
-                mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant)
+                mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant, float_rq)
 
 
 def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
@@ -339,8 +356,11 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
     if rq is not None:
         return FullyConnected(x.elements // depth, depth, units, -x.zero_point, 0, (), *_int_range(rq, units, where),
                               l.inputs[1], bias, rq)
-    scales = tuple(x.scale * s / y.scale for s in w.quant.scale)
     lo, hi = _act(y, l.attrs.activation)
+    if l.attrs.float_requant:
+        return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point, (), lo, hi,
+                              l.inputs[1], bias, None, _float_scales(x, w, y, units))
+    scales = tuple(x.scale * s / y.scale for s in w.quant.scale)
     return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point,
                           scales, lo, hi, l.inputs[1], bias)
 
@@ -436,9 +456,12 @@ def _pool(g: Graph, l: Layer, where: str) -> Pool:
         add = rq.add * n_ch if len(rq.add) == 1 else rq.add
         rq = IntRequant(rq.mul, tuple(v + m * extra for m, v in zip(mul, add)), rq.shift, rq.lo, rq.hi)
         return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, *_int_range(rq, c, where), rq)
+    lo, hi = _act(y, a.activation)
+    if a.float_requant is not None and kind == "avg":
+        return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, lo, hi, None,
+                    (f32(x.scale), f32(y.scale), x.zero_point, y.zero_point + a.float_requant, a.float_requant))
     if (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: pooling with different input and output quantization")
-    lo, hi = _act(y, a.activation)
     return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, lo, hi)
 
 
@@ -451,6 +474,9 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
     outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
     reduced = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+    if l.attrs.float_requant:  # MlasQLinearGlobalAveragePool: scale in float32, requantized like a conv
+        scale = float(np.float32(x.scale) / (np.float32(y.scale) * np.float32(reduced)))
+        return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, 0, 0, scale)
     m, s = quantize_multiplier(x.scale / y.scale)
     # QuantizedMeanOrSum folds the division by the element count into the multiplier.
     extra = min((reduced.bit_length() - 1), 32, 31 + s)
@@ -512,7 +538,7 @@ def _quantize(g: Graph, l: Layer, where: str):
     if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
         return Offset(x.elements, y.zero_point - x.zero_point)
     if x.dtype == "float32":
-        return Quantize(y.elements, y.scale, y.zero_point)
+        return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq")
     return _requantize_act(g, l, where)
 
 

@@ -52,6 +52,8 @@ class SpatialLayer:
 
 def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shape: tuple) -> SpatialLayer | None:
     """The spatial view of a lowered kernel, or None when it cannot run patch by patch."""
+    if getattr(kernel, "float_avg", None) is not None:
+        return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
         return None  # an integer graph's raw int32 output: patch buffers hold int8
     match kernel:

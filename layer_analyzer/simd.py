@@ -47,7 +47,7 @@ def _rq_fast(kern: K.Conv) -> tuple[bool, bool]:
     addend when no shift exceeds 22 bits (the zero point times 2^(e - 1) then stays far from
     2^31). tests/unit/test_simd.py checks both against the reference arithmetic. (Integer graphs'
     requantization has its own form: neither applies.)"""
-    if kern.int_rq is not None:
+    if kern.int_rq is not None or kern.float_rq is not None:
         return False, False
     e = right_shifts(kern)
     fast = all(2 <= v <= 31 for v in e)

@@ -139,6 +139,8 @@ class TileGeometry:
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
     """The tiling view of a lowered kernel, or None when the layer runs untiled from L2."""
+    if getattr(kernel, "float_avg", None) is not None:
+        return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
         return None  # an integer graph's raw int32 output: tiles hold int8 outputs only
     match kernel:

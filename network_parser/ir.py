@@ -60,6 +60,11 @@ class Tensor:
 
 # ---- typed layer attributes -------------------------------------------------
 
+# ``float_requant``: requantize as onnxruntime's MLAS kernels do for QLinearConv / QLinearMatMul /
+# QGemm: y = zp + round_half_even(float32(acc) * ((in_scale * w_scale) / out_scale)), every step
+# in float32, clamped before rounding. (TFLite's fixed-point multiplier differs from it by one
+# step on some accumulators.)
+
 @dataclass(frozen=True, slots=True)
 class IntRequant:
     """Requantization of integer graphs (NEMO/DORY, Quantlab, Deeploy ``RequantShift``), exact in
@@ -85,6 +90,7 @@ class Conv2D:
     activation: str
     pads: tuple[int, int, int, int] | None = None  # top, bottom, left, right
     requant: IntRequant | None = None  # integer graphs: replaces the scale-derived multipliers
+    float_requant: bool = False  # QDQ graphs: onnxruntime's float32 requantization (see FLOAT_REQUANT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,7 @@ class DepthwiseConv2D:
     depth_multiplier: int
     pads: tuple[int, int, int, int] | None = None
     requant: IntRequant | None = None  # integer graphs: replaces the scale-derived multipliers
+    float_requant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,7 @@ class FullyConnected:
     activation: str
     keep_num_dims: bool
     requant: IntRequant | None = None
+    float_requant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +121,10 @@ class Pool2D:
     activation: str
     requant: IntRequant | None = None  # AVERAGE_POOL_2D of integer graphs: requantizes the window's sum
     pads: tuple[int, int, int, int] | None = None  # padding "EXPLICIT": top, bottom, left, right
+    # AVERAGE_POOL_2D of QDQ graphs: onnxruntime's float average (QLinearAveragePool), which rounds
+    # after adding a zero point: the stored one plus this (onnxruntime on x86-64 runs every 8-bit
+    # activation as uint8: 128)
+    float_requant: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +159,7 @@ class Rescale:
 class Mean:
     axes: tuple[int, ...]
     keep_dims: bool
+    float_requant: bool = False  # QDQ GlobalAveragePool: onnxruntime's float32 requantization of the sum
 
 
 @dataclass(frozen=True, slots=True)

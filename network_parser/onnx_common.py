@@ -256,14 +256,14 @@ class OnnxGraphBuilder:
         if group == 1 and icg == ic:
             weights = np.ascontiguousarray(np.transpose(w, (0, 2, 3, 1)))
 
-            def attrs(requant=None, activation="NONE"):
-                return Conv2D(stride, dil, "EXPLICIT", activation, pads, requant)
+            def attrs(requant=None, activation="NONE", float_requant=False):
+                return Conv2D(stride, dil, "EXPLICIT", activation, pads, requant, float_requant)
             return "CONV_2D", weights, (n, oh, ow, oc), attrs
         if group == ic and icg == 1 and oc % ic == 0:
             weights = np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0)))
 
-            def attrs(requant=None, activation="NONE"):
-                return DepthwiseConv2D(stride, dil, "EXPLICIT", activation, oc // ic, pads, requant)
+            def attrs(requant=None, activation="NONE", float_requant=False):
+                return DepthwiseConv2D(stride, dil, "EXPLICIT", activation, oc // ic, pads, requant, float_requant)
             return "DEPTHWISE_CONV_2D", weights, (n, oh, ow, oc), attrs
         raise UnsupportedOperator(f"{where}: grouped convolution (group {group}, {ic} input channels, "
                                   f"weights {list(w.shape)}); supported: group 1 or depthwise")

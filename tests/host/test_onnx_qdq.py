@@ -1,0 +1,70 @@
+"""QDQ ONNX models (float models built with onnx's helper API, quantized by onnxruntime's
+quantize_static) against onnxruntime itself: the numpy executor and the generated C engine
+equal onnxruntime's outputs on every element.
+
+onnxruntime runs these graphs with integer kernels (QLinearConv, QGemm, QLinearAveragePool, ...)
+whose requantization is float32 arithmetic rounding half to even; the reader marks those layers
+(``float_requant``) and the engine repeats that arithmetic, step for step. The tolerance is zero.
+(Its QLinearAdd has per-CPU kernels; the engine's ADD is TFLite's integer one, equal to them on
+these models.)"""
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deployer import golden
+from deployer.pipeline import Options, deploy
+from deployer.reference import run_onnxruntime
+from deployer.test_vectors import to_engine_input, to_engine_output, to_model_input
+from deployer.verify import build_engine, run_engine
+
+pytest.importorskip("onnxruntime")
+from tests.onnx_builder import quantized_model  # noqa: E402
+
+MODELS = [(kind, pc, act) for kind in ("cnn", "mlp", "pool") for pc in (False, True) for act in ("int8", "uint8")]
+FOLDER = Path(tempfile.gettempdir()) / "deploy-qdq-models"
+
+
+@functools.lru_cache(maxsize=None)
+def model(kind: str, per_channel: bool, activations: str) -> Path:
+    return quantized_model(FOLDER, kind, per_channel, activations)
+
+
+def samples(dep, count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    shape = dep.graph.source.input_shapes[0]
+    return [[to_engine_input(dep.graph, 0, rng.normal(0, 1.2, shape).astype(np.float32))] for _ in range(count)]
+
+
+def reference(path: Path, dep, sample):
+    return to_engine_output(dep.graph, 0, run_onnxruntime(path, [to_model_input(dep.graph, 0, sample[0])])[0])
+
+
+@pytest.mark.parametrize("kind,per_channel,activations", MODELS,
+                         ids=[f"{k}-{'pc' if p else 'pt'}-{a}" for k, p, a in MODELS])
+def test_qdq_engine_equals_onnxruntime(kind, per_channel, activations):
+    path = model(kind, per_channel, activations)
+    dep = deploy(path, Options())
+    assert dep.graph.source.format == "onnx-qdq"
+    batch = samples(dep, 6, seed=3)
+    outs, _ = run_engine(build_engine(dep), batch)
+    for sample, ours in zip(batch, outs):
+        want = reference(path, dep, sample)
+        gold, _ = golden.run(dep.graph, sample, dep.kernels)
+        assert np.array_equal(gold[0], want), f"executor vs onnxruntime: max {np.abs(gold[0] - want).max()}"
+        assert np.array_equal(ours[0], want), f"engine vs onnxruntime: max {np.abs(ours[0] - want).max()}"
+
+
+def test_qdq_tiled_and_channels_last():
+    """The same arithmetic in L1 tiles, with channels-last edges."""
+    path = model("cnn", True, "int8")
+    dep = deploy(path, Options(l1=2048, input_layout="nhwc", output_layout="nhwc", patch="off"))
+    assert dep.tilings
+    batch = samples(dep, 3, seed=4)
+    outs, _ = run_engine(build_engine(dep), batch)
+    for sample, ours in zip(batch, outs):
+        assert np.array_equal(ours[0], reference(path, dep, sample))
