@@ -98,11 +98,12 @@ def _exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
 
 
 def _power_of_two(d: int) -> tuple[int, bool]:
-    """log2 of a divisor that is a power of two, or one less than one (NEMO exports 2^k as 2^k - 1
-    when the float-to-int conversion rounded down): (k, was_off_by_one)."""
+    """log2 of a divisor that is a power of two, or (from 2^16 up) one less than one: NEMO exports
+    2^k as 2^k - 1 when its float-to-integer conversion rounds down. (k, was_off_by_one); k = -1
+    when neither."""
     if d >= 1 and d & (d - 1) == 0:
         return d.bit_length() - 1, False
-    if d >= 3 and (d + 1) & d == 0:
+    if d >= (1 << 16) - 1 and (d + 1) & d == 0:
         return d.bit_length(), True
     return -1, False
 
@@ -518,6 +519,12 @@ class IntegerGraphReader(OnnxGraphBuilder):
         chain.nodes.append(i)
         self.done.add(i)
         chain = self.absorb(node.output[0], c, chain)
+        if xt.dtype == "int8" and chain.mul == [1] and chain.add == [0] and chain.shift == 0 and chain.lo is not None:
+            unsigned = xt.quant.zero_point[0] == -128  # a clamp alone: within the value's own 8-bit range?
+            lo, hi = (0, 255) if unsigned else (-128, 127)
+            chain.lo, chain.hi = max(chain.lo, lo), min(chain.hi, hi)
+            if (chain.lo, chain.hi) == (lo, hi):
+                chain.lo = chain.hi = None
         if chain.identity:
             self.values[chain.end] = x
             return

@@ -1,0 +1,158 @@
+"""The ONNX readers on small graphs built here: requantization chains folded by value, layouts,
+and a clear error for everything they do not take."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from deployer import golden
+from deployer.reference import run_onnxruntime
+from deployer.test_vectors import to_engine_input, to_engine_output
+from layer_analyzer import kernels as K
+from network_parser.errors import ModelFormatError, UnsupportedOperator
+from network_parser.onnx_reader import read_onnx
+
+
+def save(tmp_path, nodes, inits, in_shape, out_name, out_shape, name="g", opset=11):
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+                              [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def nemo_conv(x: str, out: str, w: np.ndarray, k, l, m: int, d: int, lo=0.0, hi=255.0, group=1, pads=(1, 1, 1, 1)):
+    """Conv -> Mul(k) -> Add(l) -> Cast(int64) -> Mul(m) -> Div(d) -> Cast(float) -> Clip, as NEMO exports it."""
+    c = w.shape[0]
+    inits = {f"{out}_w": w.astype(np.float32), f"{out}_k": np.asarray(k, np.float32).reshape(1, -1, 1, 1),
+             f"{out}_l": np.asarray(l, np.float32).reshape(1, -1, 1, 1), f"{out}_m": np.array([m], np.int64),
+             f"{out}_d": np.array([d], np.int64)}
+    nodes = [
+        helper.make_node("Conv", [x, f"{out}_w"], [f"{out}_acc"], kernel_shape=list(w.shape[2:]), pads=list(pads),
+                         group=group),
+        helper.make_node("Mul", [f"{out}_k", f"{out}_acc"], [f"{out}_1"]),
+        helper.make_node("Add", [f"{out}_1", f"{out}_l"], [f"{out}_2"]),
+        helper.make_node("Cast", [f"{out}_2"], [f"{out}_3"], to=TensorProto.INT64),
+        helper.make_node("Mul", [f"{out}_3", f"{out}_m"], [f"{out}_4"]),
+        helper.make_node("Div", [f"{out}_4", f"{out}_d"], [f"{out}_5"]),
+        helper.make_node("Cast", [f"{out}_5"], [f"{out}_6"], to=TensorProto.FLOAT),
+        helper.make_node("Clip", [f"{out}_6", f"{out}_lo", f"{out}_hi"], [out]),
+    ]
+    inits[f"{out}_lo"], inits[f"{out}_hi"] = np.array(lo, np.float32), np.array(hi, np.float32)
+    return nodes, inits, c
+
+
+def test_nemo_chain_folds_into_one_requantization(tmp_path):
+    w = np.arange(-36, 36).reshape(4, 2, 3, 3) % 7 - 3
+    nodes, inits, _ = nemo_conv("x", "y", w, [3, 5, 7, 9], [10, -20, 30, -40], 11, 2 ** 17 - 1)
+    g = read_onnx(save(tmp_path, nodes, inits, [1, 2, 5, 5], "y", [1, 4, 5, 5]), input_type="uint8")
+    conv = next(layer for layer in g.layers if layer.op == "CONV_2D")
+    rq = conv.attrs.requant
+    assert rq.mul == (33, 55, 77, 99) and rq.shift == 17
+    assert rq.add == tuple(v * 11 - (128 << 17) for v in (10, -20, 30, -40))  # unsigned output stored - 128
+    assert (rq.lo, rq.hi) == (-128, 127)
+    assert any("131071 read as a shift by 17" in n for n in g.source.notes)
+    assert [layer.op for layer in g.layers] == ["QUANTIZE", "TRANSPOSE", "CONV_2D", "TRANSPOSE", "QUANTIZE"]
+    assert g.tensors[g.inputs[0]].dtype == "uint8" and g.tensors[g.outputs[0]].dtype == "uint8"
+
+
+def test_requantshift_rounds_half_up_and_takes_its_range(tmp_path):
+    inits = {"w": np.ones((2, 1, 1, 1), np.float32), "mul": np.array([3, 4], np.float32).reshape(2, 1, 1),
+             "add": np.array([1, -1], np.float32).reshape(2, 1, 1)}
+    rq_attrs = dict(div=numpy_helper.from_array(np.array(16.0, np.float32)),
+                    n_levels_out=numpy_helper.from_array(np.array([256.0], np.float32)),
+                    signed=numpy_helper.from_array(np.array([0.0], np.float32)))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["acc"], kernel_shape=[1, 1]),
+             helper.make_node("RequantShift", ["acc", "mul", "add"], ["y"], **rq_attrs)]
+    g = read_onnx(save(tmp_path, nodes, inits, [1, 1, 2, 2], "y", [1, 2, 2, 2]), input_type="int8")
+    rq = next(layer for layer in g.layers if layer.op == "CONV_2D").attrs.requant
+    assert rq.shift == 4 and rq.mul == (3, 4)
+    assert rq.add == (1 + 8 - (128 << 4), -1 + 8 - (128 << 4))  # + 2^(div-1): rounding half up
+    assert (rq.lo, rq.hi) == (-128, 127)  # unsigned 0..255, stored - 128
+
+
+@pytest.mark.parametrize("divisor,message", [(3, "not a power of two"), (6, "not a power of two")])
+def test_division_by_other_than_a_power_of_two_is_refused(tmp_path, divisor, message):
+    w = np.ones((2, 2, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "y", w, [1, 1], [0, 0], 1, divisor, pads=(0, 0, 0, 0))
+    with pytest.raises(UnsupportedOperator, match=message) as e:
+        read_onnx(save(tmp_path, nodes, inits, [1, 2, 3, 3], "y", [1, 2, 3, 3]), input_type="uint8")
+    assert "node 5 Div" in str(e.value)
+
+
+def test_non_integer_constants_are_refused_with_the_node(tmp_path):
+    w = np.ones((2, 2, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "y", w, [1.5, 1], [0, 0], 1, 4, pads=(0, 0, 0, 0))
+    with pytest.raises(UnsupportedOperator, match="node 1 Mul .*non-integer"):
+        read_onnx(save(tmp_path, nodes, inits, [1, 2, 3, 3], "y", [1, 2, 3, 3]), input_type="uint8")
+
+
+def test_grouped_convolution_and_unknown_operators_are_named(tmp_path):
+    w = np.ones((4, 2, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "y", w, [1] * 4, [0] * 4, 1, 4, group=2, pads=(0, 0, 0, 0))
+    with pytest.raises(UnsupportedOperator, match="grouped convolution \\(group 2"):
+        read_onnx(save(tmp_path, nodes, inits, [1, 4, 3, 3], "y", [1, 4, 3, 3]), input_type="uint8")
+    nodes = [helper.make_node("Erf", ["x"], ["y"])]
+    with pytest.raises(UnsupportedOperator, match="node 0 Erf 'y': operator Erf is not supported"):
+        read_onnx(save(tmp_path, nodes, {}, [1, 4], "y", [1, 4], name="erf"))
+
+
+def test_a_file_that_is_not_onnx(tmp_path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"\x08\x07garbage" * 10)
+    with pytest.raises(ModelFormatError, match="model.onnx"):
+        read_onnx(bad)
+
+
+def test_nemo_add_with_a_second_stage_keeps_both_roundings(tmp_path):
+    """(40a + 64b) >> 6, then * 54 >> 6: two floors, as TCN's residual additions."""
+    inits = {"ca": np.array(40.0, np.float32), "cb": np.array(64.0, np.float32), "d1": np.array(64.0, np.float32),
+             "m2": np.array([54], np.int64), "d2": np.array([64], np.int64)}
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),  # a no-op on unsigned values
+             helper.make_node("Mul", ["a", "ca"], ["a1"]), helper.make_node("Mul", ["x", "cb"], ["b1"]),
+             helper.make_node("Add", ["a1", "b1"], ["s"]), helper.make_node("Div", ["s", "d1"], ["s1"]),
+             helper.make_node("Floor", ["s1"], ["s2"]), helper.make_node("Cast", ["s2"], ["s3"], to=TensorProto.INT64),
+             helper.make_node("Mul", ["s3", "m2"], ["s4"]), helper.make_node("Div", ["s4", "d2"], ["s5"]),
+             helper.make_node("Cast", ["s5"], ["s6"], to=TensorProto.FLOAT),
+             helper.make_node("Clip", ["s6"], ["y"], min=0.0, max=255.0)]
+    path = save(tmp_path, nodes, inits, [1, 3, 4, 4], "y", [1, 3, 4, 4], opset=9)
+    g = read_onnx(path, input_type="uint8")
+    add = next(layer for layer in g.layers if layer.op == "ADD").attrs
+    assert (add.a_mul, add.b_mul, add.shift, add.post_mul, add.post_shift) == (40, 64, 6, 54, 6)
+    x = np.arange(48).reshape(1, 3, 4, 4) * 5 % 256
+    ours, _ = golden.run(g, [to_engine_input(g, 0, x)])
+    ref = run_onnxruntime(path, [x.astype(np.float32)])[0]
+    assert np.array_equal(ours[0].astype(np.int64), to_engine_output(g, 0, ref).astype(np.int64))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_nemo_convolutions_match_onnxruntime(tmp_path_factory, data):
+    """Random geometry and constants: the executor's exact integers equal onnxruntime running the
+    graph as written (small constants keep its float32 products exact)."""
+    depthwise = data.draw(st.booleans())
+    cin = data.draw(st.integers(1, 4))
+    cout = cin if depthwise else data.draw(st.integers(1, 5))
+    k = data.draw(st.integers(1, 3))
+    size = data.draw(st.integers(k, 7))
+    pad = data.draw(st.integers(0, k - 1))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    w = rng.integers(-8, 8, (cout, 1 if depthwise else cin, k, k))
+    shift = data.draw(st.integers(0, 8))
+    nodes, inits, _ = nemo_conv("x", "y", w, rng.integers(1, 16, cout), rng.integers(-2000, 2000, cout),
+                                int(rng.integers(1, 8)), 2 ** shift, group=cin if depthwise else 1,
+                                pads=(pad,) * 4)
+    out = (size + 2 * pad - k) + 1
+    path = save(tmp_path_factory.mktemp("nemo"), nodes, inits, [1, cin, size, size], "y", [1, cout, out, out])
+    g = read_onnx(path, input_type="uint8")
+    x = rng.integers(0, 256, (1, cin, size, size))
+    ours, _ = golden.run(g, [to_engine_input(g, 0, x)], K.lower_graph(g))
+    ref = run_onnxruntime(path, [x.astype(np.float32)])[0]
+    assert np.array_equal(ours[0].astype(np.int64), to_engine_output(g, 0, ref).astype(np.int64))
