@@ -53,6 +53,18 @@ def _patch(patch) -> dict | None:
             "buffers": {str(t): b for t, b in sorted(patch.buffers.items())}}
 
 
+def _source(graph: Graph) -> dict:
+    """What the reader decided at the model's edges: its format, the layouts of the engine's
+    inputs and outputs against the model's own, and the notes a user should read."""
+    src = graph.source
+    if src is None:
+        return {"format": "tflite", "input_layout": "nhwc", "output_layout": "nhwc", "notes": []}
+    return {"format": src.format, "input_layout": src.input_layout, "output_layout": src.output_layout,
+            "model_input_shapes": [list(s) for s in src.input_shapes],
+            "model_output_shapes": [list(s) for s in src.output_shapes],
+            "notes": list(src.notes)}
+
+
 def manifest_text(manifest: dict) -> str:
     """manifest.json's bytes: one formatting wherever the manifest is written or amended."""
     return json.dumps(manifest, indent=2, sort_keys=False) + "\n"
@@ -69,6 +81,7 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
     return {
         "manifest_version": MANIFEST_VERSION,
         "model": graph.name,
+        "source": _source(graph),
         "library": c_identifier(graph.name),
         "target": backend.name,
         "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash,
