@@ -276,9 +276,11 @@ class OnnxGraphBuilder:
             raise UnsupportedOperator(f"{where}: pooling over a rank-{x.rank} input")
         n, ih, iw, c = self.nhwc(x)
         one_d = x.rank == 3
-        if node.op_type == "GlobalAveragePool":
+        if node.op_type.endswith("GlobalAveragePool"):
             kernel, stride, pads = (ih, iw), (1, 1), (0, 0, 0, 0)
         else:
+            if "kernel_shape" not in a:
+                raise ModelFormatError(f"{where}: no kernel_shape")
             k = list(a["kernel_shape"])
             s = list(a.get("strides", [1] * len(k)))
             p = list(a.get("pads", [0] * 2 * len(k)))
@@ -330,8 +332,9 @@ class OnnxGraphBuilder:
 
     @staticmethod
     def fc_weights(node, attrs: dict, w: np.ndarray, x: Value, where: str) -> np.ndarray:
-        """Gemm/MatMul weights as (units, features), columns in the order the input is stored."""
-        if node.op_type == "Gemm":
+        """Gemm/MatMul (QGemm/QLinearMatMul) weights as (units, features), columns in the order the
+        input is stored."""
+        if node.op_type in ("Gemm", "QGemm"):
             if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
                 raise UnsupportedOperator(f"{where}: Gemm with transA, alpha or beta other than 0, 1, 1")
             w = w if attrs.get("transB", 0) else w.T

@@ -1,4 +1,6 @@
-"""QDQ ONNX graphs (``onnxruntime.quantization.quantize_static``, QuantFormat.QDQ) into the IR.
+"""Quantized ONNX graphs from ``onnxruntime.quantization.quantize_static`` into the IR: the QDQ
+format (QuantizeLinear/DequantizeLinear around float ops) and the QOperator format (QLinearConv,
+QLinearMatMul, QGemm, QLinearAdd, QLinearAveragePool, QLinearGlobalAveragePool).
 
 Every float op sits between DequantizeLinear nodes (its inputs: int8 activations, int8 weights,
 int32 biases) and one QuantizeLinear (its output), so each becomes the int8 IR layer of the same
@@ -22,6 +24,8 @@ from .onnx_common import OnnxGraphBuilder, Value
 
 FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape")
 ACTIVATION_OPS = ("Relu", "Clip")
+# QOperator format (quantize_static with QuantFormat.QOperator): the quantized ops themselves
+QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool")
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,12 @@ class QdqReader(OnnxGraphBuilder):
                 self._dequantize(i, node)
             elif node.op_type in FLOAT_OPS:
                 self._float_op(i, node)
+            elif node.op_type in QLINEAR_OPS:
+                self._qlinear(i, node)
             else:
-                raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in a QDQ "
+                raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in a quantized "
                                           f"graph (supported: {', '.join(FLOAT_OPS + ACTIVATION_OPS)} between "
-                                          f"QuantizeLinear/DequantizeLinear)")
+                                          f"QuantizeLinear/DequantizeLinear, and {', '.join(QLINEAR_OPS)})")
             self.done.add(i)
         outputs, perms, shapes = [], [], []
         for name in self.graph_outputs:
@@ -172,84 +178,160 @@ class QdqReader(OnnxGraphBuilder):
                                       f"(symmetric), got {w.data.dtype} with zero points {sorted(set(w.zero_point))[:4]}")
         return w
 
-    def bias(self, name: str | None, i: int, units: int) -> int:
-        if not name:
+    def bias(self, b: QConst | None, i: int, units: int) -> int:
+        if b is None:
             return -1
-        b = self.qconst(name, i, "the bias")
         if b.data.dtype != np.int32 or b.data.size != units:
             raise UnsupportedOperator(f"{self.where(i)}: bias '{b.name}' must be {units} int32 values")
         return self.add_tensor(b.name, (units,), "int32", Quant(b.scale, b.zero_point), b.data.reshape(units))
 
+    def quantized(self, i: int, node, k: int) -> Quant:
+        """The activation quantization given by ``node``'s inputs k (scale) and k + 1 (zero point)."""
+        scale = self.const(node.input[k], i, "the scale").astype(np.float64).reshape(-1)
+        zp = self.const(node.input[k + 1], i, "the zero point")
+        if scale.size != 1 or zp.size != 1 or zp.dtype not in (np.int8, np.uint8) or not scale[0] > 0:
+            raise UnsupportedOperator(f"{self.where(i)}: an activation needs one positive scale and one int8/uint8 "
+                                      f"zero point")
+        return Quant((float(scale[0]),), (int(zp.reshape(-1)[0]) - (128 if zp.dtype == np.uint8 else 0),))
+
+    def operand(self, i: int, node, k: int):
+        """Input k of a QLinear op with its scale and zero point (inputs k + 1, k + 2): an activation,
+        checked to carry that quantization, or a quantized constant."""
+        name = node.input[k]
+        if name in self.consts:
+            scale = self.const(node.input[k + 1], i, "the scale").astype(np.float64).reshape(-1)
+            zp = self.const(node.input[k + 2], i, "the zero point").astype(np.int64).reshape(-1)
+            return QConst(name, self.consts[name], tuple(map(float, scale)), tuple(map(int, zp)), 0)
+        v = self.value(name, i)
+        if self.tensors[v.tensor].quant != self.quantized(i, node, k + 1):
+            raise UnsupportedOperator(f"{self.where(i)}: '{name}' arrives with another quantization than its "
+                                      f"producer's (a requantization between layers)")
+        return v
+
+    def _qlinear(self, i: int, node) -> None:
+        op, ins = node.op_type, node.input
+        out = node.output[0]
+        if op == "QLinearConv":  # x, xs, xzp, w, ws, wzp, ys, yzp[, B]
+            w, quant = self.operand(i, node, 3), self.quantized(i, node, 6)
+            b = self.qlinear_bias(i, node, 8, w)
+            x, extra = self.input_with_pads(ins[0], i)
+            self.operand(i, node, 0)
+            self.conv(i, node, x, extra, self.checked_weights(w, i), b, quant, "NONE", out)
+        elif op == "QLinearMatMul":  # a, as, azp, b, bs, bzp, ys, yzp
+            w = self.operand(i, node, 3)
+            self.fc(i, node, self.operand(i, node, 0), self.checked_weights(w, i), None, self.quantized(i, node, 6),
+                    "NONE", out)
+        elif op == "QGemm":  # A, as, azp, B, bs, bzp[, C, ys, yzp]
+            if len(ins) < 9 or not ins[7]:
+                raise UnsupportedOperator(f"{self.where(i)}: QGemm with a float output (no y_scale)")
+            w = self.operand(i, node, 3)
+            self.fc(i, node, self.operand(i, node, 0), self.checked_weights(w, i), self.qlinear_bias(i, node, 6, w),
+                    self.quantized(i, node, 7), "NONE", out)
+        elif op == "QLinearAdd":  # A, as, azp, B, bs, bzp, cs, czp
+            self.add(i, [self.operand(i, node, 0), self.operand(i, node, 3)], self.quantized(i, node, 6), "NONE", out)
+        else:  # QLinearAveragePool / QLinearGlobalAveragePool: X, xs, xzp, ys, yzp
+            if self.attrs(node).get("channels_last", 0):
+                raise UnsupportedOperator(f"{self.where(i)}: channels_last pooling")
+            self.pool(i, node, self.operand(i, node, 0), self.quantized(i, node, 3), "NONE", out)
+
+    def qlinear_bias(self, i: int, node, k: int, w: QConst) -> QConst | None:
+        if len(node.input) <= k or not node.input[k]:
+            return None
+        data = self.const(node.input[k], i, "the bias")
+        return QConst(node.input[k], data, w.scale, (0,) * len(w.scale), 0)
+
+    def checked_weights(self, w, i: int) -> QConst:
+        if not isinstance(w, QConst) or w.data.dtype != np.int8 or any(w.zero_point):
+            raise UnsupportedOperator(f"{self.where(i)}: weights must be a constant int8 tensor with zero point 0")
+        return w
+
     def _float_op(self, i: int, node) -> None:
+        """A float op between DequantizeLinear nodes and its QuantizeLinear (QDQ), or (QOperator)
+        MaxPool / Flatten / Reshape working on quantized values directly."""
         op = node.op_type
+        nxt = self.single_consumer(node.output[0])
+        feeds_q = nxt is not None and self.nodes[nxt].op_type in ("QuantizeLinear", *ACTIVATION_OPS)
+        if op in ("MaxPool", "Flatten", "Reshape") and not feeds_q and node.input[0] in self.values:
+            x = self.value(node.input[0], i)
+            if op == "MaxPool":
+                return self.pool(i, node, x, self.tensors[x.tensor].quant, "NONE", node.output[0])
+            return self._flatten(i, node, quantized=True)
         if op in ("Flatten", "Reshape"):
             return self._flatten(i, node)
         quant, activation, out_name, taken = self.output_quant(i, node)
+        optional = (lambda k: self.qconst(node.input[k], i, "the bias") if len(node.input) > k and node.input[k]
+                    else None)
         if op == "Conv":
             x, extra = self.input_with_pads(node.input[0], i)
-            w = self.weights(node.input[1], i)
-            kind, wdata, shape, attrs = self.conv_geometry(i, node, x, w.data, extra)
-            axis = 0 if kind == "CONV_2D" else 3
-            wt = self.add_tensor(w.name, wdata.shape, "int8", Quant(w.scale, w.zero_point, axis), wdata)
-            inputs = [x.tensor, wt]
-            b = self.bias(node.input[2] if len(node.input) > 2 else None, i, shape[3])
-            inputs += [b] if b >= 0 else []
-            self.emit(kind, inputs, shape, quant, attrs(None, activation, True), out_name, x.rank)
+            self.conv(i, node, x, extra, self.weights(node.input[1], i), optional(2), quant, activation, out_name)
         elif op in ("Gemm", "MatMul"):
-            x = self.value(node.input[0], i)
-            w = self.weights(node.input[1], i)
-            data = self.fc_weights(node, self.attrs(node), w.data, x, self.where(i))
-            if x.rank != 2 or data.shape[1] != self.tensors[x.tensor].shape[1]:
-                raise UnsupportedOperator(f"{self.where(i)}: weights {list(data.shape)} over input "
-                                          f"{list(self.tensors[x.tensor].shape)}")
-            wt = self.add_tensor(w.name, data.shape, "int8", Quant(w.scale, w.zero_point, 0), data)
-            inputs = [x.tensor, wt]
-            b = self.bias(node.input[2] if len(node.input) > 2 else None, i, data.shape[0])
-            inputs += [b] if b >= 0 else []
-            batch = self.tensors[x.tensor].shape[0]
-            self.emit("FULLY_CONNECTED", inputs, (batch, data.shape[0]), quant,
-                      FullyConnected(activation, False, None, True), out_name, 2)
+            self.fc(i, node, self.value(node.input[0], i), self.weights(node.input[1], i), optional(2), quant,
+                    activation, out_name)
         elif op == "Add":
-            operands = []
-            for name in node.input[:2]:
-                if name in self.dq_consts:  # a constant operand (MatMul's bias, quantized as an activation)
-                    c = self.dq_consts[name]
-                    if len(c.scale) != 1 or c.data.dtype not in (np.int8, np.uint8):
-                        raise UnsupportedOperator(f"{self.where(i)}: constant operand '{c.name}' must be 8-bit, "
-                                                  f"one scale")
-                    data = c.data.astype(np.int16) - (128 if c.data.dtype == np.uint8 else 0)
-                    zp = c.zero_point[0] - (128 if c.data.dtype == np.uint8 else 0)
-                    operands.append(Value(self.add_tensor(c.name, data.shape or (1,), "int8", Quant(c.scale, (zp,)),
-                                                          data.astype(np.int8).reshape(data.shape or (1,))), 1))
-                else:
-                    operands.append(self.value(name, i))
-            a, b = (self.tensors[v.tensor] for v in operands)
-            shape = np.broadcast_shapes(a.shape, b.shape)
-            self.emit("ADD", [v.tensor for v in operands], shape, quant, Elementwise(activation), out_name,
-                      max(v.rank for v in operands))
-        else:  # pooling
-            x = self.value(node.input[0], i)
-            kernel, stride, pads, shape = self.pool_geometry(i, node, x)
-            if op == "GlobalAveragePool":
-                self.emit("MEAN", [x.tensor], shape, quant, Mean((1, 2), True, True), out_name, x.rank)
-            else:
-                a = self.attrs(node)
-                if op == "AveragePool" and a.get("count_include_pad", 0) and any(pads):
-                    raise UnsupportedOperator(f"{self.where(i)}: count_include_pad with padding")
-                # onnxruntime on x86-64 runs int8 activations as uint8 (zero points + 128): its float
-                # average adds that zero point before rounding
-                float_avg = 128 if op == "AveragePool" else None
-                self.emit("MAX_POOL_2D" if op == "MaxPool" else "AVERAGE_POOL_2D", [x.tensor], shape, quant,
-                          Pool2D(kernel, stride, "EXPLICIT", activation, None, pads, float_avg), out_name, x.rank)
+            self.add(i, [self.dq_consts.get(n) or self.value(n, i) for n in node.input[:2]], quant, activation,
+                     out_name)
+        else:
+            self.pool(i, node, self.value(node.input[0], i), quant, activation, out_name)
         self.done.update(taken)
+
+    def conv(self, i, node, x: Value, extra, w: QConst, b: QConst | None, quant, activation, out_name) -> None:
+        kind, wdata, shape, attrs = self.conv_geometry(i, node, x, w.data, extra)
+        axis = 0 if kind == "CONV_2D" else 3
+        inputs = [x.tensor, self.add_tensor(w.name, wdata.shape, "int8", Quant(w.scale, w.zero_point, axis), wdata)]
+        inputs += [t for t in [self.bias(b, i, shape[3])] if t >= 0]
+        self.emit(kind, inputs, shape, quant, attrs(None, activation, True), out_name, x.rank)
+
+    def fc(self, i, node, x: Value, w: QConst, b: QConst | None, quant, activation, out_name) -> None:
+        data = self.fc_weights(node, self.attrs(node), w.data, x, self.where(i))
+        if x.rank != 2 or data.shape[1] != self.tensors[x.tensor].shape[1]:
+            raise UnsupportedOperator(f"{self.where(i)}: weights {list(data.shape)} over input "
+                                      f"{list(self.tensors[x.tensor].shape)}")
+        inputs = [x.tensor, self.add_tensor(w.name, data.shape, "int8", Quant(w.scale, w.zero_point, 0), data)]
+        inputs += [t for t in [self.bias(b, i, data.shape[0])] if t >= 0]
+        self.emit("FULLY_CONNECTED", inputs, (self.tensors[x.tensor].shape[0], data.shape[0]), quant,
+                  FullyConnected(activation, False, None, True), out_name, 2)
+
+    def add(self, i, operands: list, quant, activation, out_name) -> None:
+        values = []
+        for v in operands:
+            if isinstance(v, QConst):  # a constant operand (MatMul's bias, quantized like an activation)
+                if len(v.scale) != 1 or v.data.dtype not in (np.int8, np.uint8):
+                    raise UnsupportedOperator(f"{self.where(i)}: constant operand '{v.name}' must be 8-bit, one scale")
+                shift = 128 if v.data.dtype == np.uint8 else 0
+                data = (v.data.astype(np.int16) - shift).astype(np.int8).reshape(v.data.shape or (1,))
+                v = Value(self.add_tensor(v.name, data.shape, "int8", Quant(v.scale, (v.zero_point[0] - shift,)), data), 1)
+            values.append(v)
+        a, b = (self.tensors[v.tensor] for v in values)
+        self.emit("ADD", [v.tensor for v in values], np.broadcast_shapes(a.shape, b.shape), quant,
+                  Elementwise(activation), out_name, max(v.rank for v in values))
+
+    def pool(self, i, node, x: Value, quant, activation, out_name) -> None:
+        kernel, stride, pads, shape = self.pool_geometry(i, node, x)
+        op = node.op_type.replace("QLinear", "")
+        if op == "GlobalAveragePool":
+            return self.emit("MEAN", [x.tensor], shape, quant, Mean((1, 2), True, True), out_name, x.rank)
+        a = self.attrs(node)
+        if op == "AveragePool" and a.get("count_include_pad", 0) and any(pads):
+            raise UnsupportedOperator(f"{self.where(i)}: count_include_pad with padding")
+        # onnxruntime on x86-64 runs int8 activations as uint8 (zero points + 128): its float
+        # average adds that zero point before rounding
+        float_avg = 128 if op == "AveragePool" else None
+        self.emit("MAX_POOL_2D" if op == "MaxPool" else "AVERAGE_POOL_2D", [x.tensor], shape, quant,
+                  Pool2D(kernel, stride, "EXPLICIT", activation, None, pads, float_avg), out_name, x.rank)
 
     def emit(self, op: str, inputs: list[int], shape, quant: Quant, attrs, name: str, rank: int) -> None:
         out = self.add_tensor(name, shape, "int8", quant)
         self.add_layer(op, inputs, [out], attrs, name)
         self.values[name] = Value(out, rank)
 
-    def _flatten(self, i: int, node) -> None:
+    def _flatten(self, i: int, node, quantized: bool = False) -> None:
         x = self.value(node.input[0], i)
+        if quantized:  # QOperator: the quantized value itself is reshaped
+            out_name, taken = node.output[0], []
+            readers = [self.nodes[u] for u in self.consumers.get(out_name, [])]
+            fc_only = bool(readers) and all(n.op_type in ("QLinearMatMul", "QGemm") for n in readers)
+            self.values[out_name] = self.flatten_value(i, node, x, fc_only)
+            return
         quant, activation, out_name, taken = self.output_quant(i, node)
         if activation != "NONE" or quant != self.tensors[x.tensor].quant:
             raise UnsupportedOperator(f"{self.where(i)}: a reshape that changes the quantization")

@@ -45,7 +45,7 @@ def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw
     guesses from the graph (unsigned when its activations are)."""
     path = Path(path)
     model = load_onnx(path)
-    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul")
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm")
            for n in model.graph.node):
         from .onnx_qdq import read_qdq
         return read_qdq(path, model, input_layout, output_layout)

@@ -85,14 +85,15 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
     return model, shape
 
 
-def quantized_model(folder: Path, kind: str, per_channel: bool, activations: str = "int8", seed: int = 0) -> Path:
-    """``kind`` quantized to QDQ by onnxruntime (int8 weights; int8 or uint8 activations),
-    calibrated on 16 random inputs."""
+def quantized_model(folder: Path, kind: str, per_channel: bool, activations: str = "int8", seed: int = 0,
+                    fmt: str = "qdq") -> Path:
+    """``kind`` quantized by onnxruntime (int8 weights; int8 or uint8 activations), calibrated on 16
+    random inputs, in the QDQ format or (``fmt="qoperator"``) as QLinearConv/QGemm/... nodes."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     model, shape = float_model(kind, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    src = folder / f"{kind}_float.onnx"
+    src = folder / f"{kind}_{seed}_float.onnx"
     onnx.save(model, src)
     rng = np.random.default_rng(seed + 100)
 
@@ -103,8 +104,9 @@ def quantized_model(folder: Path, kind: str, per_channel: bool, activations: str
         def get_next(self):
             return next(self.items, None)
 
-    dst = folder / f"{kind}_{'pc' if per_channel else 'pt'}_{activations}.onnx"
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+    dst = folder / f"{kind}_{'pc' if per_channel else 'pt'}_{activations}_{fmt}.onnx"
+    quantize_static(str(src), str(dst), Reader(),
+                    quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator, per_channel=per_channel,
                     activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
     return dst

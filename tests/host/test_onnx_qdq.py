@@ -1,6 +1,6 @@
-"""QDQ ONNX models (float models built with onnx's helper API, quantized by onnxruntime's
-quantize_static) against onnxruntime itself: the numpy executor and the generated C engine
-equal onnxruntime's outputs on every element.
+"""Quantized ONNX models (float models built with onnx's helper API, quantized by onnxruntime's
+quantize_static, in the QDQ and QOperator formats) against onnxruntime itself: the numpy
+executor and the generated C engine equal onnxruntime's outputs on every element.
 
 onnxruntime runs these graphs with integer kernels (QLinearConv, QGemm, QLinearAveragePool, ...)
 whose requantization is float32 arithmetic rounding half to even; the reader marks those layers
@@ -10,6 +10,7 @@ these models.)"""
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 from pathlib import Path
 
@@ -25,13 +26,14 @@ from deployer.verify import build_engine, run_engine
 pytest.importorskip("onnxruntime")
 from tests.onnx_builder import quantized_model  # noqa: E402
 
-MODELS = [(kind, pc, act) for kind in ("cnn", "mlp", "pool") for pc in (False, True) for act in ("int8", "uint8")]
-FOLDER = Path(tempfile.gettempdir()) / "deploy-qdq-models"
+MODELS = [(kind, pc, act, "qdq") for kind in ("cnn", "mlp", "pool") for pc in (False, True) for act in ("int8", "uint8")]
+MODELS += [(kind, True, "uint8", "qoperator") for kind in ("cnn", "mlp", "pool")]
+FOLDER = Path(tempfile.gettempdir()) / "deploy-qdq-models" / str(os.getpid())  # one per test process
 
 
 @functools.lru_cache(maxsize=None)
-def model(kind: str, per_channel: bool, activations: str) -> Path:
-    return quantized_model(FOLDER, kind, per_channel, activations)
+def model(kind: str, per_channel: bool, activations: str, fmt: str = "qdq") -> Path:
+    return quantized_model(FOLDER, kind, per_channel, activations, fmt=fmt)
 
 
 def samples(dep, count: int, seed: int):
@@ -44,10 +46,10 @@ def reference(path: Path, dep, sample):
     return to_engine_output(dep.graph, 0, run_onnxruntime(path, [to_model_input(dep.graph, 0, sample[0])])[0])
 
 
-@pytest.mark.parametrize("kind,per_channel,activations", MODELS,
-                         ids=[f"{k}-{'pc' if p else 'pt'}-{a}" for k, p, a in MODELS])
-def test_qdq_engine_equals_onnxruntime(kind, per_channel, activations):
-    path = model(kind, per_channel, activations)
+@pytest.mark.parametrize("kind,per_channel,activations,fmt", MODELS,
+                         ids=[f"{k}-{'pc' if p else 'pt'}-{a}-{f}" for k, p, a, f in MODELS])
+def test_quantized_engine_equals_onnxruntime(kind, per_channel, activations, fmt):
+    path = model(kind, per_channel, activations, fmt)
     dep = deploy(path, Options())
     assert dep.graph.source.format == "onnx-qdq"
     batch = samples(dep, 6, seed=3)
