@@ -16,6 +16,10 @@ from .errors import ModelFormatError, UnsupportedOperator
 from .ir import Conv2D, DepthwiseConv2D, Layer, NoAttrs, Quant, Tensor, Transpose
 
 UNIT = Quant((1.0,), (0,))
+# Inputs every node of an op needs (present and named), before any reader looks at it.
+ARITY = {"Conv": 2, "Gemm": 2, "MatMul": 2, "Add": 2, "Mul": 2, "Div": 2, "Reshape": 2, "RequantShift": 3,
+         "QuantizeLinear": 2, "DequantizeLinear": 2, "QLinearConv": 8, "QLinearMatMul": 8, "QGemm": 6,
+         "QLinearAdd": 8, "QLinearAveragePool": 5, "QLinearGlobalAveragePool": 5}
 
 
 def load_onnx(path: Path) -> onnx.ModelProto:
@@ -64,6 +68,22 @@ class OnnxGraphBuilder:
         self.input_shapes: list[tuple[int, ...]] = []
 
     # ---- small helpers ----------------------------------------------------------
+
+    def check_node(self, i: int, node) -> None:
+        """The inputs and the output a node of its op needs are there."""
+        need = ARITY.get(node.op_type, 1 if node.op_type != "Constant" else 0)
+        if len(node.input) < need or not all(node.input[:need]) or not node.output or not node.output[0]:
+            raise ModelFormatError(f"{self.where(i)}: {len(node.input)} inputs and {len(node.output)} outputs; "
+                                   f"{node.op_type} needs {need} inputs and one output")
+
+    def run_node(self, i: int, node, handler) -> None:
+        """``handler(i, node)``, with a malformed node's slip (a missing attribute, a shape that does
+        not fit) reported as the node's ModelFormatError rather than an internal error."""
+        self.check_node(i, node)
+        try:
+            handler(i, node)
+        except (IndexError, KeyError, ValueError, TypeError) as e:
+            raise ModelFormatError(f"{self.where(i)}: malformed node ({type(e).__name__}: {e})") from None
 
     def where(self, i: int) -> str:
         node = self.nodes[i]
@@ -345,5 +365,7 @@ class OnnxGraphBuilder:
         if x.flat_chw is not None:  # the input is stored H, W, C: reorder the weight columns to match
             c, h, ww = x.flat_chw
             units = w.shape[0]
+            if w.shape[1] != c * h * ww:
+                raise UnsupportedOperator(f"{where}: weights {list(w.shape)} for {c * h * ww} input features")
             w = w.reshape(units, c, h, ww).transpose(0, 2, 3, 1).reshape(units, -1)
         return np.ascontiguousarray(w)

@@ -62,13 +62,13 @@ class QdqReader(OnnxGraphBuilder):
             if i in self.done or node.op_type == "Constant":
                 continue
             if node.op_type == "QuantizeLinear":
-                self._quantize(i, node)
+                self.run_node(i, node, self._quantize)
             elif node.op_type == "DequantizeLinear":
-                self._dequantize(i, node)
+                self.run_node(i, node, self._dequantize)
             elif node.op_type in FLOAT_OPS:
-                self._float_op(i, node)
+                self.run_node(i, node, self._float_op)
             elif node.op_type in QLINEAR_OPS:
-                self._qlinear(i, node)
+                self.run_node(i, node, self._qlinear)
             else:
                 raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in a quantized "
                                           f"graph (supported: {', '.join(FLOAT_OPS + ACTIVATION_OPS)} between "
@@ -302,8 +302,13 @@ class QdqReader(OnnxGraphBuilder):
                 v = Value(self.add_tensor(v.name, data.shape, "int8", Quant(v.scale, (v.zero_point[0] - shift,)), data), 1)
             values.append(v)
         a, b = (self.tensors[v.tensor] for v in values)
-        self.emit("ADD", [v.tensor for v in values], np.broadcast_shapes(a.shape, b.shape), quant,
-                  Elementwise(activation), out_name, max(v.rank for v in values))
+        try:
+            shape = np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise UnsupportedOperator(f"{self.where(i)}: operands {list(a.shape)} and {list(b.shape)} do not "
+                                      f"broadcast") from None
+        self.emit("ADD", [v.tensor for v in values], shape, quant, Elementwise(activation), out_name,
+                  max(v.rank for v in values))
 
     def pool(self, i, node, x: Value, quant, activation, out_name) -> None:
         kernel, stride, pads, shape = self.pool_geometry(i, node, x)

@@ -136,7 +136,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
             if node.op_type not in handlers:
                 raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in an "
                                           f"integer graph (supported: {', '.join(sorted(handlers))})")
-            handlers[node.op_type](i, node)
+            self.run_node(i, node, handlers[node.op_type])
             self.done.add(i)
         outputs, perms, shapes = [], [], []
         for name in self.graph_outputs:
@@ -217,6 +217,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
                 break  # an op between two activations: not part of this chain
             if c.lo is not None and op not in ("Cast", "Identity"):
                 break  # after the clamp: a new stage
+            self.check_node(nxt, node)
             self._fold(c, nxt, node, cur, channels)
             c.nodes.append(nxt)
             self.done.add(nxt)
@@ -228,6 +229,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
         op, a = node.op_type, self.attrs(node)
         where = self.where(i)
         other = next((x for x in node.input if x != cur), None)
+        if op in ("Mul", "Add", "Div") and other not in self.consts:
+            raise UnsupportedOperator(f"{where}: {op} of '{cur}' needs one constant operand here (a requantization step)")
         try:
             if op == "Mul":
                 m = self.channel_vector(self.consts[other], channels, i, "the multiplier")
@@ -448,7 +451,10 @@ class IntegerGraphReader(OnnxGraphBuilder):
         for t in (ta, tb):
             if t.dtype != "int8":
                 raise UnsupportedOperator(f"{where}: operand '{t.name}' is {t.dtype}; Add reads 8-bit activations")
-        shape = np.broadcast_shapes(ta.shape, tb.shape)
+        try:
+            shape = np.broadcast_shapes(ta.shape, tb.shape)
+        except ValueError:
+            raise UnsupportedOperator(f"{where}: operands {list(ta.shape)} and {list(tb.shape)} do not broadcast") from None
         chain = self.absorb(node.output[0], 1)
         unsigned = ta.quant.zero_point[0] == -128 and tb.quant.zero_point[0] == -128
         self.saturate_if_read_as_8bit(chain, unsigned, where)

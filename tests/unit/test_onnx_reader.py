@@ -156,3 +156,27 @@ def test_random_nemo_convolutions_match_onnxruntime(tmp_path_factory, data):
     ours, _ = golden.run(g, [to_engine_input(g, 0, x)], K.lower_graph(g))
     ref = run_onnxruntime(path, [x.astype(np.float32)])[0]
     assert np.array_equal(ours[0].astype(np.int64), to_engine_output(g, 0, ref).astype(np.int64))
+
+
+def test_malformed_nodes_are_format_errors_naming_the_node(tmp_path):
+    w = np.ones((2, 2, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "y", w, [1, 1], [0, 0], 1, 4, pads=(0, 0, 0, 0))
+    del nodes[0].input[1]  # a Conv without its weights
+    with pytest.raises(ModelFormatError, match="node 0 Conv .*Conv needs 2 inputs"):
+        read_onnx(save(tmp_path, nodes, inits, [1, 2, 3, 3], "y", [1, 2, 3, 3]), input_type="uint8")
+    nodes, inits, _ = nemo_conv("x", "y", w, [1, 1], [0, 0], 1, 4, pads=(0, 0, 0, 0))
+    nodes[0].attribute[0].ints[:] = [7, 7]  # a kernel_shape the weights do not have: their shape wins
+    g = read_onnx(save(tmp_path, nodes, inits, [1, 2, 3, 3], "y", [1, 2, 3, 3], name="k"), input_type="uint8")
+    assert next(layer for layer in g.layers if layer.op == "CONV_2D")
+
+
+def test_an_add_whose_operands_do_not_broadcast(tmp_path):
+    inits = {"w": np.ones((3, 2, 1, 1), np.float32), "lo": np.array(-128.0, np.float32),
+             "hi": np.array(127.0, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a0"], kernel_shape=[1, 1]),
+             helper.make_node("Clip", ["a0", "lo", "hi"], ["a"]),
+             helper.make_node("Conv", ["x", "w"], ["b0"], kernel_shape=[1, 1], strides=[2, 2]),
+             helper.make_node("Clip", ["b0", "lo", "hi"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    with pytest.raises(UnsupportedOperator, match="node 4 Add .*do not broadcast"):
+        read_onnx(save(tmp_path, nodes, inits, [1, 2, 4, 4], "y", [1, 3, 4, 4]), input_type="int8")
