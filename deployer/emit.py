@@ -492,28 +492,36 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[st
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 
 
-def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> int:
-    """Bytes of .rodata the engine holds: weights (in their kernel's layout), biases,
-    requantization arrays. With DSP kernels every layer that may use them is counted packed
-    (a tiled layer keeps its int8 weights: then this is an upper bound)."""
+def constant_sections(graph: Graph, kernels, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> dict:
+    """Bytes of .rodata the engine holds, by kind: weights (in their kernel's layout), biases and
+    the other constants (requantization arrays, lookup tables, constant operands). With DSP
+    kernels every layer that may use them is counted packed (a tiled layer keeps its int8
+    weights: then this is an upper bound)."""
     seen: set[int] = set()
-    total = 0
+    sections = dict(weights=0, biases=0, parameters=0)
     for k, (layer, kern) in enumerate(zip(graph.layers, kernels)):
         s = None if k in plain_layers else simd_choice(kern, kernel_set)
         for t in layer.inputs:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)
                 n = graph.tensors[t].nbytes
-                total += simd.packed_bytes(kern, s, n) if s is not None and t == kern.weights else n
+                if t == getattr(kern, "weights", None):
+                    sections["weights"] += simd.packed_bytes(kern, s, n) if s is not None else n
+                else:
+                    sections["biases" if t == getattr(kern, "bias", None) else "parameters"] += n
         if getattr(kern, "float_rq", None) is not None:
-            total += 4 * len(kern.float_rq)
+            sections["parameters"] += 4 * len(kern.float_rq)
         elif getattr(kern, "int_rq", None) is not None:
-            total += 4 * len(kern.int_rq.mul) * (len(set(kern.int_rq.mul)) > 1) \
+            sections["parameters"] += 4 * len(kern.int_rq.mul) * (len(set(kern.int_rq.mul)) > 1) \
                 + 8 * len(kern.int_rq.add) * (len(set(kern.int_rq.add)) > 1)
         elif isinstance(kern, K.Conv):
-            total += 5 * len(kern.multiplier)
+            sections["parameters"] += 5 * len(kern.multiplier)
         elif isinstance(kern, K.FullyConnected):
-            total += 8 * len(kern.scale)
+            sections["parameters"] += 8 * len(kern.scale)
         elif isinstance(kern, K.Lookup):
-            total += 256
-    return total
+            sections["parameters"] += 256
+    return sections
+
+
+def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> int:
+    return sum(constant_sections(graph, kernels, kernel_set, plain_layers).values())

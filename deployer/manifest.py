@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
@@ -9,6 +10,7 @@ from network_parser.ir import Graph, Tensor
 from .emit import c_identifier
 
 MANIFEST_VERSION = 1
+SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
 def _tensor_info(t: Tensor) -> dict:
@@ -65,6 +67,22 @@ def _source(graph: Graph) -> dict:
             "notes": list(src.notes)}
 
 
+def _solvers(plan, options, tilings: dict, patch) -> dict:
+    """Every optimisation's statistics (wall times stay out: the files are byte-identical run
+    to run; ``deploy --json`` prints them)."""
+    tiled = [t for _, t in (tilings or {}).values()]
+    return {
+        "arena": {"method": plan.method, "status": plan.status, "objective": plan.peak, "bound": plan.lower_bound,
+                  "gap": round(plan.gap, 6), "time_limit_s": options.time_limit_s},
+        "tiling": None if not tiled else {
+            "layers": len(tiled), "method": options.tiler, "objective": options.tile_objective,
+            "by_status": {s: sum(1 for t in tiled if t.status == s) for s in sorted({t.status for t in tiled})},
+            "modeled_cycles": sum(t.modeled_cycles for t in tiled), "time_limit_s": min(options.time_limit_s, 2.0)},
+        "patch": None if patch is None else {"method": patch.choice.method, "status": patch.choice.status,
+                                             "objective": patch.choice.peak, "grid": list(patch.choice.grid)},
+    }
+
+
 def manifest_text(manifest: dict) -> str:
     """manifest.json's bytes: one formatting wherever the manifest is written or amended."""
     return json.dumps(manifest, indent=2, sort_keys=False) + "\n"
@@ -88,6 +106,7 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
                     "l3_bytes": options.l3},
         "planner": {"method": plan.method, "status": plan.status, "peak": plan.peak,
                     "lower_bound": plan.lower_bound, "tiler": options.tiler if tilings else None},
+        "solvers": _solvers(plan, options, tilings, patch),
         "macs": sum(K.macs(k) for k in kernels),
         "memory": memory,
         "arena": {

@@ -150,12 +150,14 @@ def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: 
     """Bytes per memory. Resident weights count to flash, and to SRAM too on parts that run
     from L2 (the boot loader copies the image there); streamed weights count to L3 only."""
     streamed = l3.image_bytes if l3 else 0
-    weights = emit.constant_bytes(graph, kernels, kernels_used, plain_layers) - sum(graph.tensors[kernels[k].weights].nbytes
-                                                        for k in (l3.weights if l3 else ()))
+    sections = emit.constant_sections(graph, kernels, kernels_used, plain_layers)
+    sections["weights"] -= sum(graph.tensors[kernels[k].weights].nbytes for k in (l3.weights if l3 else ()))
+    weights = sum(sections.values())
     code = code_estimate(graph, kernels, kernels_used, plain_layers)
     sram = plan.peak + (weights + code if backend.weights_in_sram else 0)
     return dict(arena_bytes=plan.peak, scratch_bytes=0, sram_bytes=sram,
                 weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code,
+                flash_sections=dict(sections, code_estimate=code),
                 l3_bytes=l3.bytes if l3 else 0, l3_weights_bytes=streamed,
                 l3_arena_bytes=l3.bytes - streamed if l3 else 0)
 
