@@ -127,16 +127,18 @@ def main() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("out"),
               show_default=True, help="output folder")
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
+@click.option("--rtos", type=click.Choice(("baremetal", "freertos")), default="baremetal", show_default=True,
+              help="the task glue (inference_task.c/.h): a step function, or a FreeRTOS task woken by notification")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-              kernels, input_layout, output_layout, input_type, out_dir, force, dump_ir, dump_plan):
+              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, dump_ir, dump_plan):
     """Generate the C engine for MODEL into the output folder."""
     try:
         start = time.perf_counter()
-        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3, patch, max_overhead, kernels, input_layout, output_layout,
-                                     _input_type(model, input_type)))
+        options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
+                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+        dep = deploy(model, replace(options, rtos=rtos))
         dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
         if dump_ir:
             click.echo(dump_graph(dep.graph))

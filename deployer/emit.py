@@ -363,7 +363,8 @@ def _stage_context(patch, layers: list[dict]) -> dict:
 
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
            planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
-           l3=None, patch=None, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> Rendered:
+           l3=None, patch=None, kernel_set: str = "plain", plain_layers: frozenset = frozenset(),
+           rtos: str = "baremetal") -> Rendered:
     """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
     ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there;
     ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels, but for
@@ -461,7 +462,8 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
                l1_attribute=backend.l1_attribute, engine_note=backend.engine_note,
-               l3_init=backend.l3_init, simd=any(L["simd"] for L in layers),
+               l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=rtos, stack=stack_need(layers),
+               core_flags=" ".join(f for f in backend.cflags if f.startswith(("-mcpu", "-mthumb", "-mfloat-abi", "-mfpu"))),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
@@ -469,7 +471,8 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     env = environment(backend)
     names = {"engine.c.j2": f"{ident}_engine.c", "engine.h.j2": f"{ident}_engine.h",
              "fixedpoint.h.j2": f"{ident}_fixedpoint.h", "inference_api.h.j2": "inference_api.h",
-             "inference_task.c.j2": "inference_task.c", "CMakeLists.txt.j2": "CMakeLists.txt"}
+             "inference_task.c.j2": "inference_task.c", "inference_task.h.j2": "inference_task.h",
+             "CMakeLists.txt.j2": "CMakeLists.txt"}
     if tilings:
         names["dma.h.j2"] = f"{ident}_dma.h"
     files = {out: env.get_template(tpl).render(ctx) for tpl, out in names.items()}
@@ -478,6 +481,33 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     if backend.qemu_machine:
         files.update(qemu_files(env, backend, ident))
     return Rendered(files)
+
+
+# Stack of the engine below inference_run's caller, in bytes: inference_run's own frame and a
+# layer function's frame and spills, plus a layer's stack buffers (the DSP kernels' im2col
+# column). Measured with -fstack-usage on six shared models: inference_run 8 B (arm-none-eabi-gcc
+# -O2) and 16 B (x86-64 gcc); the largest layer frame 232 B beside its column (Cortex-M4), 72 B on
+# the host; a margin covers libgcc's soft-float helpers. tests/host/test_engine_build.py checks it.
+STACK_RUN_BYTES = 64
+STACK_LAYER_BYTES = 320
+# A layer run tile by tile (or patch by patch) keeps its tile descriptors on the stack: 672 B
+# measured on x86-64 gcc, 224 B on rv32imc.
+STACK_TILED_LAYER_BYTES = 1024
+# A FreeRTOS task adds its function's frame and the context saved on a switch (with the FPU's
+# registers, about 200 B on a Cortex-M4F/M7); with a margin.
+TASK_EXTRA_BYTES = 512
+
+
+def stack_need(layers: list[dict]) -> dict:
+    """The engine's stack need, and a FreeRTOS task's stack in words."""
+    column = max((L["simd"]["row"] for L in layers if L.get("simd") and L["simd"].get("macro") == "im2col"),
+                 default=0)
+    column = -(-column // 8) * 8
+    tiled = any(L.get("tiling") or L.get("patch") for L in layers)
+    layer = max(STACK_TILED_LAYER_BYTES if tiled else 0, STACK_LAYER_BYTES + column)
+    engine = STACK_RUN_BYTES + layer
+    return dict(layer_bytes=layer, column_bytes=column, engine_bytes=engine,
+                task_words=-(-(engine + TASK_EXTRA_BYTES) // 4))
 
 
 QEMU_BOARD_MEMORY = 4 * 1024 * 1024  # mps2 boards: 4 MiB of SSRAM as flash, 4 MiB as RAM

@@ -52,6 +52,7 @@ class Options:
     input_layout: str = "nchw"  # ONNX graphs: the layout of the engine's 3-D/4-D inputs ("nchw" = the model's)
     output_layout: str = "nchw"  # ... and of its outputs
     input_type: str | None = None  # integer ONNX graphs: "int8" | "uint8" input values (None: guessed)
+    rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
 
 
 def kernel_set(options: Options, backend: Backend) -> str:
@@ -253,7 +254,7 @@ def deploy(model: Path, options: Options) -> Deployment:
                          f"--flash: op{'s' if n > 1 else ''} {', '.join(map(str, sorted(extra)))}"]
     check_budgets(memory, options)
     files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
-                        tilings, options.l1, l3, patch, kernels_used, plain_layers).files
+                        tilings, options.l1, l3, patch, kernels_used, plain_layers, options.rtos).files
     files["manifest.json"] = manifest_text(
         build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3, patch))
     return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,

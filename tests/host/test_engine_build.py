@@ -1,6 +1,7 @@
 """The generated files build as promised: no libc references, a CMake drop-in library, identical reruns."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -8,6 +9,7 @@ import pytest
 
 from deployer.output import write_output
 from deployer.pipeline import Options, deploy
+from deployer.verify import write_files
 from network_parser.tflite_builder import ModelBuilder
 
 
@@ -99,3 +101,39 @@ def test_same_model_same_flags_byte_identical(tmp_path):
     first = deploy(model, Options(sram=256 * 1024)).files
     second = deploy(model, Options(sram=256 * 1024)).files
     assert first == second
+
+
+def _stack_frames(dep, cc: str, tmp_path) -> dict[str, int]:
+    """Each function's stack frame (gcc -fstack-usage) in the engine as the backend compiles it."""
+    write_files(dep.files, tmp_path)
+    src = next(tmp_path.glob("*_engine.c"))
+    subprocess.run([cc, *dep.backend.cflags, "-fstack-usage", "-c", str(src), "-o", str(tmp_path / "e.o")],
+                   check=True, cwd=tmp_path, capture_output=True)
+    frames = {}
+    for line in next(tmp_path.glob("*.su")).read_text().splitlines():
+        where, size, kind = line.rsplit("\t", 2) if "\t" in line else line.rsplit(None, 2)
+        assert kind.startswith("static"), f"{where}: a dynamic stack frame ({kind})"
+        frames[where.rsplit(":", 1)[-1]] = int(size)
+    return frames
+
+
+@pytest.mark.parametrize("rel,target,options", [
+    ("mlperf_tiny/pretrainedResnet_quant.tflite", "cortex-m4", {}),  # the largest im2col column
+    ("mlperf_tiny/kws_ref_model.tflite", "cortex-m7", {}),
+    ("mlperf_tiny/vww_96_int8.tflite", "host", {"l1": 16 * 1024}),  # tiled
+    ("mlperf_tiny/vww_96_int8.tflite", "host", {"sram": 48 * 1024}),  # patched
+])
+def test_stack_estimate_covers_the_compiled_frames(rel, target, options, tmp_path):
+    """INFERENCE_ENGINE_STACK_BYTES (and the FreeRTOS task's stack) is at least inference_run's
+    frame plus the deepest layer function's, as the target's compiler lays them out."""
+    from tests.models import shared_model
+    cc = "arm-none-eabi-gcc" if target.startswith("cortex") else "gcc"
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} is not installed")
+    dep = deploy(shared_model(rel), Options(target=target, rtos="freertos", **options))
+    frames = _stack_frames(dep, cc, tmp_path)
+    need = frames["inference_run"] + max(v for k, v in frames.items() if k.startswith("op") or k.startswith("stage"))
+    header = dep.files["inference_task.h"]
+    estimate = int(re.search(r"INFERENCE_ENGINE_STACK_BYTES (\d+)", header).group(1))
+    words = int(re.search(r"INFERENCE_TASK_STACK_WORDS (\d+)", header).group(1))
+    assert need <= estimate <= 4 * words, (need, estimate, words)
