@@ -82,25 +82,26 @@ def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
 
 # ---- the model's layout <-> the engine's -----------------------------------------------
 
+def _to_engine(x, perm, model_shape, engine_shape) -> np.ndarray:
+    x = np.asarray(x)
+    if perm is not None:
+        x = np.transpose(x.reshape(model_shape), perm)
+    return np.ascontiguousarray(x).reshape(engine_shape)
+
+
 def to_engine_input(graph: Graph, i: int, x: np.ndarray) -> np.ndarray:
     """Input ``i`` as the model file lays it out -> as the engine takes it."""
     from .golden import NP_DTYPES
-    t = graph.tensors[graph.inputs[i]]
-    perm = graph.source.input_perms[i] if graph.source and graph.source.input_perms else None
-    x = np.asarray(x)
-    if perm is not None:
-        x = np.transpose(x.reshape(graph.source.input_shapes[i]), perm)
-    return np.ascontiguousarray(x).reshape(t.shape).astype(NP_DTYPES[t.dtype])
+    t, src = graph.tensors[graph.inputs[i]], graph.source
+    perm = src.input_perms[i] if src and src.input_perms else None
+    return _to_engine(x, perm, src.input_shapes[i] if perm else None, t.shape).astype(NP_DTYPES[t.dtype])
 
 
 def to_engine_output(graph: Graph, j: int, y: np.ndarray) -> np.ndarray:
     """Output ``j`` as the model file lays it out -> as the engine writes it."""
-    t = graph.tensors[graph.outputs[j]]
-    perm = graph.source.output_perms[j] if graph.source and graph.source.output_perms else None
-    y = np.asarray(y)
-    if perm is not None:
-        y = np.transpose(y.reshape(graph.source.output_shapes[j]), perm)
-    return np.ascontiguousarray(y).reshape(t.shape)
+    t, src = graph.tensors[graph.outputs[j]], graph.source
+    perm = src.output_perms[j] if src and src.output_perms else None
+    return _to_engine(y, perm, src.output_shapes[j] if perm else None, t.shape)
 
 
 def to_model_input(graph: Graph, i: int, x: np.ndarray) -> np.ndarray:
