@@ -97,6 +97,11 @@ def _exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _tensor_attr(attrs: dict, key: str, default):
+    """The one value of a tensor-valued attribute (RequantShift's div, n_levels, signed)."""
+    return np.asarray(numpy_helper.to_array(attrs[key])).reshape(-1)[0] if key in attrs else default
+
+
 def _power_of_two(d: int) -> tuple[int, bool]:
     """log2 of a divisor that is a power of two, or (from 2^16 up) one less than one: NEMO exports
     2^k as 2^k - 1 when its float-to-integer conversion rounds down. (k, was_off_by_one); k = -1
@@ -153,14 +158,13 @@ class IntegerGraphReader(OnnxGraphBuilder):
     # ---- edges ----------------------------------------------------------------------
 
     def _guess_input_type(self) -> str:
+        """Unsigned when the graph's first clamp is NEMO's 0..255, or its first RequantShift is unsigned."""
         for node in self.nodes:
             a = self.attrs(node)
-            if node.op_type == "RequantShift" or node.op_type == "Clip":
-                if node.op_type == "Clip" and a.get("min") == 0.0 and a.get("max") == 255.0:
-                    return "uint8"
-                if node.op_type == "RequantShift":
-                    signed = float(np.asarray(numpy_helper.to_array(a["signed"])).reshape(-1)[0]) if "signed" in a else 1.0
-                    return "int8" if signed else "uint8"
+            if node.op_type == "Clip" and (a.get("min"), a.get("max")) == (0.0, 255.0):
+                return "uint8"
+            if node.op_type == "RequantShift":
+                return "int8" if _tensor_attr(a, "signed", 1) else "uint8"
         return "int8"
 
     def _graph_input(self, inp) -> None:
@@ -290,14 +294,12 @@ class IntegerGraphReader(OnnxGraphBuilder):
                     raise UnsupportedOperator(f"{where}: RequantShift after other requantization nodes")
                 mul = self.channel_vector(self.const(node.input[1], i, "mul"), channels, i, "mul")
                 add = self.channel_vector(self.const(node.input[2], i, "add"), channels, i, "add")
-                div = int(np.asarray(numpy_helper.to_array(a["div"])).reshape(-1)[0]) if "div" in a else 1
+                div = int(_tensor_attr(a, "div", 1))
                 k, off = _power_of_two(div)
                 if k < 0 or off:
                     raise UnsupportedOperator(f"{where}: RequantShift div {div} is not a power of two")
-                levels = a.get("n_levels_out", a.get("n_levels"))
-                levels = int(np.asarray(numpy_helper.to_array(levels)).reshape(-1)[0]) if levels is not None else 256
-                signed = a.get("signed")
-                signed = bool(np.asarray(numpy_helper.to_array(signed)).reshape(-1)[0]) if signed is not None else True
+                levels = int(_tensor_attr(a, "n_levels_out", _tensor_attr(a, "n_levels", 256)))
+                signed = bool(_tensor_attr(a, "signed", 1))
                 c.mul, c.add, c.shift = mul, [v + ((1 << k) >> 1) for v in add], k  # rounds half up
                 c.lo, c.hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
             # Cast, Floor, Identity: the values are integers already
