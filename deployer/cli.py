@@ -23,7 +23,7 @@ from backends import BACKENDS
 
 from .pipeline import Options, deploy
 from .qemu import with_elf_memory
-from .report import dump_arena_plan, dump_graph, summary_table, target_info, targets_table
+from .report import build_summary, dump_arena_plan, dump_graph, summary_table, target_info, targets_table
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
 
@@ -131,24 +131,72 @@ def main() -> None:
               help="the task glue (inference_task.c/.h): a step function, or a FreeRTOS task woken by notification")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
+@click.option("--auto-optimize", is_flag=True,
+              help="when the plan is over a budget, apply deploy suggest's measured recommendations until it fits")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
+@click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, dump_ir, dump_plan):
-    """Generate the C engine for MODEL into the output folder."""
+              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, dump_ir, dump_plan, auto_optimize,
+              as_json, quiet):
+    """Generate the C engine for MODEL into the output folder (with report.html)."""
+    from .suggest import auto_optimize as optimize
+
     try:
         start = time.perf_counter()
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
-        dep = deploy(model, replace(options, rtos=rtos))
-        dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
+        options = replace(options, rtos=rtos)
+        with _progress(quiet):
+            steps = []
+            if auto_optimize:
+                options, steps = optimize(model, options)
+            dep = deploy(model, options)
+            dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
         if dump_ir:
             click.echo(dump_graph(dep.graph))
         if dump_plan:
             click.echo(dump_arena_plan(dep))
         write_output(dep.files, out_dir, force=force)
-        click.echo(summary_table(dep))
-        click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {time.perf_counter() - start:.2f} s")
+        wall = time.perf_counter() - start
+        if as_json:
+            click.echo(json.dumps(build_summary(dep, out_dir, wall, steps), indent=2))
+        elif not quiet:
+            click.echo(summary_table(dep))
+            for st in steps:
+                click.echo(f"auto-optimize: {' '.join(st.recommendation.flags)} ({st.recommendation.name}): SRAM "
+                           f"{st.before['sram_bytes']:,} -> {st.after['sram_bytes']:,} B, flash "
+                           f"{st.before['flash_bytes']:,} -> {st.after['flash_bytes']:,} B")
+            click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {wall:.2f} s")
     except DeployError as e:
         _fail(e)
+
+
+def _progress(quiet: bool):
+    """Long steps shown on stderr: a bar on a terminal, plain lines otherwise, nothing when quiet."""
+    from . import progress
+    return progress.reporting(progress.Silent() if quiet else progress.for_stream(sys.stderr))
+
+
+@main.command("suggest")
+@click.argument("model", type=click.Path(path_type=Path))
+@budget_options
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
+def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler,
+                tile_objective, kernels, input_layout, output_layout, input_type, as_json, quiet):
+    """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
+    on, in order of priority, each saving measured by planning it."""
+    from .suggest import suggest, suggestion_json, suggestion_text
+
+    try:
+        options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
+                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+        with _progress(quiet):
+            s = suggest(model, options)
+    except DeployError as e:
+        _fail(e)
+    click.echo(json.dumps(suggestion_json(s), indent=2) if as_json else suggestion_text(s))
+    sys.exit(1 if s.signature.unsupported else 0)
 
 
 def _load_arrays(paths: tuple[Path, ...], tensors: list, flag: str) -> list[np.ndarray]:
@@ -294,7 +342,8 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
                                         tile_objective, l3, patch, max_overhead, kernels, *onnx_options))
         return
-    from .compare import compare_planners, comparison_table, live_bytes, render_report_html
+    from .compare import compare_planners, comparison_table, live_bytes
+    from .report_html import planners_report
     from .pipeline import arena_problem
     from solver.arena import SolverConfig, lower_bound
 
@@ -318,8 +367,8 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
             for p in plans:
                 fits = "fits" if p.peak <= options.sram else "OVER"
                 click.echo(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
-        report.write_text(render_report_html(dep.graph.name, problem, plans, live_bytes(problem), before,
-                                             patch_line))
+        report.write_text(planners_report(dep.graph.name, problem, plans, live_bytes(problem), before,
+                                          patch_line))
         click.echo(f"wrote {report}")
     except DeployError as e:
         _fail(e)

@@ -19,10 +19,11 @@ from solver.plan_checker import check_tensor_plan
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 from layer_analyzer.tiling import geometry as tiling_geometry
 
-from . import emit
+from . import emit, progress
 from .patching import PatchPlan, forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split
 from .placement import L3Layout, layout_l3, place, staging_lifetimes
 from .manifest import build_manifest, manifest_text
+from .report_html import deployment_report
 
 # Rough .text per generated layer function (a DSP kernel: its unrolled steps, taps and
 # requantization; measured 0.6-4.5 KB on Cortex-M, about 1.3 KB on average) and for the fixed
@@ -80,6 +81,8 @@ class Deployment:
     tilings: dict = field(default_factory=dict)  # layer -> (TileGeometry, LayerTiling)
     l3: L3Layout | None = None  # what lives in L3 and how the layers touching it stream
     patch: PatchPlan | None = None  # the first stage run patch by patch
+    kernels_used: str = "plain"  # the kernel family of untiled conv/fc layers
+    plain_layers: frozenset = frozenset()  # layers that keep the portable kernels
 
     @property
     def macs(self) -> int:
@@ -163,14 +166,24 @@ def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: 
                 l3_arena_bytes=l3.bytes - streamed if l3 else 0)
 
 
+BUDGETS = (("sram_bytes", "sram", "--sram", "SRAM"), ("flash_bytes", "flash", "--flash", "FLASH"),
+           ("l3_bytes", "l3", "--l3", "L3"))  # memory key, Options field, flag, name
+
+
+def over_budget(memory: dict, options: Options) -> list[tuple[str, str, int, int]]:
+    """(flag, memory name, need, budget) for every memory the plan exceeds."""
+    return [(flag, name, memory[key], getattr(options, field_)) for key, field_, flag, name in BUDGETS
+            if getattr(options, field_) is not None and memory[key] > getattr(options, field_)]
+
+
 def check_budgets(memory: dict, options: Options) -> None:
-    for key, budget, flag in (("sram_bytes", options.sram, "--sram"), ("flash_bytes", options.flash, "--flash"),
-                              ("l3_bytes", options.l3, "--l3")):
-        need = memory[key]
-        if budget is not None and need > budget:
-            raise InfeasibleBudget(f"the plan needs {need} bytes of {key.split('_')[0].upper()} but {flag} is "
-                                   f"{budget}; the smallest {flag} that works is {need} "
-                                   f"({-(-need // 1024)}K)", need)
+    """Every memory over its budget in one error, each with the smallest budget that works."""
+    over = over_budget(memory, options)
+    if over:
+        raise InfeasibleBudget("; ".join(f"the plan needs {need} bytes of {name} but {flag} is {budget}; the "
+                                         f"smallest {flag} that works is {need} ({-(-need // 1024)}K)"
+                                         for flag, name, need, budget in over),
+                               over[0][2], needs={flag: need for flag, _, need, _ in over})
 
 
 def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | None) -> PatchPlan | None:
@@ -179,11 +192,10 @@ def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | Non
     MACs it recomputes (not on targets with DSP kernels, which the stage does not use)."""
     if options.patch == "off":
         return None
-    lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
     if options.patch != "auto":
+        lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
         return forced_plan(graph, kernels, lives, parse_patch(options.patch))
-    choice = plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
-                        min(options.time_limit_s, 1.0))
+    choice = split_choice(graph, kernels, options, sram_target)
     if choice.end is None:
         return None
     needed = options.sram is not None and choice.unsplit_peak > options.sram
@@ -192,6 +204,15 @@ def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | Non
     # faster, a split that is not needed costs more time than its recomputed MACs say.
     worth = saving > choice.overhead and kernel_set(options, BACKENDS[options.target]) != "smlad"
     return make_plan(graph, kernels, choice) if needed or worth else None
+
+
+def split_choice(graph: Graph, kernels, options: Options, sram_target: int | None):
+    """The split CP-SAT picks within --max-overhead: the least peak (no ``sram_target``), or the
+    least recompute that fits it."""
+    lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
+    with progress.step("patch split (CP-SAT)", limit_s=min(options.time_limit_s, 1.0)):
+        return plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
+                          min(options.time_limit_s, 1.0))
 
 
 def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | None = None) -> dict:
@@ -205,17 +226,19 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
     config = TilingConfig(objective=options.tile_objective, heuristics=dict(backend.tile_heuristics),
                           cost=dict(backend.cost_model), time_limit_s=min(options.time_limit_s, 2.0))
     result, worst = {}, None
-    for k, kern in enumerate(kernels):
-        g = tiling_geometry(kern, k)
-        if g is None or k in skip:
-            continue
-        try:
-            if k not in cache:
-                cache[k] = plan_tiling(g, options.l1, options.tiler, config)
-            result[k] = (g, cache[k])
-        except TilingInfeasible as e:
-            if worst is None or e.minimum_l1 > worst.minimum_l1:
-                worst = e
+    todo = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(kernels))
+            if g is not None and k not in skip]
+    with progress.step(f"tiling ({options.tiler})", total=sum(1 for k, _ in todo if k not in cache)) as s:
+        for k, g in todo:
+            try:
+                if k not in cache:
+                    cache[k] = plan_tiling(g, options.l1, options.tiler, config)
+                    s.advance()
+                result[k] = (g, cache[k])
+            except TilingInfeasible as e:
+                s.advance()
+                if worst is None or e.minimum_l1 > worst.minimum_l1:
+                    worst = e
     if worst is not None:
         layer = graph.layers[worst.layer]
         raise InfeasibleBudget(f"op {layer.index} {layer.op} '{layer.name}': its smallest tile needs "
@@ -225,23 +248,50 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
 
 
 def deploy(model: Path, options: Options) -> Deployment:
+    """The whole compiler: the plan (below), the budgets, then the files of out/."""
+    dep = plan_deployment(model, options)
+    check_budgets(dep.memory, dep.options)
+    with progress.step("emit"):
+        files = emit.render(dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan.peak, dep.plan.method,
+                            dep.backend, dep.reuses, dep.tilings, dep.options.l1, dep.l3, dep.patch,
+                            dep.kernels_used, dep.plain_layers, dep.options.rtos).files
+        files["manifest.json"] = manifest_text(build_manifest(
+            dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan, dep.memory, dep.options, dep.backend,
+            dep.tilings, dep.l3, dep.patch))
+        dep = replace(dep, files=files)
+        report = deployment_report(dep, arena_problem(dep.lives, dep.backend.alignment)[0])
+        return replace(dep, files={**files, "report.html": report})
+
+
+def resolve_options(options: Options) -> tuple[Options, Backend]:
+    """The target's own memories fill what the flags leave unset; contradictions are usage errors."""
     backend = BACKENDS.get(options.target)
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
     options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
     options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
+    options = replace(options, l3=None) if options.l3 == 0 else options  # --l3 0: no external memory
     if backend.board and options.board_budgets:  # a board's memories are its default budgets
         options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
     if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
         raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
                          f"of {backend.name}")
-    kernels_used = kernel_set(options, backend)
+    kernel_set(options, backend)  # --kernels smlad on a target without the DSP extension
     if options.l3 is not None and options.l1 is None:
         raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
-    graph = read_model(Path(model), options)
-    graph, notes = apply_rewrites(graph, options.fuse)
-    notes = [*(graph.source.notes if graph.source else ()), *notes]
-    kernels = K.lower_graph(graph)
+    return options, backend
+
+
+def plan_deployment(model: Path, options: Options) -> Deployment:
+    """read -> rewrites -> lower -> memory plan -> flash fit: everything but the budget check and
+    the files (``deploy suggest`` measures its alternatives with this)."""
+    options, backend = resolve_options(options)
+    kernels_used = kernel_set(options, backend)
+    with progress.step("read"):
+        graph = read_model(Path(model), options)
+        graph, notes = apply_rewrites(graph, options.fuse)
+        notes = [*(graph.source.notes if graph.source else ()), *notes]
+        kernels = K.lower_graph(graph)
     patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
     plain_layers = emit.portable_layers(tilings, patch, l3)
     memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers)
@@ -252,13 +302,8 @@ def deploy(model: Path, options: Options) -> Deployment:
         n = len(extra)
         notes = [*notes, f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit "
                          f"--flash: op{'s' if n > 1 else ''} {', '.join(map(str, sorted(extra)))}"]
-    check_budgets(memory, options)
-    files = emit.render(graph, kernels, lives, offsets, plan.peak, plan.method, backend, reuses,
-                        tilings, options.l1, l3, patch, kernels_used, plain_layers, options.rtos).files
-    files["manifest.json"] = manifest_text(
-        build_manifest(graph, kernels, lives, offsets, plan, memory, options, backend, tilings, l3, patch))
-    return Deployment(graph, kernels, lives, plan, offsets, memory, files, backend, options, reuses,
-                      tuple(notes), tilings, l3, patch)
+    return Deployment(graph, kernels, lives, plan, offsets, memory, {}, backend, options, reuses,
+                      tuple(notes), tilings, l3, patch, kernels_used, plain_layers)
 
 
 def fit_flash(graph: Graph, kernels, options: Options, kernels_used: str, flash_bytes: int,
@@ -323,7 +368,9 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
 def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tuple[ArenaPlan, dict[int, int]]:
     """Offsets for one memory level's tensors, checked tensor by tensor."""
     problem, owners = arena_problem(lives, backend.alignment)
-    plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
+    with progress.step(f"arena ({options.planner}, {len(problem.buffers)} buffers)",
+                       limit_s=options.time_limit_s if options.planner == "cpsat" else None):
+        plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
     offsets = tensor_offsets(lives, owners, plan)
     check_tensor_plan(tensor_rows(lives, offsets), plan.peak, backend.alignment)
     return plan, offsets

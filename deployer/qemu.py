@@ -18,7 +18,8 @@ import numpy as np
 from network_parser.errors import DeployError
 
 from .manifest import manifest_text
-from .pipeline import Deployment
+from .pipeline import Deployment, arena_problem
+from .report_html import deployment_report
 from .verify import CACHE, BuildError, compare, files_digest, parse_output, samples_payload, write_files
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
@@ -234,7 +235,9 @@ def with_elf_memory(dep: Deployment) -> Deployment:
         manifest[key] = value
         if key == "memory":
             manifest["elf"] = entry
-    return replace(dep, files={**dep.files, "manifest.json": manifest_text(manifest)})
+    dep = replace(dep, files={**dep.files, "manifest.json": manifest_text(manifest)})
+    report = deployment_report(dep, arena_problem(dep.lives, dep.backend.alignment)[0])  # with the ELF's figures
+    return replace(dep, files={**dep.files, "report.html": report})
 
 
 def verify_on_qemu(dep: Deployment, model: Path, samples: list[list[np.ndarray]], expected=None) -> dict:

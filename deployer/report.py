@@ -143,3 +143,24 @@ def targets_table(infos: list[dict]) -> str:
              t["qemu_machine"] or "-") for t in infos]
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in (head, *rows))
+
+
+def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
+    """``deploy --json``: what was written and planned, the solvers' statistics with their wall
+    times (which the output folder leaves out, to stay byte-identical run to run)."""
+    manifest = json.loads(dep.files["manifest.json"])
+    solvers = manifest["solvers"]
+    solvers["arena"] = dict(solvers["arena"], wall_s=round(dep.plan.wall_s, 4))
+    if solvers.get("patch") is not None:
+        solvers["patch"] = dict(solvers["patch"], wall_s=round(dep.patch.choice.wall_s, 4))
+    return {
+        "model": dep.graph.name, "target": dep.backend.name, "output": str(out_dir),
+        "files": {name: len(text if isinstance(text, bytes) else text.encode()) for name, text in sorted(dep.files.items())},
+        "layers": len(dep.graph.layers), "macs": dep.macs,
+        "budgets": manifest["budgets"], "memory": dep.memory, "elf": manifest.get("elf"),
+        "solvers": solvers, "patch": manifest["patch"],
+        "auto_optimize": [{"name": st.recommendation.name, "flags": list(st.recommendation.flags),
+                           "sram_bytes": [st.before["sram_bytes"], st.after["sram_bytes"]],
+                           "flash_bytes": [st.before["flash_bytes"], st.after["flash_bytes"]]} for st in steps],
+        "notes": list(dep.notes), "wall_s": round(wall_s, 3),
+    }

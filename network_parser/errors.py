@@ -19,13 +19,15 @@ class UnsupportedOperator(DeployError):
 
 
 class InfeasibleBudget(DeployError):
-    """A memory budget is too small; ``minimum_bytes`` is the smallest that would work."""
+    """A memory budget is too small; ``minimum_bytes`` is the smallest that would work (of the
+    first memory named), ``needs`` the smallest of each memory over (flag -> bytes)."""
 
     kind = "InfeasibleBudget"
 
-    def __init__(self, message: str, minimum_bytes: int):
+    def __init__(self, message: str, minimum_bytes: int, needs: dict[str, int] | None = None):
         super().__init__(message)
         self.minimum_bytes = minimum_bytes
+        self.needs = dict(needs or {})
 
 
 class UsageError(DeployError):

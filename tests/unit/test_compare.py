@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import solver.arena
-from deployer.compare import METHODS, compare_planners, comparison_table, live_bytes, render_report_html
+from deployer.compare import METHODS, compare_planners, comparison_table, live_bytes
+from deployer.report_html import planners_report
 from deployer.pipeline import Options, arena_problem, deploy
 from solver.arena import ArenaProblem, Buffer, SolverConfig, lower_bound
 
@@ -61,8 +62,8 @@ def parse(html: str) -> Structure:
 
 
 def check_report(name: str, p: ArenaProblem, plans) -> str:
-    html = render_report_html(name, p, plans, live_bytes(p))
-    assert html == render_report_html(name, p, plans, live_bytes(p))
+    html = planners_report(name, p, plans, live_bytes(p))
+    assert html == planners_report(name, p, plans, live_bytes(p))
     assert "http" not in html and "<script" not in html
     s = parse(html)
     assert s.rects_per_svg == [len(p.buffers)] * len(plans)
@@ -87,7 +88,7 @@ def test_unavailable_planner_is_skipped_with_a_note(monkeypatch):
     assert [p.method for p in plans] == ["first-fit", "best-fit", "bidirectional"]
     assert "arena_cpsat" in plans.skipped["cpsat"]
     assert "cpsat: skipped" in comparison_table(plans, lower_bound(SMALL))
-    assert "cpsat: skipped" in render_report_html("m", SMALL, plans, live_bytes(SMALL))
+    assert "cpsat: skipped" in planners_report("m", SMALL, plans, live_bytes(SMALL))
 
 
 def test_live_bytes_sums_live_sizes_per_op():
@@ -109,7 +110,7 @@ def test_table_lists_every_method_and_the_bound():
         assert f"{p.peak:,}" in line and f"{p.peak - bound:,}" in line and p.status in line
 
 
-# ---- render_report_html ----------------------------------------------------------------
+# ---- planners_report ------------------------------------------------------------------
 
 def test_report_on_a_small_problem():
     plans = compare_planners(SMALL, ("first-fit", "bidirectional"))

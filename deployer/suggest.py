@@ -1,0 +1,466 @@
+"""``deploy suggest``: what a model is, what it needs against the budgets, and what to turn on.
+
+    report = suggest(model, options)        # Suggestion: signature, estimate, recommendations
+    options, steps = auto_optimize(model, options)   # apply them until the budgets are met
+
+The estimate is the plan ``deploy`` makes with the same flags (the same pipeline, without
+the C files). Every recommendation's saving is measured by planning its alternative: the
+knob off where the estimate has it on, on where it is off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from layer_analyzer import kernels as K
+from layer_analyzer.tiling import geometry as tiling_geometry
+from network_parser.errors import InfeasibleBudget, UnsupportedOperator
+from network_parser.inventory import Inventory, inventory
+from network_parser.lifetimes import live_bytes_per_op
+from solver.arena import GREEDY, plan_arena
+
+from . import progress
+from .pipeline import (Deployment, Options, arena_problem, over_budget, plan_deployment, resolve_options,
+                       split_choice)
+
+PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
+MED_SHARE = 0.10  # a saving of at least this share of the memory's need is worth a MED
+OVERHEADS = (0.5, 1.0, 2.0)  # --max-overhead steps tried when the default split does not fit --sram
+HYPOTHETICAL_L1, HYPOTHETICAL_L3 = 32 * 1024, 8 * 1024 * 1024  # external memory a target may add
+
+
+# ---- what the model is ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Signature:
+    inventory: Inventory
+    macs: int | None  # None when the readers cannot lower the model
+    conv_kinds: dict  # kind -> (layers, MACs): regular, pointwise, depthwise, fully connected
+    unsupported: str | None = None  # why deploy stops on this model
+
+
+def _conv_kind(kern) -> str | None:
+    if isinstance(kern, K.Conv):
+        if kern.depthwise:
+            return "depthwise"
+        return "pointwise" if (kern.k_h, kern.k_w) == (1, 1) else "regular"
+    if isinstance(kern, K.FullyConnected):
+        return "fully connected"
+    return None
+
+
+def signature(inv: Inventory, dep: Deployment | None, unsupported: str | None) -> Signature:
+    kinds: dict[str, list[int]] = {}
+    for kern in dep.kernels if dep else ():
+        kind = _conv_kind(kern)
+        if kind is not None:
+            entry = kinds.setdefault(kind, [0, 0])
+            entry[0] += 1
+            entry[1] += K.macs(kern)
+    return Signature(inv, dep.macs if dep else None, {k: tuple(v) for k, v in kinds.items()}, unsupported)
+
+
+# ---- what to turn on --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recommendation:
+    name: str  # in-place ops, CP-SAT arena, patch inference, tiling, weight placement
+    memory: str  # the memory it saves: "SRAM", "flash" or "L1"
+    on: bool  # applied in the estimate
+    saving: int  # bytes of ``memory`` it saves (measured: the estimate against its alternative)
+    detail: str  # the measured figures and the cost
+    flags: tuple[str, ...] = ()  # what turns it on (when off)
+    changes: tuple = ()  # the same as Options fields, for --auto-optimize
+    needs_hardware: bool = False  # only with memory the target does not declare
+    priority: str = "SKIP"
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    model: str
+    target: str
+    options: Options  # the estimate's (the target's memories filled in; an --l1 too small raised to work)
+    signature: Signature
+    deployment: Deployment | None  # the estimate's plan (None when the model cannot be deployed)
+    l1_need: int | None = None  # smallest --l1 that works, when the given one is too small
+    l1_budget: int | None = None  # the --l1 asked for
+    recommendations: tuple[Recommendation, ...] = field(default=())
+
+    @property
+    def memory(self) -> dict:
+        return self.deployment.memory if self.deployment else {}
+
+    def over(self) -> list[tuple[str, str, int, int]]:
+        """(flag, memory, need, budget) of every budget the estimate exceeds."""
+        if self.deployment is None:
+            return []
+        over = over_budget(self.memory, self.options)
+        if self.l1_need is not None:
+            over.insert(0, ("--l1", "L1", self.l1_need, self.l1_budget))
+        return over
+
+    @property
+    def fits(self) -> bool:
+        return self.deployment is not None and not self.over()
+
+
+MEMORY_KEYS = {"SRAM": ("sram_bytes", "sram"), "flash": ("flash_bytes", "flash")}
+
+
+def _prioritize(rec: Recommendation, s: Suggestion) -> Recommendation:
+    """HIGH: needed to fit (on), or fits alone (off); MED: a large saving, or helps where the
+    memory is over; LOW: saves a little, or is not needed; SKIP: saves nothing here."""
+    if rec.saving <= 0:
+        return replace(rec, priority="SKIP", why="no saving here")
+    if rec.memory == "L1":
+        budget, need = s.l1_budget, (s.l1_need or 0)
+    else:
+        key, field_ = MEMORY_KEYS[rec.memory]
+        budget, need = getattr(s.options, field_), s.memory[key]
+    if rec.on:
+        without = need + rec.saving
+        if budget is not None and without > budget:
+            return replace(rec, priority="HIGH", why=f"needed: without it {rec.memory} is {without:,} B, over "
+                                                     f"the budget {budget:,} B")
+        return replace(rec, priority="MED" if rec.saving >= MED_SHARE * without else "LOW",
+                       why=f"saves {100 * rec.saving / without:.1f}% of {rec.memory}")
+    if budget is not None and need > budget:
+        if rec.needs_hardware:
+            return replace(rec, priority="MED", why=f"would fit {rec.memory}, with memory the target does not declare"
+                           if need - rec.saving <= budget else f"helps {rec.memory}, with memory the target does "
+                                                               f"not declare")
+        fixes = need - rec.saving <= budget
+        return replace(rec, priority="HIGH" if fixes else "MED",
+                       why=f"{rec.memory} is over by {need - budget:,} B; this "
+                           f"{'brings it within the budget' if fixes else f'saves {rec.saving:,} B of it'}")
+    return replace(rec, priority="LOW", why=f"{rec.memory} fits without it")
+
+
+def _measure(model: Path, options: Options) -> Deployment | None:
+    """The plan with ``options``, or None when it cannot be made (an L1 too small)."""
+    try:
+        return plan_deployment(model, options)
+    except InfeasibleBudget:
+        return None
+
+
+def _in_place(model: Path, s: Suggestion) -> Recommendation:
+    base = s.deployment
+    alt = _measure(model, replace(s.options, in_place=not s.options.in_place))
+    on = s.options.in_place
+    with_, without = (base, alt) if on else (alt, base)
+    if with_ is None or without is None:
+        return Recommendation("in-place ops", "SRAM", on, 0, "not measurable with this L1")
+    rules = sorted({r.rule for r in with_.reuses})
+    detail = (f"{len(with_.reuses)} layers write over an input that dies ({', '.join(rules) or 'none'}); "
+              f"SRAM {without.memory['sram_bytes']:,} B without, {with_.memory['sram_bytes']:,} B with")
+    return Recommendation("in-place ops", "SRAM", on, without.memory["sram_bytes"] - with_.memory["sram_bytes"],
+                          detail, () if on else ("(drop --no-in-place)",), () if on else (("in_place", True),))
+
+
+def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
+    base = s.deployment
+    problem, _ = arena_problem(base.lives, base.backend.alignment)
+    greedy = [plan_arena(problem, m) for m in GREEDY]
+    best = min(greedy, key=lambda p: (p.peak, p.method))
+    on = base.plan.method == "cpsat"
+    cpsat = base.plan if on else plan_arena(problem, "cpsat", replace_config(s.options))
+    gap = "" if cpsat.status == "OPTIMAL" else f"; {cpsat.peak - cpsat.lower_bound:,} B above the lower bound " \
+                                               f"(--time-limit longer may close it)"
+    detail = (f"CP-SAT {cpsat.peak:,} B ({cpsat.status}){gap}; best greedy {best.method} {best.peak:,} B; "
+              f"lower bound {cpsat.lower_bound:,} B")
+    reference = best.peak if on else base.plan.peak
+    return Recommendation("CP-SAT arena", "SRAM", on, reference - cpsat.peak, detail,
+                          () if on else ("--planner cpsat",), () if on else (("planner", "cpsat"),))
+
+
+def replace_config(options: Options):
+    from solver.arena import SolverConfig
+    return SolverConfig(time_limit_s=options.time_limit_s)
+
+
+def _patch(model: Path, s: Suggestion) -> Recommendation:
+    base = s.deployment
+    o = s.options
+    if base.patch is not None and o.patch == "auto" and o.sram is not None and base.memory["sram_bytes"] > o.sram:
+        more = _more_overhead(model, s)  # the default split is not enough: allow more recompute
+        if more is not None:
+            return more
+    if base.patch is not None:
+        c, st = base.patch.choice, base.patch.stage
+        alt = _measure(model, replace(o, patch="off"))
+        saving = alt.memory["sram_bytes"] - base.memory["sram_bytes"] if alt else 0
+        return Recommendation("patch inference", "SRAM", True, saving,
+                              f"ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches; recomputes "
+                              f"{c.macs_extra:,} MACs ({100 * c.overhead:.1f}%){_dsp_note(base)}")
+    if o.patch not in ("auto", "off"):
+        return Recommendation("patch inference", "SRAM", False, 0, f"--patch {o.patch} gives no split")
+    choice = split_choice(base.graph, base.kernels, o, None)  # the least peak within --max-overhead
+    if choice.end is None:
+        if o.sram is not None and base.memory["sram_bytes"] > o.sram:
+            more = _more_overhead(model, s)
+            if more is not None:
+                return more
+        return Recommendation("patch inference", "SRAM", False, 0,
+                              f"no split within --max-overhead {100 * o.max_overhead:g}% lowers the peak")
+    flag = f"{choice.grid[0]}x{choice.grid[1]}@{choice.end}"
+    alt = _measure(model, replace(o, patch=flag))
+    saving = base.memory["sram_bytes"] - alt.memory["sram_bytes"] if alt else 0
+    return Recommendation("patch inference", "SRAM", False, saving,
+                          f"ops ..{choice.end} in {choice.grid[0]}x{choice.grid[1]} patches: SRAM "
+                          f"{alt.memory['sram_bytes'] if alt else 0:,} B; recomputes {choice.macs_extra:,} MACs "
+                          f"({100 * choice.overhead:.1f}%){_dsp_note(base)}", (f"--patch {flag}",),
+                          (("patch", flag),))
+
+
+def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
+    """The smallest larger --max-overhead whose split fits --sram (else the one that saves most)."""
+    base, o = s.deployment, s.options
+    best = None
+    peak = base.patch.choice.peak if base.patch else max(live_bytes_per_op(base.lives, len(base.graph.layers)))
+    for share in (x for x in OVERHEADS if x > o.max_overhead):
+        choice = split_choice(base.graph, base.kernels, replace(o, max_overhead=share), o.sram)
+        if choice.end is None or choice.peak >= peak:  # the split's own estimate: no lower peak, no plan
+            continue
+        alt = _measure(model, replace(o, patch="auto", max_overhead=share))
+        if alt is None or alt.patch is None:
+            continue
+        saving = base.memory["sram_bytes"] - alt.memory["sram_bytes"]
+        if best is None or saving > best[0]:
+            best = (saving, share, alt)
+        if alt.memory["sram_bytes"] <= o.sram:
+            break
+    if best is None or best[0] <= 0:
+        return None
+    saving, share, alt = best
+    c, st = alt.patch.choice, alt.patch.stage
+    return Recommendation("patch inference", "SRAM", False, saving,
+                          f"with --max-overhead {100 * share:g}%: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} "
+                          f"patches, SRAM {alt.memory['sram_bytes']:,} B; recomputes {c.macs_extra:,} MACs "
+                          f"({100 * c.overhead:.1f}%){_dsp_note(base)}", (f"--max-overhead {100 * share:g}%",),
+                          (("patch", "auto"), ("max_overhead", share)))
+
+
+def _dsp_note(dep: Deployment) -> str:
+    return "; the stage runs the portable kernels, not SMLAD" if dep.kernels_used == "smlad" else ""
+
+
+def _tiling(model: Path, s: Suggestion) -> Recommendation:
+    base, o = s.deployment, s.options
+    whole = [(g.l1_bytes(g.out_h, g.out_w, g.out_c), k) for k, kern in enumerate(base.kernels)
+             for g in [tiling_geometry(kern, k)] if g is not None]
+    need, layer = max(whole, default=(0, None))
+    if o.l1 is None:
+        tcm = base.backend.tcm_bytes
+        hint = (f"the part's {tcm // 1024}K tightly-coupled memory can hold L1 tiles (--l1 up to {tcm // 1024}K), "
+                f"but tiled layers run the portable kernels" if tcm else "the target has no L1 scratchpad; --l1 N "
+                f"tiles layers for one")
+        return Recommendation("tiling", "L1", False, 0, f"{hint}; the largest layer (op {layer}) needs {need:,} B "
+                              f"of L1 untiled" if layer is not None else hint)
+    used = max((t.l1_bytes for _, t in base.tilings.values()), default=0)
+    tiles = sum(t.tiles for _, t in base.tilings.values())
+    detail = (f"{len(base.tilings)} layers in {tiles} double-buffered tiles, the largest {used:,} B of --l1 "
+              f"{o.l1:,}; untiled, op {layer} alone needs {need:,} B")
+    if s.l1_need is not None:
+        detail = (f"--l1 {s.l1_budget:,} is below the smallest tile: the smallest --l1 that works is "
+                  f"{s.l1_need:,} (measured with it); " + detail)
+    return Recommendation("tiling", "L1", True, max(need - used, 0), detail)
+
+
+def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
+    base, o = s.deployment, s.options
+    resident = "SRAM" if base.backend.weights_in_sram else "flash"
+    key = MEMORY_KEYS[resident][0]
+    if base.l3 is not None:  # already streaming from L3: what it saves against none
+        alt = _measure(model, replace(o, l3=0))
+        saving = alt.memory[key] - base.memory[key] if alt else 0
+        pl = base.l3.placement
+        return Recommendation("weight placement", resident, True, saving,
+                              f"weights of {len(pl.weights)} layers ({base.memory['l3_weights_bytes']:,} B) and "
+                              f"{len(pl.tensors)} activations in L3; {sum(x.l3_traffic for x in pl.slabs.values()):,} "
+                              f"B streamed per inference")
+    if base.kernels_used == "smlad":
+        alt = _measure(model, replace(o, kernels="plain"))
+        saving = base.memory["flash_bytes"] - alt.memory["flash_bytes"] if alt else 0
+        plain = len(base.plain_layers)
+        return Recommendation("weight placement", "flash", False, saving,
+                              f"int8 weights for the plain kernels instead of the SMLAD kernels' packed 16-bit pairs "
+                              f"(flash {alt.memory['flash_bytes'] if alt else 0:,} B; {plain} layers already plain); "
+                              f"costs the DSP kernels' speed", ("--kernels plain",), (("kernels", "plain"),))
+    if o.l3 is None and getattr(o, MEMORY_KEYS[resident][1]) is not None and \
+            base.memory[key] > getattr(o, MEMORY_KEYS[resident][1]):
+        # Nothing on the part holds the weights: measure an external memory it could add.
+        l1 = o.l1 or HYPOTHETICAL_L1
+        alt = _measure(model, replace(o, l1=l1, l3=HYPOTHETICAL_L3, tiler="greedy"))  # flash, not tile quality
+        if alt is not None and alt.l3 is not None:
+            l3_need = -(-alt.memory["l3_bytes"] // 1024)
+            flags = (*(() if o.l1 else (f"--l1 {l1 // 1024}K",)), f"--l3 {l3_need}K")
+            return Recommendation("weight placement", resident, False, base.memory[key] - alt.memory[key],
+                                  f"weights streamed from an external memory of {l3_need:,} KiB "
+                                  f"({alt.memory['l3_weights_bytes']:,} B of weights)", flags,
+                                  needs_hardware=True)
+    return Recommendation("weight placement", resident, False, 0,
+                          f"weights stay in {resident} ({base.memory['weights_bytes']:,} B); "
+                          f"{'they fit' if not over_budget(base.memory, o) else 'the target has no external memory'}")
+
+
+KNOBS = (_in_place, _arena_planner, _patch, _tiling, _weight_placement)
+
+
+def _plan_estimate(model: Path, options: Options) -> tuple[Deployment, int | None]:
+    """The plan deploy makes; with an --l1 below the smallest tile, the plan at that smallest L1."""
+    try:
+        return plan_deployment(model, options), None
+    except InfeasibleBudget as e:
+        if "--l1" not in e.needs:
+            raise
+        return plan_deployment(model, replace(options, l1=e.needs["--l1"])), e.needs["--l1"]
+
+
+def suggest(model: Path, options: Options, recommend: bool = True) -> Suggestion:
+    """The model's signature, the estimate with ``options`` and (``recommend``) every knob measured."""
+    model = Path(model)
+    inv = inventory(model)
+    resolved, _ = resolve_options(options)
+    try:
+        with progress.step("estimate"):
+            dep, l1_need = _plan_estimate(model, options)
+    except UnsupportedOperator as e:
+        return Suggestion(model.stem, resolved.target, resolved, signature(inv, None, str(e)), None)
+    s = Suggestion(model.stem, resolved.target, dep.options, signature(inv, dep, None), dep, l1_need, resolved.l1)
+    return recommendations(model, s) if recommend else s
+
+
+def recommendations(model: Path, s: Suggestion) -> Suggestion:
+    """``s`` with every knob measured against its estimate, most useful first."""
+    recs = []
+    with progress.step("measuring the optimisations", total=len(KNOBS)) as step:
+        for knob in KNOBS:
+            recs.append(_prioritize(knob(Path(model), s), s))
+            step.advance()
+    recs.sort(key=lambda r: (PRIORITIES.index(r.priority), -r.saving, r.name))
+    return replace(s, recommendations=tuple(recs))
+
+
+# ---- --auto-optimize ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    recommendation: Recommendation
+    before: dict  # memory before the step
+    after: dict
+
+
+def _applicable(rec: Recommendation, s: Suggestion) -> bool:
+    """A step --auto-optimize may take: it changes options, saves bytes of a memory over its
+    budget, and needs no memory the target does not declare."""
+    over = {name for _, name, _, _ in s.over()}
+    return bool(rec.changes) and not rec.needs_hardware and rec.saving > 0 and rec.memory.upper() in over
+
+
+def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Options, list[Step]]:
+    """Apply the measured recommendations, most useful first, until the budgets are met.
+    Returns the options that fit; raises InfeasibleBudget naming what is still over, by how
+    much, after the steps taken."""
+    steps: list[Step] = []
+    s = suggest(model, options, recommend=False)
+    for _ in range(rounds):
+        if s.deployment is None or s.fits:
+            break
+        s = recommendations(model, s)  # measure what to turn on only when over
+        rec = next((r for r in s.recommendations if _applicable(r, s)), None)
+        if rec is None:
+            break
+        options = replace(options, **dict(rec.changes))
+        after = suggest(model, options, recommend=False)
+        steps.append(Step(rec, s.memory, after.memory))
+        s = after
+    if s.deployment is not None and not s.fits:
+        applied = ", ".join(" ".join(st.recommendation.flags) for st in steps) or "nothing (no measured option helps)"
+        still = "; ".join(f"{name} needs {need:,} B, {need - budget:,} B over {flag} {budget:,} (the smallest "
+                          f"{flag} that works is {need} ({-(-need // 1024)}K))" for flag, name, need, budget in s.over())
+        raise InfeasibleBudget(f"--auto-optimize applied {applied}; still over: {still}",
+                               s.over()[0][2], needs={flag: need for flag, _, need, _ in s.over()})
+    return options, steps
+
+
+# ---- the report, for people and for tools ---------------------------------------------------
+
+def _kib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1024:,.1f} KiB"
+
+
+def _ports(ports) -> list[dict]:
+    return [dict(name=p.name, shape=list(p.shape), dtype=p.dtype) for p in ports]
+
+
+def _status(s: Suggestion) -> dict:
+    over = {name for _, name, _, _ in s.over()}
+    budgets = {"sram": s.options.sram, "flash": s.options.flash, "l1": s.l1_budget, "l3": s.options.l3}
+    return {m: (None if budgets[m] is None or s.deployment is None else "OVER" if m.upper() in over else "OK")
+            for m in budgets}
+
+
+def suggestion_json(s: Suggestion) -> dict:
+    sig, inv, m = s.signature, s.signature.inventory, s.memory
+    return {
+        "model": s.model, "format": inv.format, "target": s.target,
+        "signature": {
+            "operators": dict(inv.ops), "layers": sum(n for _, n in inv.ops),
+            "convolutions": {k: {"layers": n, "macs": macs} for k, (n, macs) in sig.conv_kinds.items()},
+            "macs": sig.macs, "parameters": inv.parameters, "parameter_bytes": inv.parameter_bytes,
+            "inputs": _ports(inv.inputs), "outputs": _ports(inv.outputs)},
+        "unsupported": sig.unsupported,
+        "budgets": {"l1_bytes": s.l1_budget, "sram_bytes": s.options.sram, "flash_bytes": s.options.flash,
+                    "l3_bytes": s.options.l3},
+        "estimated_sram_bytes": m.get("sram_bytes"), "estimated_flash_bytes": m.get("flash_bytes"),
+        "estimated_arena_bytes": m.get("arena_bytes"), "estimated_l3_bytes": m.get("l3_bytes"),
+        "estimated_l1_bytes": max((t.l1_bytes for _, t in s.deployment.tilings.values()), default=None)
+        if s.deployment else None,
+        "smallest_l1_bytes": s.l1_need,
+        "status": _status(s), "fits": s.fits,
+        "recommendations": [{"priority": r.priority, "name": r.name, "memory": r.memory, "on": r.on,
+                             "saving_bytes": r.saving, "why": r.why, "detail": r.detail, "flags": list(r.flags),
+                             "needs_hardware": r.needs_hardware} for r in s.recommendations],
+    }
+
+
+def suggestion_text(s: Suggestion) -> str:
+    sig, inv = s.signature, s.signature.inventory
+    lines = [f"{s.model} ({inv.format}) on {s.target}",
+             f"  operators     {', '.join(f'{op} x{n}' for op, n in inv.ops)}"]
+    if sig.macs is not None:
+        kinds = ", ".join(f"{k} {n} ({100 * macs / max(sig.macs, 1):.0f}% of MACs)"
+                          for k, (n, macs) in sig.conv_kinds.items())
+        lines += [f"  compute       {kinds or 'no convolution or fully connected layer'}",
+                  f"  MACs          {sig.macs:,}"]
+    lines += [f"  parameters    {inv.parameters:,} ({inv.parameter_bytes:,} B)"]
+    lines += [f"  {kind:<13} {p.name} {'x'.join(map(str, p.shape)) or 'scalar'} {p.dtype}"
+              for kind, ports in (("input", inv.inputs), ("output", inv.outputs)) for p in ports]
+    if sig.unsupported:
+        return "\n".join([*lines, "", f"deploy stops on this model: {sig.unsupported}"])
+    m, st = s.memory, _status(s)
+    needs = [("SRAM", m["sram_bytes"], s.options.sram, st["sram"]), ("flash", m["flash_bytes"], s.options.flash,
+                                                                      st["flash"])]
+    if s.deployment.tilings or s.l1_budget is not None:
+        used = s.l1_need or max((t.l1_bytes for _, t in s.deployment.tilings.values()), default=0)
+        needs.append(("L1", used, s.l1_budget, st["l1"]))
+    if s.deployment.l3 is not None:
+        needs.append(("L3", m["l3_bytes"], s.options.l3, st["l3"]))
+    p = s.deployment.plan
+    lines += ["", f"estimate  {'needed':>12} {'budget':>12}",
+              *(f"  {name:<7} {_kib(need):>12} {_kib(budget):>12}   {state or ''}".rstrip()
+                for name, need, budget, state in needs),
+              f"  (arena {m['arena_bytes']:,} B by {p.method}, {p.status}; weights {m['weights_bytes']:,} B + code "
+              f"estimate {m['code_bytes_estimate']:,} B)", "",
+              "recommendations (each saving measured by planning the alternative)"]
+    for r in s.recommendations:
+        saving = f"saves {r.saving:,} B {r.memory}" if r.saving > 0 else "no saving"
+        turn_on = "on" if r.on else (" ".join(r.flags) or "off")
+        lines += [f"  {r.priority:<5} {r.name:<17} {saving:<26} {turn_on}",
+                  f"        {r.detail}" if r.priority == "SKIP" else f"        {r.why}; {r.detail}"]
+    over = s.over()
+    lines += ["", "fits the budgets" if not over else
+              "over: " + "; ".join(f"{name} by {need - budget:,} B" for _, name, need, budget in over)]
+    return "\n".join(lines)
