@@ -243,7 +243,8 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
         layer = graph.layers[worst.layer]
         raise InfeasibleBudget(f"op {layer.index} {layer.op} '{layer.name}': its smallest tile needs "
                                f"{worst.minimum_l1} bytes of L1 but --l1 is {options.l1}; the smallest "
-                               f"--l1 that works is {worst.minimum_l1}", worst.minimum_l1)
+                               f"--l1 that works is {worst.minimum_l1}", worst.minimum_l1,
+                               needs={"--l1": worst.minimum_l1})
     return result
 
 

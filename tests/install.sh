@@ -14,6 +14,11 @@ done
 for pkg in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm make; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
+# report.html in a real browser (tests/host/test_report_browser.py): Debian's Chromium, driven
+# by playwright from PyPI (never `playwright install`: it downloads a browser of its own)
+for pkg in chromium; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q && apt-get install -y -q "${missing[@]}"
 fi
