@@ -272,9 +272,10 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
             raise UsageError("--expected needs the --input files it belongs to")
         if on_qemu:
             require_tools()  # before the planner's seconds
-        dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                     tile_objective, l3, patch, max_overhead, kernels, input_layout, output_layout,
-                                     _input_type(model, input_type)))
+        with _progress(False):
+            dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
+                                         tile_objective, l3, patch, max_overhead, kernels, input_layout,
+                                         output_layout, _input_type(model, input_type)))
         samples, expected = _samples(model, dep.graph, inputs, expected_files, seeds, random_inputs)
         result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
             verify(dep, model, samples, sanitize=sanitize, expected=expected)
@@ -350,9 +351,10 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     try:
         options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, *onnx_options)
-        dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
-        problem, _ = arena_problem(dep.lives, dep.backend.alignment)
-        plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
+        with _progress(False):
+            dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
+            problem, _ = arena_problem(dep.lives, dep.backend.alignment)
+            plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
         click.echo(comparison_table(plans, lower_bound(problem)))
         before, patch_line = None, None
         if dep.patch is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from solver.arena import ArenaProblem, SolverConfig, plan_arena
 
+from . import progress
+
 METHODS = ("cpsat", "first-fit", "best-fit", "bidirectional")
 
 
@@ -26,7 +28,9 @@ def compare_planners(problem: ArenaProblem, methods=METHODS, config: SolverConfi
     plans, skipped = [], {}
     for method in methods:
         try:
-            plans.append(plan_arena(problem, method, config))
+            with progress.step(f"arena ({method}, {len(problem.buffers)} buffers)",
+                               limit_s=config.time_limit_s if method == "cpsat" else None):
+                plans.append(plan_arena(problem, method, config))
         except (ImportError, NotImplementedError) as e:
             skipped[method] = f"not available ({type(e).__name__}{': ' if str(e) else ''}{e})"
     return Comparison(plans, skipped)

@@ -38,9 +38,24 @@ def _colour(name: str) -> str:
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
 
 
+def _nice_step(top: int, count: int) -> int:
+    """The round step (1, 2 or 5 times a power of ten) that cuts 0..top into at most ``count`` parts."""
+    raw = max(top / count, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    return next(int(m * power) for m in (1, 2, 5, 10) if m * power >= raw)
+
+
 def _ticks(top: int, count: int) -> list[int]:
-    step = max(1, math.ceil(top / count))
+    step = _nice_step(top, count)
     return list(range(0, top + 1, step))
+
+
+def _axis_top(value: int, count: int = 5) -> int:
+    """The y axis' top: the first round tick at or above ``value`` plus a little headroom, so the
+    largest plan's peak line and label stay inside the picture."""
+    want = max(int(value * 1.06), 1)
+    step = _nice_step(want, count)
+    return -(-want // step) * step
 
 
 class _Axes:
@@ -92,7 +107,7 @@ def _environment() -> jinja2.Environment:
 def _planners(name: str, problem: ArenaProblem, plans, curve: list[int], before=None, timings=True) -> dict:
     bound = lower_bound(problem)
     n_ops = max(len(curve), max((b.last + 1 for b in problem.buffers), default=0), 1)
-    axes = _Axes(n_ops, max([bound, *curve, *(before or ()), *(p.peak for p in plans), 1]))
+    axes = _Axes(n_ops, _axis_top(max([bound, *curve, *(before or ()), *(p.peak for p in plans), 1])))
     columns = COLUMNS if timings else tuple(c for c in COLUMNS if c != "time ms")
     rows = [r if timings else tuple(c for c, h in zip(r, COLUMNS) if h != "time ms") for r in plan_rows(plans, bound)]
     return dict(n_buffers=len(problem.buffers), alignment=problem.alignment, columns=columns, rows=rows,
@@ -151,7 +166,7 @@ def curve_figure(dep, curve: list[int]) -> dict:
     budget = _arena_budget(dep)
     patch = dep.patch
     tops = [*curve, dep.plan.peak, budget or 0, patch.choice.unsplit_peak if patch else 0]
-    axes = _Axes(n_ops, max(tops) * 21 // 20 + 1, CURVE_HEIGHT)
+    axes = _Axes(n_ops, _axis_top(max(tops)), CURVE_HEIGHT)
     names = _layer_names(dep)
     bars = [dict(x=axes.x(k) + 0.5, y=axes.y(v), w=max(round(axes.dx - 1, 2), 0.5), h=round(v * axes.sy, 2),
                  title=f"{names[k]}: {v:,} B live") for k, v in enumerate(curve)]
@@ -181,7 +196,7 @@ def flash_figure(dep) -> dict:
                           title=f"{name}: {size:,} B ({100 * size / total:.1f}%)"))
         x += w
     mark = None if not dep.options.flash else round(LEFT + plot_w * dep.options.flash / scale_to, 2)
-    return dict(width=FLASH_WIDTH, height=FLASH_HEIGHT, parts=parts, budget_x=mark,
+    return dict(width=FLASH_WIDTH, height=FLASH_HEIGHT if mark is not None else 44, parts=parts, budget_x=mark,
                 budget=f"{dep.options.flash:,}" if dep.options.flash else None)
 
 

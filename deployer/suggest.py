@@ -109,8 +109,9 @@ MEMORY_KEYS = {"SRAM": ("sram_bytes", "sram"), "flash": ("flash_bytes", "flash")
 
 
 def _prioritize(rec: Recommendation, s: Suggestion) -> Recommendation:
-    """HIGH: needed to fit (on), or fits alone (off); MED: a large saving, or helps where the
-    memory is over; LOW: saves a little, or is not needed; SKIP: saves nothing here."""
+    """HIGH: needed to fit (on), or fits alone (off); MED: a large saving (at least MED_SHARE of
+    the memory), or helps where the memory is over; LOW: saves a little, or is not needed;
+    SKIP: saves nothing here."""
     if rec.saving <= 0:
         return replace(rec, priority="SKIP", why="no saving here")
     if rec.memory == "L1":
@@ -120,11 +121,13 @@ def _prioritize(rec: Recommendation, s: Suggestion) -> Recommendation:
         budget, need = getattr(s.options, field_), s.memory[key]
     if rec.on:
         without = need + rec.saving
-        if budget is not None and without > budget:
+        fits = budget is None or need <= budget
+        if fits and budget is not None and without > budget:
             return replace(rec, priority="HIGH", why=f"needed: without it {rec.memory} is {without:,} B, over "
                                                      f"the budget {budget:,} B")
         return replace(rec, priority="MED" if rec.saving >= MED_SHARE * without else "LOW",
-                       why=f"saves {100 * rec.saving / without:.1f}% of {rec.memory}")
+                       why=f"saves {100 * rec.saving / without:.1f}% of {rec.memory}" + ("" if fits else
+                                                                                       " (still over)"))
     if budget is not None and need > budget:
         if rec.needs_hardware:
             return replace(rec, priority="MED", why=f"would fit {rec.memory}, with memory the target does not declare"
@@ -155,7 +158,11 @@ def _in_place(model: Path, s: Suggestion) -> Recommendation:
     rules = sorted({r.rule for r in with_.reuses})
     detail = (f"{len(with_.reuses)} layers write over an input that dies ({', '.join(rules) or 'none'}); "
               f"SRAM {without.memory['sram_bytes']:,} B without, {with_.memory['sram_bytes']:,} B with")
-    return Recommendation("in-place ops", "SRAM", on, without.memory["sram_bytes"] - with_.memory["sram_bytes"],
+    saving = without.memory["sram_bytes"] - with_.memory["sram_bytes"]
+    if on and saving < 0:  # the reuses kept buffers alive that the L3 placement or a split would move
+        return Recommendation("no in-place ops", "SRAM", False, -saving, detail + "; here they cost SRAM",
+                              ("--no-in-place",), (("in_place", False),))
+    return Recommendation("in-place ops", "SRAM", on, saving,
                           detail, () if on else ("(drop --no-in-place)",), () if on else (("in_place", True),))
 
 

@@ -39,11 +39,15 @@ def as_bytes(data: str | bytes) -> bytes:
     return data if isinstance(data, bytes) else data.encode()
 
 
+DOCUMENTS = frozenset({"manifest.json", "report.html"})  # written for people and tools, never compiled
+
+
 def files_digest(files: dict):
-    """A sha256 over an engine's files (names and contents), to key build caches."""
+    """A sha256 over an engine's sources (names and contents), to key build caches."""
     digest = hashlib.sha256()
     for name in sorted(files):
-        digest.update(name.encode() + b"\0" + as_bytes(files[name]) + b"\0")
+        if name not in DOCUMENTS:
+            digest.update(name.encode() + b"\0" + as_bytes(files[name]) + b"\0")
     return digest
 
 
