@@ -333,7 +333,8 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
     """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena. An
     automatic split aims at --sram from live bytes; when the planned arena is still over, it
     aims lower by the excess, and at last takes the split with the least peak (whose need is
-    then the smallest --sram reported, and the one a rerun with it reaches)."""
+    then the smallest --sram reported, and the one a rerun with it reaches), unless that needs
+    more than the first plan."""
     tile_cache: dict = {}
 
     def attempt(target):
@@ -352,10 +353,11 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
         memory = memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend))
         return patch, tilings, reuses, l3, lives, plan, offsets, memory
 
-    result = attempt(options.sram)
+    first = result = attempt(options.sram)
     need = result[-1]["sram_bytes"]
-    if options.patch != "auto" or options.sram is None or need <= options.sram or result[0] is None:
+    if options.patch != "auto" or options.sram is None or need <= options.sram:
         return result
+    # Over, split or not: live bytes under --sram are no promise of an arena under it.
     target = options.sram
     for _ in range(3):
         target = max(1, target - (need - options.sram))
@@ -363,7 +365,8 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
         need = result[-1]["sram_bytes"]
         if need <= options.sram or target == 1:
             return result
-    return attempt(1)
+    least = attempt(1)
+    return least if least[-1]["sram_bytes"] <= first[-1]["sram_bytes"] else first
 
 
 def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tuple[ArenaPlan, dict[int, int]]:

@@ -469,5 +469,6 @@ def suggestion_text(s: Suggestion) -> str:
                   f"        {r.detail}" if r.priority == "SKIP" else f"        {r.why}; {r.detail}"]
     over = s.over()
     lines += ["", "fits the budgets" if not over else
-              "over: " + "; ".join(f"{name} by {need - budget:,} B" for _, name, need, budget in over)]
+              "over: " + "; ".join(f"{'flash' if name == 'FLASH' else name} by {need - budget:,} B"
+                                   for _, name, need, budget in over)]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from deployer.patching import plan_split, split_tables
 from deployer.pipeline import Options, deploy
 from layer_analyzer.receptive_field import Window
-from network_parser.errors import UsageError
+from network_parser.errors import InfeasibleBudget, UsageError
 from solver.arena import lower_bound
 from tests.models import shared_model
 
@@ -77,3 +77,20 @@ def test_tables_cover_every_stage_end_quickly():
     tables, unsplit = split_tables(dep.graph, dep.kernels, dep.lives)
     assert len(tables) > 10 and unsplit == dep.memory["arena_bytes"]
     assert all(1 in t.rows and 1 in t.cols for t in tables)
+
+
+def test_a_split_is_sought_when_the_first_plan_without_one_is_over():
+    """On GAP8 with L3, live bytes under --sram do not promise an arena under it: the first plan
+    takes no split, its arena (with weights in L2) is over, and the split that fits must still be
+    found. The smallest --sram reported is the same whatever budget below it was asked."""
+    path = shared_model("synthetic/mobilenetv2_035_96_random.tflite")
+    fits = deploy(path, Options(target="gap8", sram=160 * K, l1=16 * K))
+    assert fits.patch is not None and fits.memory["sram_bytes"] <= 160 * K
+    needs = set()
+    for sram in (96 * K, 128 * K):
+        with pytest.raises(InfeasibleBudget) as e:
+            deploy(path, Options(target="gap8", sram=sram, l1=16 * K))
+        needs.add(e.value.needs["--sram"])
+    assert len(needs) == 1
+    need = needs.pop()
+    assert deploy(path, Options(target="gap8", sram=need, l1=16 * K)).memory["sram_bytes"] <= need
