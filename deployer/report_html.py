@@ -29,6 +29,7 @@ LEFT, RIGHT, TOP, BOTTOM = 72, 16, 16, 36
 CURVE_HEIGHT = 300  # the memory-per-layer chart
 FLASH_WIDTH, FLASH_HEIGHT = 760, 64
 GRID_SIZE = 320  # the patch grid's picture (longest side)
+PARTS = {"in": "input", "in2": "input 2", "w": "weights", "out": "output"}  # what a layer streams from L3
 
 
 def _colour(name: str) -> str:
@@ -170,16 +171,20 @@ def curve_figure(dep, curve: list[int]) -> dict:
     names = _layer_names(dep)
     bars = [dict(x=axes.x(k) + 0.5, y=axes.y(v), w=max(round(axes.dx - 1, 2), 0.5), h=round(v * axes.sy, 2),
                  title=f"{names[k]}: {v:,} B live") for k, v in enumerate(curve)]
-    lines = [dict(y=axes.y(dep.plan.peak), cls="peak", label=f"arena {dep.plan.peak:,} B ({dep.plan.method})")]
+    # labels: the budget's at the left end of its line, the others at the right end, so that
+    # lines close to each other keep readable labels
+    lines = [dict(y=axes.y(dep.plan.peak), cls="peak", label=f"arena {dep.plan.peak:,} B ({dep.plan.method})",
+                  x=WIDTH - RIGHT, anchor="end")]
     if budget is not None:
-        lines.append(dict(y=axes.y(max(budget, 0)), cls="budget", label=f"--sram left for the arena {budget:,} B"))
+        lines.append(dict(y=axes.y(max(budget, 0)), cls="budget", label=f"--sram left for the arena {budget:,} B",
+                          x=LEFT + 4, anchor="start"))
     band = None
     if patch is not None:
         st, c = patch.stage, patch.choice
         band = dict(x=axes.x(st.start), w=round((st.end - st.start + 1) * axes.dx, 2),
                     label=f"patch stage {c.grid[0]}x{c.grid[1]}")
         lines.append(dict(y=axes.y(c.unsplit_peak), cls="unsplit",
-                          label=f"estimated peak without the split {c.unsplit_peak:,} B"))
+                          label=f"estimated peak without the split {c.unsplit_peak:,} B", x=WIDTH - RIGHT, anchor="end"))
     return dict(axes.frame(), bars=bars, lines=lines, band=band)
 
 
@@ -219,7 +224,8 @@ def _layer_rows(dep, curve: list[int]) -> list[dict]:
             macs=f"{K.macs(kern):,}", live=f"{curve[k]:,}" if k < len(curve) else "-",
             tile=t.label if t else "", tiles=str(t.tiles) if t else "", l1=f"{t.l1_bytes:,}" if t else "",
             cycles=f"{t.modeled_cycles:,}" if t else "", solver=f"{t.solver} {t.status}" if t else "",
-            l3=f"{'+'.join(s.streamed)} in {s.slabs} slabs, {s.l3_traffic:,} B" if s else "",
+            l3=f"{'+'.join(PARTS.get(x, x) for x in s.streamed)}: {s.slabs} slab{'s' if s.slabs > 1 else ''}, "
+               f"{s.l3_traffic:,} B" if s else "",
             patch="yes" if k in stage else ""))
     return rows
 

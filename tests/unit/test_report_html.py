@@ -140,3 +140,18 @@ def test_cli_json_summary_and_quiet(models, tmp_path):
     assert j["budgets"]["sram_bytes"] == 64 * 1024
     code, out, err = run_subprocess(models["builder"], "-o", tmp_path / "q", "-q")
     assert (code, out, err) == (0, "", "") and (tmp_path / "q" / "report.html").exists()
+
+
+def test_layers_streaming_from_l3_are_listed(models):
+    dep = deploy(models["stem"], Options(target="gap8", sram=48 * 1024, l1=8 * 1024, patch="off"))
+    assert dep.l3 is not None and dep.l3.placement.slabs
+    p = page(dep.files["report.html"])
+    head = p.tables["layers"][0]["cells"]
+    l3 = head.index("L3")
+    for k, row in enumerate(p.tables["layers"][1:]):
+        s = dep.l3.placement.slabs.get(k)
+        assert (row["cells"][l3] != "") == (s is not None)
+        if s is not None:
+            assert row["cells"][l3].endswith(f"{s.slabs} slab{'s' if s.slabs > 1 else ''}, {s.l3_traffic:,} B")
+    memory = {row["cells"][0]: row["cells"] for row in p.tables["memory"][1:]}
+    assert memory["L3"][1] == f"{dep.memory['l3_bytes']:,}"
