@@ -23,6 +23,7 @@ CORTEX_M4 = Backend(
     qemu_machine="mps2-an386",
     stack_bytes=4 * K,
     alignment=16,
+    l1_in_sram=True,  # with --l1, the tiles' buffer is a static array in SRAM (.bss)
     engine_note="Call inference_run() from a thread or the main loop (no interrupts are used).",
 )
 
@@ -42,8 +43,8 @@ NRF52840 = replace(CORTEX_M4, name="nrf52840", board=True, sram_bytes=256 * K, f
                    description="Nordic nRF52840 (Cortex-M4F, 64 MHz): 256 KiB RAM, 1 MiB flash")
 STM32H743 = replace(
     CORTEX_M7, name="stm32h743", board=True, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
-    # With --l1 the L1 tiles are staged in the DTCM (the linker script's .dtcm section).
-    l1_attribute='__attribute__((section(".dtcm"))) ',
+    # With --l1 the L1 tiles are staged in the DTCM (the linker script's .dtcm section), not in SRAM.
+    l1_attribute='__attribute__((section(".dtcm"))) ', l1_in_sram=False,
     description="ST STM32H743 (Cortex-M7, 480 MHz): 512 KiB AXI SRAM, 128 KiB DTCM as L1 (--l1), 2 MiB flash")
 
 CORTEX_M = (CORTEX_M4, CORTEX_M7, STM32F446, STM32H743, NRF52840)

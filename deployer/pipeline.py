@@ -149,17 +149,23 @@ def lanes(options: Options) -> int:
     return simd.LANES if kernel_set(options, BACKENDS[options.target]) == "smlad" else 1
 
 
+def l1_scratch(tilings: dict, options: Options, backend: Backend) -> int:
+    """SRAM taken by the tiles' L1 buffer on parts without a scratchpad or TCM to hold it."""
+    return options.l1 if tilings and backend.l1_in_sram else 0
+
+
 def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: L3Layout | None = None,
-                  kernels_used: str = "plain", plain_layers: frozenset = frozenset()) -> dict:
+                  kernels_used: str = "plain", plain_layers: frozenset = frozenset(), scratch: int = 0) -> dict:
     """Bytes per memory. Resident weights count to flash, and to SRAM too on parts that run
-    from L2 (the boot loader copies the image there); streamed weights count to L3 only."""
+    from L2 (the boot loader copies the image there); streamed weights count to L3 only;
+    ``scratch`` (an L1 buffer carved out of SRAM) counts to SRAM."""
     streamed = l3.image_bytes if l3 else 0
     sections = emit.constant_sections(graph, kernels, kernels_used, plain_layers)
     sections["weights"] -= sum(graph.tensors[kernels[k].weights].nbytes for k in (l3.weights if l3 else ()))
     weights = sum(sections.values())
     code = code_estimate(graph, kernels, kernels_used, plain_layers)
-    sram = plan.peak + (weights + code if backend.weights_in_sram else 0)
-    return dict(arena_bytes=plan.peak, scratch_bytes=0, sram_bytes=sram,
+    sram = plan.peak + scratch + (weights + code if backend.weights_in_sram else 0)
+    return dict(arena_bytes=plan.peak, scratch_bytes=scratch, sram_bytes=sram,
                 weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code,
                 flash_sections=dict(sections, code_estimate=code),
                 l3_bytes=l3.bytes if l3 else 0, l3_weights_bytes=streamed,
@@ -295,11 +301,12 @@ def plan_deployment(model: Path, options: Options) -> Deployment:
         kernels = K.lower_graph(graph)
     patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
     plain_layers = emit.portable_layers(tilings, patch, l3)
-    memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers)
+    scratch = l1_scratch(tilings, options, backend)
+    memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers, scratch)
     extra = fit_flash(graph, kernels, options, kernels_used, memory["flash_bytes"], plain_layers)
     if extra:
         plain_layers |= extra
-        memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers)
+        memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers, scratch)
         n = len(extra)
         notes = [*notes, f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit "
                          f"--flash: op{'s' if n > 1 else ''} {', '.join(map(str, sorted(extra)))}"]
@@ -350,7 +357,8 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
         if patch is not None:
             lives = patch_lifetimes(lives, patch)
         l3, lives, plan, offsets = place_and_plan(graph, kernels, lives, tilings, options, backend)
-        memory = memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend))
+        memory = memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend),
+                               scratch=l1_scratch(tilings, options, backend))
         return patch, tilings, reuses, l3, lives, plan, offsets, memory
 
     first = result = attempt(options.sram)
@@ -390,8 +398,8 @@ def place_and_plan(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, 
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
         plan, offsets = plan_level(l2, options, backend)
-        return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3,
-                                                      kernel_set(options, backend))["sram_bytes"]
+        return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend),
+                                                      scratch=l1_scratch(tilings, options, backend))["sram_bytes"]
 
     result, need = attempt(options.sram)
     if options.l3 is None or options.sram is None or need <= options.sram:
@@ -410,7 +418,9 @@ def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options
     """With an L3, move what does not fit L2 (or flash) there and plan its addresses."""
     if options.l3 is None:
         return None
-    placement = place(graph, kernels, lives, tilings, sram=sram_target, flash=options.flash,
+    scratch = l1_scratch(tilings, options, backend)
+    placement = place(graph, kernels, lives, tilings, sram=None if sram_target is None else sram_target - scratch,
+                      flash=options.flash,
                       code_bytes=code_estimate(graph, kernels, kernel_set(options, backend)),
                       resident_bytes=emit.constant_bytes(graph, kernels, kernel_set(options, backend)),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)

@@ -47,7 +47,8 @@ def summary_table(dep) -> str:
         "",
         f"arena ({p.method}): {m['arena_bytes']:,} B; lower bound {p.lower_bound:,} B ({p.status})",
         f"{'memory':<8} {'needed':>12} {'budget':>12}" + (f" {'ELF':>12}" if isinstance(elf, dict) else ""),
-        f"{'SRAM':<8} {_kib(m['sram_bytes']):>12} {_kib(budgets['sram']):>12}{_elf_column(elf, 'sram_bytes', budgets['sram'])}",
+        f"{'SRAM':<8} {_kib(m['sram_bytes']):>12} {_kib(budgets['sram']):>12}{_elf_column(elf, 'sram_bytes', budgets['sram'])}"
+        + (f"   (arena {m['arena_bytes']:,} B + L1 tile buffer {m['scratch_bytes']:,} B)" if m["scratch_bytes"] else ""),
         f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}{_elf_column(elf, 'flash_bytes', budgets['flash'])}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
         *_elf_lines(dep, elf),

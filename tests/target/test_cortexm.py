@@ -12,6 +12,7 @@ import pytest
 from deployer import qemu
 from deployer.pipeline import Options, deploy
 from deployer.verify import parse_output, random_inputs, samples_payload
+from network_parser.errors import InfeasibleBudget
 from tests.host.test_models import assert_outputs_match
 from tests.models import shared_model
 
@@ -82,3 +83,20 @@ def test_stm32h743_stages_tiles_in_dtcm():
     assert '__attribute__((section(".dtcm"))) static uint8_t l1[32768]' in \
         dep.files[next(n for n in dep.files if n.endswith("_engine.c"))]
     assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, 1)])
+
+
+def test_the_l1_buffer_of_a_core_without_tcm_counts_to_sram():
+    """On a Cortex-M without TCM the tiles' L1 buffer is a static array in SRAM: the plan's SRAM
+    is the arena plus it, and the linked ELF's .bss holds both; on the stm32h743 it is in the
+    DTCM, not in SRAM."""
+    rel = "mlperf_tiny/kws_ref_model.tflite"
+    dep = deploy(shared_model(rel), Options(target="cortex-m7", l1=16 * K, patch="off"))
+    assert dep.tilings and dep.memory["scratch_bytes"] == 16 * K
+    assert dep.memory["sram_bytes"] == dep.memory["arena_bytes"] + 16 * K
+    bss = qemu.elf_memory(qemu.build_elf(dep).path)["sections"][".bss"]
+    assert dep.memory["sram_bytes"] <= bss < dep.memory["sram_bytes"] + 1024, (bss, dep.memory)
+    with pytest.raises(InfeasibleBudget, match="bytes of SRAM"):
+        deploy(shared_model(rel), Options(target="cortex-m7", l1=16 * K, patch="off",
+                                          sram=dep.memory["arena_bytes"] + 8 * K))
+    tcm = deploy(shared_model(rel), Options(target="stm32h743", l1=16 * K, patch="off"))
+    assert tcm.memory["scratch_bytes"] == 0 and tcm.memory["sram_bytes"] == tcm.memory["arena_bytes"]
