@@ -305,7 +305,9 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
             flags = (*(() if o.l1 else (f"--l1 {l1 // 1024}K",)), f"--l3 {l3_need}K")
             return Recommendation("weight placement", resident, False, base.memory[key] - alt.memory[key],
                                   f"weights streamed from an external memory of {l3_need:,} KiB "
-                                  f"({alt.memory['l3_weights_bytes']:,} B of weights)", flags,
+                                  f"({alt.memory['l3_weights_bytes']:,} B of weights, "
+                                  f"{alt.memory['l3_arena_bytes']:,} B of activations); with it flash "
+                                  f"{alt.memory['flash_bytes']:,} B, SRAM {alt.memory['sram_bytes']:,} B", flags,
                                   needs_hardware=True)
     return Recommendation("weight placement", resident, False, 0,
                           f"weights stay in {resident} ({base.memory['weights_bytes']:,} B); "
