@@ -244,3 +244,23 @@ def test_shared_model_estimates_match_deploy_within_5_percent(rel, tmp_path):
     for memory in ("sram", "flash"):
         estimate = j[f"estimated_{memory}_bytes"]
         assert abs(estimate - need[memory]) <= 0.05 * need[memory], (memory, estimate, need[memory])
+
+
+def test_in_place_ops_that_cost_sram_are_recommended_off(models, monkeypatch):
+    """When the plan without in-place ops measures smaller (no shared model shows it now; a plan
+    that moves buffers to L3 or splits a stage can), suggest recommends --no-in-place."""
+    import deployer.suggest as S
+
+    m = models["residual"]
+    s = suggest(m, Options(sram=1024), recommend=False)
+    smaller = replace_memory(s.deployment, s.memory["sram_bytes"] - 100)
+    monkeypatch.setattr(S, "_measure", lambda model, options: smaller if not options.in_place else s.deployment)
+    r = S._in_place(m, s)
+    assert (r.name, r.on, r.saving, r.flags, r.changes) == ("no in-place ops", False, 100, ("--no-in-place",),
+                                                            (("in_place", False),))
+    assert S._prioritize(r, s).priority == "MED"  # SRAM is over; it helps without fitting
+
+
+def replace_memory(dep, sram: int):
+    from dataclasses import replace
+    return replace(dep, memory=dict(dep.memory, sram_bytes=sram))
