@@ -21,7 +21,7 @@ from network_parser.errors import DeployError, UsageError
 from .output import write_output
 from backends import BACKENDS
 
-from .pipeline import Options, deploy
+from .pipeline import Options, deploy, emit_deployment
 from .qemu import with_elf_memory
 from .report import build_summary, dump_arena_plan, dump_graph, summary_table, target_info, targets_table
 
@@ -148,9 +148,11 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
         options = replace(options, rtos=rtos)
         with _progress(quiet):
             steps = []
-            if auto_optimize:
-                options, steps = optimize(model, options)
-            dep = deploy(model, options)
+            if auto_optimize:  # its last plan is the one to emit
+                options, steps, planned = optimize(model, options)
+                dep = emit_deployment(planned)
+            else:
+                dep = deploy(model, options)
             dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
         if dump_ir:
             click.echo(dump_graph(dep.graph))

@@ -256,7 +256,12 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
 
 def deploy(model: Path, options: Options) -> Deployment:
     """The whole compiler: the plan (below), the budgets, then the files of out/."""
-    dep = plan_deployment(model, options)
+    return emit_deployment(plan_deployment(model, options))
+
+
+def emit_deployment(dep: Deployment) -> Deployment:
+    """A planned deployment checked against its budgets, with the files of out/: the C engine,
+    the manifest and the report."""
     check_budgets(dep.memory, dep.options)
     with progress.step("emit"):
         files = emit.render(dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan.peak, dep.plan.method,

@@ -54,7 +54,7 @@ class Lines(Silent):
     def __init__(self, stream: TextIO, after_s: float = 1.0, every_s: float = 5.0):
         self.stream, self.after_s, self.every_s = stream, after_s, every_s
         self._lock = threading.Lock()
-        self._running: dict[int, tuple[Step, threading.Event]] = {}
+        self._running: dict[int, tuple[threading.Thread, threading.Event]] = {}
         self._shown: set[int] = set()
 
     def _write(self, text: str) -> None:
@@ -64,8 +64,9 @@ class Lines(Silent):
 
     def start(self, step: Step) -> None:
         stop = threading.Event()
-        self._running[id(step)] = (step, stop)
-        threading.Thread(target=self._watch, args=(step, stop), daemon=True).start()
+        watcher = threading.Thread(target=self._watch, args=(step, stop), daemon=True)
+        self._running[id(step)] = (watcher, stop)
+        watcher.start()
 
     def _watch(self, step: Step, stop: threading.Event) -> None:
         wait = self.after_s
@@ -75,8 +76,9 @@ class Lines(Silent):
             wait = self.every_s
 
     def finish(self, step: Step) -> None:
-        _, stop = self._running.pop(id(step))
+        watcher, stop = self._running.pop(id(step))
         stop.set()
+        watcher.join()  # a status line it is writing comes before the step's last line
         if id(step) in self._shown:
             self._shown.discard(id(step))
             self._write(f"{step.name}: done in {step.elapsed:.1f} s")

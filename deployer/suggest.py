@@ -1,7 +1,7 @@
 """``deploy suggest``: what a model is, what it needs against the budgets, and what to turn on.
 
     report = suggest(model, options)        # Suggestion: signature, estimate, recommendations
-    options, steps = auto_optimize(model, options)   # apply them until the budgets are met
+    options, steps, planned = auto_optimize(model, options)   # apply them until the budgets are met
 
 The estimate is the plan ``deploy`` makes with the same flags (the same pipeline, without
 the C files). Every recommendation's saving is measured by planning its alternative: the
@@ -17,7 +17,7 @@ from layer_analyzer.tiling import geometry as tiling_geometry
 from network_parser.errors import InfeasibleBudget, UnsupportedOperator
 from network_parser.inventory import Inventory, inventory
 from network_parser.lifetimes import live_bytes_per_op
-from solver.arena import GREEDY, plan_arena
+from solver.arena import GREEDY, SolverConfig, plan_arena
 
 from . import progress
 from .pipeline import (Deployment, Options, arena_problem, over_budget, plan_deployment, resolve_options,
@@ -172,7 +172,7 @@ def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
     greedy = [plan_arena(problem, m) for m in GREEDY]
     best = min(greedy, key=lambda p: (p.peak, p.method))
     on = base.plan.method == "cpsat"
-    cpsat = base.plan if on else plan_arena(problem, "cpsat", replace_config(s.options))
+    cpsat = base.plan if on else plan_arena(problem, "cpsat", SolverConfig(time_limit_s=s.options.time_limit_s))
     gap = "" if cpsat.status == "OPTIMAL" else f"; {cpsat.peak - cpsat.lower_bound:,} B above the lower bound " \
                                                f"(--time-limit longer may close it)"
     detail = (f"CP-SAT {cpsat.peak:,} B ({cpsat.status}){gap}; best greedy {best.method} {best.peak:,} B; "
@@ -182,19 +182,14 @@ def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
                           () if on else ("--planner cpsat",), () if on else (("planner", "cpsat"),))
 
 
-def replace_config(options: Options):
-    from solver.arena import SolverConfig
-    return SolverConfig(time_limit_s=options.time_limit_s)
-
-
 def _patch(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
     o = s.options
-    if base.patch is not None and o.patch == "auto" and o.sram is not None and base.memory["sram_bytes"] > o.sram:
-        more = _more_overhead(model, s)  # the default split is not enough: allow more recompute
+    over = o.sram is not None and base.memory["sram_bytes"] > o.sram
+    if base.patch is not None:
+        more = _more_overhead(model, s) if over and o.patch == "auto" else None  # allow more recompute
         if more is not None:
             return more
-    if base.patch is not None:
         c, st = base.patch.choice, base.patch.stage
         alt = _measure(model, replace(o, patch="off"))
         saving = alt.memory["sram_bytes"] - base.memory["sram_bytes"] if alt else 0
@@ -205,10 +200,9 @@ def _patch(model: Path, s: Suggestion) -> Recommendation:
         return Recommendation("patch inference", "SRAM", False, 0, f"--patch {o.patch} gives no split")
     choice = split_choice(base.graph, base.kernels, o, None)  # the least peak within --max-overhead
     if choice.end is None:
-        if o.sram is not None and base.memory["sram_bytes"] > o.sram:
-            more = _more_overhead(model, s)
-            if more is not None:
-                return more
+        more = _more_overhead(model, s) if over else None
+        if more is not None:
+            return more
         return Recommendation("patch inference", "SRAM", False, 0,
                               f"no split within --max-overhead {100 * o.max_overhead:g}% lowers the peak")
     flag = f"{choice.grid[0]}x{choice.grid[1]}@{choice.end}"
@@ -368,10 +362,11 @@ def _applicable(rec: Recommendation, s: Suggestion) -> bool:
     return bool(rec.changes) and not rec.needs_hardware and rec.saving > 0 and rec.memory.upper() in over
 
 
-def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Options, list[Step]]:
+def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Options, list[Step], Deployment]:
     """Apply the measured recommendations, most useful first, until the budgets are met.
-    Returns the options that fit; raises InfeasibleBudget naming what is still over, by how
-    much, after the steps taken."""
+    Returns the options that fit, the steps taken and the plan with those options (ready for
+    ``emit_deployment``); raises InfeasibleBudget naming what is still over, by how much,
+    after the steps taken."""
     steps: list[Step] = []
     s = suggest(model, options, recommend=False)
     for _ in range(rounds):
@@ -391,7 +386,9 @@ def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Optio
                           f"{flag} that works is {need} ({-(-need // 1024)}K))" for flag, name, need, budget in s.over())
         raise InfeasibleBudget(f"--auto-optimize applied {applied}; still over: {still}",
                                s.over()[0][2], needs={flag: need for flag, _, need, _ in s.over()})
-    return options, steps
+    if s.deployment is None:  # an unsupported operator: deploy's own error
+        plan_deployment(model, options)
+    return options, steps, s.deployment
 
 
 # ---- the report, for people and for tools ---------------------------------------------------

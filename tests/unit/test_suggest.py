@@ -112,8 +112,9 @@ def test_in_place_ops_needed_to_fit_are_high_and_auto_optimize_turns_them_on(mod
     assert (on.on, on.priority, on.saving) == (True, "HIGH", without - with_)
     off = rec(suggest(m, Options(sram=budget, in_place=False)), "in-place ops")
     assert (off.on, off.priority, off.saving, off.changes) == (False, "HIGH", without - with_, (("in_place", True),))
-    options, steps = auto_optimize(m, Options(sram=budget, in_place=False))
+    options, steps, planned = auto_optimize(m, Options(sram=budget, in_place=False))
     assert options.in_place and [st.recommendation.name for st in steps] == ["in-place ops"]
+    assert planned.options.in_place and planned.memory == deploy(m, options).memory
     assert steps[0].before["sram_bytes"] == without and steps[0].after["sram_bytes"] == with_
     assert deploy(m, options).memory["sram_bytes"] <= budget
 
@@ -134,7 +135,8 @@ def test_patch_split_that_alone_fits_is_high_and_auto_optimize_applies_it(models
     budget = split.memory["sram_bytes"] + 16
     off = rec(suggest(m, Options(sram=budget, patch="off")), "patch inference")
     assert off.priority == "HIGH" and off.flags[0].startswith("--patch ") and off.saving > 0
-    options, steps = auto_optimize(m, Options(sram=budget, patch="off"))
+    options, steps, planned = auto_optimize(m, Options(sram=budget, patch="off"))
+    assert planned.patch is not None
     assert [st.recommendation.name for st in steps] == ["patch inference"]
     dep = deploy(m, options)
     assert dep.patch is not None and dep.memory["sram_bytes"] <= budget
