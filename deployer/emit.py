@@ -1,6 +1,7 @@
 """Render a planned network into C files with jinja2 (compute here, lay out in templates)."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,9 +54,15 @@ def c_array(values, per_line: int = 16) -> str:
 
 
 def environment(backend: Backend) -> jinja2.Environment:
+    return _environment(tuple(d for d in (backend.template_dir, backend.template_fallback) if d is not None))
+
+
+@functools.lru_cache(maxsize=None)
+def _environment(dirs: tuple[str, ...]) -> jinja2.Environment:
+    """One environment per template path, kept: it caches the compiled templates (compiling
+    them took most of a small model's emit time)."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(TEMPLATES / d) for d in (backend.template_dir, backend.template_fallback)
-                                        if d is not None]),
+        loader=jinja2.FileSystemLoader([str(TEMPLATES / d) for d in dirs]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=False)
     env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_comment)

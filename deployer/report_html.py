@@ -10,6 +10,8 @@ times (``timings=True`` adds the planners' times, for ``deploy compare``), round
 """
 from __future__ import annotations
 
+import functools
+
 import colorsys
 import hashlib
 import json
@@ -98,6 +100,7 @@ def arena_figure(problem: ArenaProblem, plan: ArenaPlan, curve: list[int], axes:
                 peak_y=axes.y(plan.peak))
 
 
+@functools.lru_cache(maxsize=None)
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES / "report")),

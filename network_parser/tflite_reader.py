@@ -1,8 +1,10 @@
 """Read an int8 ``.tflite`` flatbuffer into the IR (subgraph 0)."""
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
+import flatbuffers
 import numpy as np
 import tflite
 
@@ -130,8 +132,20 @@ def read_tflite(path: str | Path) -> Graph:
         return _read(buf, path)
     except (ModelFormatError, UnsupportedOperator):
         raise
-    except Exception as e:  # a corrupt flatbuffer surfaces as any decoding error
+    except Exception as e:
+        if not _in_decoder(e):  # our own code's slip: a bug to fix, not the file's fault
+            raise
         raise ModelFormatError(f"{path}: corrupt TFLite flatbuffer ({type(e).__name__}: {e})") from None
+
+
+_DECODERS = tuple(str(Path(m.__file__).resolve().parent) for m in (tflite, flatbuffers))
+
+
+def _in_decoder(error: BaseException) -> bool:
+    """A corrupt flatbuffer surfaces as any error raised inside the generated accessors or the
+    flatbuffers runtime (an offset past the end, a vector that does not fit)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(_DECODERS)
 
 
 def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:

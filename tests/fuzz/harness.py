@@ -1,0 +1,45 @@
+"""One fuzz input through the deployer's front half: read -> rewrites -> lower -> plan -> emit.
+
+Every input must either make an engine or raise one of our documented errors (a
+``DeployError``); anything else is a finding. ``exercise`` returns the outcome's name;
+``signature`` names a finding by exception type and the innermost frame of our own code,
+so one bug found by a thousand inputs counts once.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from pathlib import Path
+
+from deployer.pipeline import Options, emit_deployment, plan_deployment
+from network_parser.errors import DeployError
+
+ROOT = Path(__file__).resolve().parents[2]
+READERS = {"tflite": ".tflite", "onnx": ".onnx"}
+
+# Fast, deterministic planning: the greedy planner and tiler, no patch search. The solvers'
+# own faults are exercised by tests/unit/test_solver_faults.py.
+FAST = Options(planner="first-fit", tiler="greedy", patch="off", time_limit_s=1.0)
+
+_SCRATCH = Path(tempfile.mkdtemp(prefix="deploy-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+
+
+def exercise(reader: str, data: bytes, options: Options = FAST) -> str:
+    """'ok', or the DeployError kind the input raised; any other exception propagates."""
+    path = _SCRATCH / f"input{READERS[reader]}"
+    path.write_bytes(data)
+    try:
+        emit_deployment(plan_deployment(path, options))
+    except DeployError as e:
+        return e.kind
+    return "ok"
+
+
+def signature(error: BaseException) -> str:
+    """'TypeError at network_parser/onnx_reader.py:123 in _conv': where our code failed."""
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [f for f in frames if f.filename.startswith(str(ROOT)) and "/tests/" not in f.filename]
+    at = ours[-1] if ours else (frames[-1] if frames else None)
+    where = f" at {Path(at.filename).resolve().relative_to(ROOT) if ours else at.filename}:{at.lineno} in {at.name}" if at else ""
+    return f"{type(error).__name__}{where}"
