@@ -24,12 +24,28 @@ ARITY = {"Conv": 2, "Gemm": 2, "MatMul": 2, "Add": 2, "Mul": 2, "Div": 2, "Resha
 
 def load_onnx(path: Path) -> onnx.ModelProto:
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)  # never a file the model names
     except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
         raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
     if not model.graph.node:
         raise ModelFormatError(f"{path}: the ONNX graph has no nodes")
     return model
+
+
+def tensor_array(proto, what: str) -> np.ndarray:
+    """A TensorProto's values; data kept in an external file, or data that does not match the
+    declared type and dims, is the model's error (named by ``what``)."""
+    if not isinstance(proto, onnx.TensorProto):
+        raise ModelFormatError(f"{what}: expected a tensor value, found {type(proto).__name__}")
+    if proto.data_location == onnx.TensorProto.EXTERNAL:
+        raise ModelFormatError(f"{what}: its data is in an external file, which is not read (save the model "
+                               f"with its weights inside)")
+    if any(d < 0 for d in proto.dims):
+        raise ModelFormatError(f"{what}: negative dimension in {list(proto.dims)}")
+    try:
+        return numpy_helper.to_array(proto)
+    except Exception as e:  # noqa: BLE001 - onnx's decoding of a malformed tensor raises anything
+        raise ModelFormatError(f"{what}: unreadable tensor data ({type(e).__name__}: {e})") from None
 
 
 @dataclass
@@ -44,7 +60,8 @@ class OnnxGraphBuilder:
     def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str):
         self.path, self.model, self.g = path, model, model.graph
         self.input_layout, self.output_layout = input_layout, output_layout
-        self.consts: dict[str, np.ndarray] = {init.name: numpy_helper.to_array(init) for init in self.g.initializer}
+        self.consts: dict[str, np.ndarray] = {init.name: tensor_array(init, f"{path.name}: initializer '{init.name}'")
+                                              for init in self.g.initializer}
         self.nodes = list(self.g.node)
         for node in self.nodes:
             if node.op_type == "Constant":
@@ -82,17 +99,21 @@ class OnnxGraphBuilder:
         self.check_node(i, node)
         try:
             handler(i, node)
+        except ModelFormatError as e:
+            if self.path.name in e.args[0]:
+                raise
+            raise ModelFormatError(f"{self.where(i)}: {e.args[0]}") from None  # a helper's error, placed
         except (IndexError, KeyError, ValueError, TypeError) as e:
             raise ModelFormatError(f"{self.where(i)}: malformed node ({type(e).__name__}: {e})") from None
 
     def where(self, i: int) -> str:
         node = self.nodes[i]
-        return f"{self.path.name}: node {i} {node.op_type} '{node.name or node.output[0]}'"
+        return f"{self.path.name}: node {i} {node.op_type} '{node.name or (node.output[0] if node.output else '?')}'"
 
     def _constant_value(self, node) -> np.ndarray:
         for a in node.attribute:
             if a.name == "value":
-                return numpy_helper.to_array(a.t)
+                return tensor_array(a.t, f"{self.path.name}: Constant '{node.output[0]}'")
             if a.name in ("value_float", "value_int", "value_floats", "value_ints"):
                 return np.array(onnx.helper.get_attribute_value(a))
         raise UnsupportedOperator(f"{self.path.name}: Constant '{node.output[0]}' has no supported value attribute")

@@ -25,11 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import FullyConnected, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
-from .onnx_common import UNIT, OnnxGraphBuilder, Value, load_onnx
+from .onnx_common import UNIT, OnnxGraphBuilder, Value, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
 UNSIGNED = Quant((1.0,), (-128,))
@@ -99,7 +98,13 @@ def _exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
 
 def _tensor_attr(attrs: dict, key: str, default):
     """The one value of a tensor-valued attribute (RequantShift's div, n_levels, signed)."""
-    return np.asarray(numpy_helper.to_array(attrs[key])).reshape(-1)[0] if key in attrs else default
+    if key not in attrs:
+        return default
+    value = attrs[key]
+    arr = np.asarray(tensor_array(value, f"attribute '{key}'") if isinstance(value, onnx.TensorProto) else value)
+    if arr.size != 1 or arr.dtype.kind not in "iubf":
+        raise ModelFormatError(f"attribute '{key}' must hold one number, found {arr.reshape(-1)[:4].tolist()}")
+    return arr.reshape(-1)[0]
 
 
 def _power_of_two(d: int) -> tuple[int, bool]:

@@ -29,9 +29,12 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
-def _options(op, cls):
+def _options(op, cls, where: str | None = None):
+    """The op's options table; ``where`` given: the options are required."""
     table = op.BuiltinOptions()
     if table is None:
+        if where is not None:
+            raise ModelFormatError(f"{where}: no {cls.__name__} (the op's options are missing)")
         return None
     opts = cls()
     opts.Init(table.Bytes, table.Pos)
@@ -52,13 +55,13 @@ def _pad(code: int, where: str) -> str:
 
 
 def _conv(op, where):
-    o = _options(op, tflite.Conv2DOptions)
+    o = _options(op, tflite.Conv2DOptions, where)
     return Conv2D((o.StrideH(), o.StrideW()), (o.DilationHFactor() or 1, o.DilationWFactor() or 1),
                   _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
 
 
 def _dwconv(op, where):
-    o = _options(op, tflite.DepthwiseConv2DOptions)
+    o = _options(op, tflite.DepthwiseConv2DOptions, where)
     return DepthwiseConv2D((o.StrideH(), o.StrideW()),
                            (o.DilationHFactor() or 1, o.DilationWFactor() or 1),
                            _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where),
@@ -75,7 +78,7 @@ def _fc(op, where):
 
 
 def _pool(op, where):
-    o = _options(op, tflite.Pool2DOptions)
+    o = _options(op, tflite.Pool2DOptions, where)
     return Pool2D((o.FilterHeight(), o.FilterWidth()), (o.StrideH(), o.StrideW()),
                   _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
 
@@ -93,7 +96,7 @@ def _softmax(op, where):
 
 
 def _concat(op, where):
-    o = _options(op, tflite.ConcatenationOptions)
+    o = _options(op, tflite.ConcatenationOptions, where)
     return Concat(o.Axis(), _act(o.FusedActivationFunction(), where))
 
 
@@ -242,8 +245,13 @@ def _read(buf: bytes, path) -> Graph:
             if i >= 0 and i not in produced:
                 raise ModelFormatError(f"{path}: {where} reads tensor {i} '{tensors[i].name}' before "
                                        f"any op writes it (cycle or dangling tensor)")
-        _check_types(name, where, [tensors[i] for i in data_ins if i >= 0 and not tensors[i].is_const],
+        # Constant weights and biases have types of their own; any other input is an activation.
+        _check_types(name, where, [tensors[i] for i in data_ins
+                                   if i >= 0 and not (tensors[i].is_const and name in _WEIGHTED)],
                      [tensors[o] for o in outs])
+        for i in ins:
+            if i >= 0 and tensors[i].dtype == "int8" and tensors[i].quant is None:
+                raise ModelFormatError(f"{where}: int8 tensor {i} '{tensors[i].name}' has no quantization")
         attrs = _fold_constants(name, attrs, [tensors[i] for i in consts], where)
         layers.append(Layer(k, name, tuple(data_ins), tuple(outs), attrs, out_name))
         produced.update(outs)
@@ -258,6 +266,7 @@ def _read(buf: bytes, path) -> Graph:
     return Graph(name, tuple(tensors), tuple(layers), inputs, outputs)
 
 
+_WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 _MIN_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "MUL": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2}
 
