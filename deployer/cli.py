@@ -7,9 +7,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
+import traceback
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,6 +117,31 @@ class DefaultGroup(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["build", *args]
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx):
+        """Warnings as one ``warning:`` line each; Ctrl-C as one line and status 130 (the output
+        folder is written whole or not at all, so it is left as it was); an internal error as one
+        line and status 3, its traceback only with DEPLOY_TRACEBACK=1."""
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt:
+                click.echo("error: interrupted; nothing was written", err=True)
+                sys.exit(130)
+            except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 - a bug: say so on one line, keep the traceback on request
+                if os.environ.get("DEPLOY_TRACEBACK"):
+                    raise
+                at = traceback.extract_tb(e.__traceback__)[-1]
+                click.echo(f"error: InternalError: {type(e).__name__}: {e} (at {Path(at.filename).name}:{at.lineno}; "
+                           f"a bug in the deployer: DEPLOY_TRACEBACK=1 shows the traceback)", err=True)
+                sys.exit(3)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"warning: {message}", err=True)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})

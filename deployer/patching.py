@@ -4,6 +4,7 @@ solver picks (solver.patching)."""
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, replace
 
 from layer_analyzer import kernels as K
@@ -11,7 +12,7 @@ from layer_analyzer.receptive_field import AxisPlan, Stage, axis_plan, patch_buf
 from network_parser.errors import UsageError
 from network_parser.ir import Graph
 from network_parser.lifetimes import Lifetime, live_bytes_per_op, scratch_key
-from solver.patching import SplitChoice, StageTable, evaluate, exhaustive, plan_split_cpsat
+from solver.patching import SplitChoice, StageTable, _key, evaluate, exhaustive, plan_split_cpsat
 
 from .placement import data_inputs
 
@@ -49,7 +50,18 @@ def plan_split(graph: Graph, kernels, lives: list[Lifetime], method: str = "cpsa
     macs = max(sum(K.macs(k) for k in kernels), 1)
     if method == "exhaustive":
         return exhaustive(tables, macs, unsplit, max_overhead, sram)
-    return plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s)
+    try:
+        choice = plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s)
+    except Exception as e:  # noqa: BLE001 - any solver failure: the exhaustive twin's split, with a warning
+        warnings.warn(f"patch split: CP-SAT failed ({type(e).__name__}: {e}); using the exhaustive search's split",
+                      RuntimeWarning, stacklevel=2)
+        return replace(exhaustive(tables, macs, unsplit, max_overhead, sram), status="FALLBACK")
+    if choice.status == "OPTIMAL":
+        return choice
+    # The time limit cut the search short: the exhaustive twin (every grid of every stage end,
+    # cheap to score) completes it; the better of the two is kept.
+    other = exhaustive(tables, macs, unsplit, max_overhead, sram)
+    return choice if _key(choice, sram) <= _key(other, sram) else replace(other, status="FALLBACK")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from network_parser.lifetimes import Lifetime, lifetimes
 from network_parser.rewrites import apply_rewrites
 from network_parser.onnx_reader import read_onnx
 from network_parser.tflite_reader import read_tflite
+from network_parser.validate import check_graph
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
 from solver.plan_checker import check_tensor_plan
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
@@ -92,11 +93,12 @@ class Deployment:
 def read_model(path: Path, options: Options | None = None) -> Graph:
     options = options or Options()
     suffix = path.suffix.lower()
-    if suffix == ".tflite":
-        return read_tflite(path)
-    if suffix == ".onnx":
-        return read_onnx(path, options.input_layout, options.output_layout, options.input_type)
-    raise ModelFormatError(f"{path}: unknown model format '{suffix}' (supported: .tflite, .onnx)")
+    if suffix not in (".tflite", ".onnx"):
+        raise ModelFormatError(f"{path}: unknown model format '{suffix}' (supported: .tflite, .onnx)")
+    graph = read_tflite(path) if suffix == ".tflite" else \
+        read_onnx(path, options.input_layout, options.output_layout, options.input_type)
+    check_graph(graph, str(path))
+    return graph
 
 
 def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, list[int]]:

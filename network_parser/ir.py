@@ -7,6 +7,7 @@ reader understood are folded into the layer's typed attributes).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -43,7 +44,7 @@ class Tensor:
 
     @property
     def elements(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)  # exact: numpy's int64 product wraps on absurd shapes
 
     @property
     def nbytes(self) -> int:

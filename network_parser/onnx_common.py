@@ -134,7 +134,8 @@ class OnnxGraphBuilder:
             raise UnsupportedOperator(f"{self.where(i)}: input '{name}' is a constant where an activation "
                                       f"was expected")
         if name not in self.values:
-            raise ModelFormatError(f"{self.where(i)}: reads '{name}' before any node writes it")
+            raise ModelFormatError(f"{self.where(i)}: reads '{name}' before any node writes it "
+                                   f"(a cycle, or a name nothing defines)")
         return self.values[name]
 
     def const(self, name: str, i: int, what: str) -> np.ndarray:

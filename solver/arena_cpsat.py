@@ -33,6 +33,7 @@ from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
+from .cpsat import new_solver
 from .arena_types import ArenaPlan, ArenaProblem, SolverConfig, align
 
 __all__ = ["ORDERS", "ArenaVars", "SolveResult", "add_hint", "add_redundant_constraints", "add_search_strategy",
@@ -190,11 +191,8 @@ def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None,
     ``fixed_search`` follows the model's decision strategy alone; ``on_solver`` receives the
     CpSolver before the search starts (to stop it from another thread); ``params`` override
     SatParameters fields."""
-    solver = cp_model.CpSolver()
+    solver = new_solver(config.time_limit_s if time_limit_s is None else time_limit_s, config.workers, config.seed)
     p = solver.parameters
-    p.max_time_in_seconds = max(0.0, config.time_limit_s if time_limit_s is None else time_limit_s)
-    p.num_workers = max(1, config.workers)
-    p.random_seed = config.seed
     if fixed_search:
         p.search_branching = cp_model.FIXED_SEARCH
     for key, value in params.items():

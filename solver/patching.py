@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
+from .cpsat import new_solver
+
 
 @dataclass(frozen=True)
 class StageTable:
@@ -139,10 +141,7 @@ def _stage_model(t: StageTable, network_macs: int, max_overhead: float):
 
 
 def _solve(m, time_limit_s: float):
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
+    solver = new_solver(time_limit_s)
     return solver, solver.Solve(m)
 
 
@@ -155,11 +154,16 @@ def plan_split_cpsat(tables, network_macs: int, unsplit_peak: int, max_overhead:
     # cannot), and only when none fits, least peak; without: least peak within the limit
     phases = [("fit", True), ("peak", False)] if sram is not None else [("limit", False)]
     for phase, _ in phases:
-        for t in tables:
+        for n, t in enumerate(tables):
             floor = max(t.rest, t.full)  # no grid of this stage goes below it
             if len(t.rows) * len(t.cols) < 2 or (phase == "fit" and floor > sram) or \
                     (phase != "fit" and floor > best.peak):
                 continue
+            # one deadline for the whole split: each stage end gets a share of what is left
+            left = time_limit_s - (time.perf_counter() - start)
+            if left <= 0:
+                status = "TIME_LIMIT"  # the stage ends not tried: plan_split completes them
+                break
             m, ri, ci, peak, macs, r_opts, c_opts = _stage_model(t, network_macs, max_overhead)
             if phase == "fit":
                 m.Add(peak <= sram)
@@ -168,7 +172,7 @@ def plan_split_cpsat(tables, network_macs: int, unsplit_peak: int, max_overhead:
                 if phase == "limit":
                     m.Add(macs - t.stage_macs <= int(max_overhead * network_macs))
                 m.Minimize(peak * (4 * network_macs + 1) + macs)
-            solver, result = _solve(m, time_limit_s)
+            solver, result = _solve(m, left / max(1, len(tables) - n))
             if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 if result != cp_model.INFEASIBLE:
                     status = "FEASIBLE"

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
+from .cpsat import new_solver
 from .tiling import LayerTiling, TilingConfig
 from .tiling_cost import cost_params, modeled_cycles
 
@@ -382,11 +383,7 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.
 
 
 def solve(v: TilingVars, config: TilingConfig) -> SolveResult:
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.max_time_in_seconds = max(0.0, config.time_limit_s)
-    p.num_workers = max(1, config.workers)
-    p.random_seed = config.seed
+    solver = new_solver(config.time_limit_s, config.workers, config.seed)
     start = time.perf_counter()
     code = solver.solve(v.model)
     wall = time.perf_counter() - start

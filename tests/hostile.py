@@ -1,0 +1,308 @@
+"""Hostile models: each a small valid model made wrong in one way, with the error it must get.
+
+    CASES: list[Case]   Case(name, suffix, make() -> bytes, kind, where)
+
+``kind`` is the DeployError kind the CLI must report and ``where`` a piece of the message that
+names the place (the tensor, op or node). tests/unit/test_hostile.py runs every case through
+the ``deploy`` command under a memory limit and a timeout; bench/robustness_report.py tabulates them.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from network_parser import tflite_builder as tb
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    suffix: str
+    make: Callable[[], bytes]
+    kind: str
+    where: str
+
+
+# ---- .tflite: a conv -> pool -> reshape -> fc model, tampered before serialization ---------
+
+def _cnn() -> tb.ModelBuilder:
+    mb = tb.ModelBuilder(seed=3)
+    x = mb.input((1, 8, 8, 3))
+    y = mb.conv2d(x, 8, kernel=(3, 3), activation="RELU")  # tensors 1 weights, 2 bias, 3 out; op 0
+    y = mb.max_pool(y)  # tensor 4; op 1
+    y = mb.reshape(y, (1, 128))  # tensors 5 shape, 6 out; op 2
+    mb.output(mb.fully_connected(y, 4))  # tensors 7 weights, 8 bias, 9 out; op 3
+    return mb
+
+
+def _tflite(tamper: Callable[[tb.ModelBuilder], None]) -> Callable[[], bytes]:
+    def make() -> bytes:
+        mb = _cnn()
+        tamper(mb)
+        return mb.to_bytes()
+    return make
+
+
+def _shape(index: int, shape) -> Callable:
+    def tamper(mb):
+        mb._tensors[index].shape = tuple(shape)
+    return tamper
+
+
+def _scale(index: int, scale) -> Callable:
+    def tamper(mb):
+        mb._tensors[index].scale = np.asarray(scale, np.float32)
+        mb._tensors[index].zero_point = np.zeros(len(scale), np.int64)
+    return tamper
+
+
+def _conv_options(**fields) -> Callable:
+    def tamper(mb):
+        base = dict(Padding=tb.fb.Padding.SAME, StrideW=1, StrideH=1, DilationWFactor=1, DilationHFactor=1,
+                    FusedActivationFunction=1)
+        mb._ops[0].options = tb._opts("Conv2DOptions", **{**base, **fields})
+    return tamper
+
+
+def _op_io(op: int, inputs=None, outputs=None) -> Callable:
+    def tamper(mb):
+        if inputs is not None:
+            mb._ops[op].inputs = list(inputs)
+        if outputs is not None:
+            mb._ops[op].outputs = list(outputs)
+    return tamper
+
+
+def _float_only(mb):
+    for t in mb._tensors:
+        if t.dtype == "int8" and t.buffer == 0:
+            t.dtype, t.scale, t.zero_point = "float32", None, None
+
+
+def _weights_data(nbytes: int) -> Callable:
+    def tamper(mb):
+        mb._buffers[mb._tensors[1].buffer] = bytes(nbytes)
+    return tamper
+
+
+def _huge_weights(mb):
+    mb._tensors[1].shape = (8, 3000, 3000, 3)  # 216 MB declared, 216 B stored
+
+
+def _no_options(mb):
+    mb._ops[1].options = None
+
+
+def _opcode(code: int) -> Callable:
+    def tamper(mb):
+        mb._ops[1].code = code
+    return tamper
+
+
+def _no_quant(mb):
+    mb._tensors[7].scale = mb._tensors[7].zero_point = None
+
+
+def _int32_operand(mb):
+    mb._ops[1].code, mb._ops[1].inputs, mb._ops[1].options = tb.Op.ADD, [3, 2], None
+
+
+def _no_ops(mb):
+    mb._ops, mb._outputs = [], [0]
+
+
+def _not_flatbuffer() -> bytes:
+    return b"\x1c\x00\x00\x00TFL3" + bytes(range(256)) * 4
+
+
+def _truncated() -> bytes:
+    return _cnn().to_bytes()[:300]
+
+
+# ---- .onnx: a QDQ MLP from onnxruntime's quantizer, tampered as a protobuf -------------------
+
+@functools.lru_cache(maxsize=1)
+def _qdq_bytes() -> bytes:
+    import tempfile
+    from pathlib import Path
+
+    from tests.onnx_builder import quantized_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(quantized_model(Path(tmp), "cnn", per_channel=True)).read_bytes()
+
+
+def _onnx(tamper: Callable) -> Callable[[], bytes]:
+    def make() -> bytes:
+        import onnx
+
+        model = onnx.load_from_string(_qdq_bytes())
+        tamper(model)
+        return model.SerializeToString()
+    return make
+
+
+def _onnx_input_dims(*dims) -> Callable:
+    def tamper(model):
+        shape = model.graph.input[0].type.tensor_type.shape
+        for d, v in zip(shape.dim, dims):
+            d.dim_value = v
+    return tamper
+
+
+def _first(model, op_type: str):
+    return next(n for n in model.graph.node if n.op_type == op_type)
+
+
+def _init(model, name: str):
+    return next(t for t in model.graph.initializer if t.name == name)
+
+
+def _onnx_scale(value) -> Callable:
+    """The first weight DequantizeLinear's scale(s) replaced by ``value``."""
+    def tamper(model):
+        from onnx import numpy_helper
+
+        dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear"
+                  and any(t.name == n.input[0] and len(t.dims) == 4 for t in model.graph.initializer))
+        init = _init(model, dq.input[1])
+        init.CopyFrom(numpy_helper.from_array(np.asarray(value, np.float32), init.name))
+    return tamper
+
+
+def _onnx_cycle(model):
+    conv = _first(model, "Conv")
+    conv.input[0] = model.graph.node[-1].output[0]
+
+
+def _onnx_dangling(model):
+    _first(model, "Conv").input[0] = "no_such_tensor"
+
+
+def _onnx_external(model):
+    from onnx import TensorProto
+
+    t = model.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="/etc/passwd")
+
+
+def _onnx_short_data(model):
+    t = next(t for t in model.graph.initializer if t.raw_data and len(t.dims) == 4)
+    t.raw_data = t.raw_data[:-3]
+
+
+def _onnx_float() -> bytes:
+    """The same network before quantization."""
+    from tests.onnx_builder import float_model
+
+    return float_model("cnn")[0].SerializeToString()
+
+
+def _onnx_group(model):
+    conv = next(n for n in model.graph.node if n.op_type == "Conv" and
+                any(a.name == "group" and a.i > 1 for a in n.attribute))
+    for a in conv.attribute:
+        if a.name == "group":
+            a.i = 3
+
+
+def _onnx_strides(model):
+    for a in _first(model, "Conv").attribute:
+        if a.name == "strides":
+            a.ints[:] = [0, 0]
+
+
+def _onnx_undefined_type(model):
+    next(t for t in model.graph.initializer if len(t.dims) == 4).data_type = 0
+
+
+def _onnx_no_output(model):
+    del _first(model, "Conv").output[:]
+
+
+def _onnx_garbage() -> bytes:
+    return bytes(range(7, 250)) * 9
+
+
+# ---- the catalogue ---------------------------------------------------------------------------
+
+CASES = [
+    Case("absurd shape 1x65535x65535x3", ".tflite", _tflite(_shape(0, (1, 65535, 65535, 3))), "ModelFormatError",
+         "tensor 0 'input_0' (1x65535x65535x3 int8) is 12,884,508,675 bytes"),
+    Case("zero-size dimension", ".tflite", _tflite(_shape(3, (1, 8, 0, 8))), "ModelFormatError",
+         "'conv2d_0/out' (1x8x0x8) has no elements"),
+    Case("negative dimension", ".tflite", _tflite(_shape(4, (1, -4, 4, 8))), "ModelFormatError",
+         "tensor 4 'max_pool_0/out' has a negative or dynamic dimension"),
+    Case("huge declared weights", ".tflite", _tflite(_huge_weights), "ModelFormatError",
+         "tensor 1 'conv2d_0/weights' holds 216 bytes, shape [8, 3000, 3000, 3] int8 needs 216000000"),
+    Case("weights shorter than their shape", ".tflite", _tflite(_weights_data(100)), "ModelFormatError",
+         "tensor 1 'conv2d_0/weights' holds 100 bytes"),
+    Case("cycle", ".tflite", _tflite(_op_io(1, inputs=[6])), "ModelFormatError",
+         "op 1 MAX_POOL_2D (output 'max_pool_0/out') reads tensor 6 'reshape_0/out' before any op writes it"),
+    Case("dangling tensor index", ".tflite", _tflite(_op_io(3, inputs=[6, 70, 8])), "ModelFormatError",
+         "op 3 (FULLY_CONNECTED) input refers to tensor 70"),
+    Case("output never written", ".tflite", _tflite(_op_io(3, outputs=[6])), "ModelFormatError",
+         "graph output 9 is never written"),
+    Case("per-channel scales of the wrong length", ".tflite", _tflite(_scale(1, [0.1, 0.2, 0.3])),
+         "ModelFormatError", "tensor 1 'conv2d_0/weights': 3 scales and 3 zero points do not match shape [8, 3, 3, 3]"),
+    Case("zero scale", ".tflite", _tflite(_scale(3, [0.0])), "ModelFormatError",
+         "tensor 3 'conv2d_0/out' has a zero, negative or non-finite quantization scale"),
+    Case("negative scale", ".tflite", _tflite(_scale(1, [-0.1] * 8)), "ModelFormatError",
+         "tensor 1 'conv2d_0/weights' has a zero, negative or non-finite quantization scale"),
+    Case("NaN scale", ".tflite", _tflite(_scale(6, [float("nan")])), "ModelFormatError",
+         "tensor 6 'reshape_0/out' has a zero, negative or non-finite quantization scale"),
+    Case("float-only model", ".tflite", _tflite(_float_only), "UnsupportedOperator",
+         "op 0 CONV_2D (output 'conv2d_0/out'): input 'input_0' is float32"),
+    Case("unsupported fused activation", ".tflite", _tflite(_conv_options(FusedActivationFunction=4)),
+         "UnsupportedOperator", "op 0 CONV_2D (output 'conv2d_0/out'): fused activation 4 is not supported"),
+    Case("zero stride", ".tflite", _tflite(_conv_options(StrideH=0)), "ModelFormatError",
+         "op 0 CONV_2D (output 'conv2d_0/out'): stride [0, 1] must be positive"),
+    Case("unknown padding", ".tflite", _tflite(_conv_options(Padding=7)), "ModelFormatError",
+         "op 0 CONV_2D (output 'conv2d_0/out'): unknown padding 7"),
+    Case("options missing", ".tflite", _tflite(_no_options), "ModelFormatError",
+         "op 1 MAX_POOL_2D (output 'max_pool_0/out'): no Pool2DOptions"),
+    Case("unsupported operator", ".tflite", _tflite(_opcode(tb.Op.UNIDIRECTIONAL_SEQUENCE_LSTM)),
+         "UnsupportedOperator", "op 1 UNIDIRECTIONAL_SEQUENCE_LSTM (output 'max_pool_0/out')"),
+    # found by the fuzzers (tests/fuzz), kept as regressions
+    Case("weights without quantization", ".tflite", _tflite(_no_quant), "ModelFormatError",
+         "op 3 FULLY_CONNECTED (output 'fully_connected_0/out'): int8 tensor 7 'fully_connected_0/weights' has no "
+         "quantization"),
+    Case("constant int32 operand of ADD", ".tflite", _tflite(_int32_operand), "UnsupportedOperator",
+         "op 1 ADD (output 'max_pool_0/out'): input 'conv2d_0/bias' is int32"),
+    Case("no operators", ".tflite", _tflite(_no_ops), "ModelFormatError", "the model has no operators"),
+    Case("not a flatbuffer", ".tflite", _not_flatbuffer, "ModelFormatError", "corrupt TFLite flatbuffer"),
+    Case("truncated file", ".tflite", _truncated, "ModelFormatError", "TFLite flatbuffer"),
+    Case("empty file", ".tflite", lambda: b"", "ModelFormatError", "not a TFLite flatbuffer"),
+    Case("onnx: absurd input shape", ".onnx", _onnx(_onnx_input_dims(1, 3, 65535, 65535)), "ModelFormatError",
+         "tensor 0 'input' (1x3x65535x65535 float32) is 51,538,034,700 bytes"),
+    Case("onnx: zero-size input", ".onnx", _onnx(_onnx_input_dims(1, 3, 0, 16)), "UnsupportedOperator",
+         "graph input 'input' has shape [1, 3, 0, 16]"),
+    Case("onnx: cycle", ".onnx", _onnx(_onnx_cycle), "ModelFormatError",
+         "node 12 Conv 'conv3': reads 'gemm22' before any node writes it (a cycle"),
+    Case("onnx: dangling input", ".onnx", _onnx(_onnx_dangling), "ModelFormatError",
+         "node 12 Conv 'conv3': reads 'no_such_tensor' before any node writes it"),
+    Case("onnx: external data", ".onnx", _onnx(_onnx_external), "ModelFormatError",
+         "initializer 'input_zero_point': its data is in an external file"),
+    Case("onnx: initializer shorter than its dims", ".onnx", _onnx(_onnx_short_data), "ModelFormatError",
+         "initializer 'w1_quantized': unreadable tensor data"),
+    Case("onnx: zero weight scale", ".onnx", _onnx(_onnx_scale([0.0] * 8)), "ModelFormatError",
+         "node 6 DequantizeLinear 'w14_DequantizeLinear': scales must be positive"),
+    Case("onnx: per-channel scales of the wrong length", ".onnx", _onnx(_onnx_scale([0.1, 0.2, 0.3])),
+         "ModelFormatError", "node 6 DequantizeLinear 'w14_DequantizeLinear': 3 scales but 16 zero points"),
+    Case("onnx: float-only model", ".onnx", _onnx_float, "UnsupportedOperator",
+         "node 0 Conv 'conv3': weights holds non-integer values; an integer graph needs integer constants"),
+    Case("onnx: group that does not divide the channels", ".onnx", _onnx(_onnx_group), "UnsupportedOperator",
+         "node 15 Conv 'conv7': grouped convolution (group 3"),
+    Case("onnx: zero stride", ".onnx", _onnx(_onnx_strides), "ModelFormatError",
+         "node 12 Conv 'conv3': strides (0, 0)"),
+    Case("onnx: initializer of undefined type", ".onnx", _onnx(_onnx_undefined_type), "ModelFormatError",
+         "initializer 'w1_quantized': unreadable tensor data"),
+    Case("onnx: node without outputs", ".onnx", _onnx(_onnx_no_output), "ModelFormatError",
+         "node 12 Conv 'conv3': 3 inputs and 0 outputs"),
+    Case("onnx: not a protobuf", ".onnx", _onnx_garbage, "ModelFormatError", "not a readable ONNX model"),
+]
