@@ -29,7 +29,24 @@ def load_onnx(path: Path) -> onnx.ModelProto:
         raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
     if not model.graph.node:
         raise ModelFormatError(f"{path}: the ONNX graph has no nodes")
+    _check_names(model.graph, path)
     return model
+
+
+def _check_names(g, path: Path) -> None:
+    """Names are protobuf strings: bytes where the file's are not UTF-8 (the IR, the C and the
+    manifest need text)."""
+    def check(name, what):
+        if not isinstance(name, str):
+            raise ModelFormatError(f"{path}: {what} name {name[:40]!r} is not valid UTF-8")
+    for i, node in enumerate(g.node):
+        for name in (node.name, node.op_type, *node.input, *node.output):
+            check(name, f"node {i}")
+        if node.op_type == "Constant" and not node.output:
+            raise ModelFormatError(f"{path}: node {i} Constant '{node.name}' has no output")
+    for what, items in (("initializer", g.initializer), ("graph input", g.input), ("graph output", g.output)):
+        for t in items:
+            check(t.name, what)
 
 
 def tensor_array(proto, what: str) -> np.ndarray:

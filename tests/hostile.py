@@ -225,6 +225,21 @@ def _onnx_no_output(model):
     del _first(model, "Conv").output[:]
 
 
+def _onnx_constant_without_output(model):
+    from onnx import helper
+
+    model.graph.node.insert(0, helper.make_node("Constant", [], [], name="orphan",
+                                                value=helper.make_tensor("v", 1, [1], [1.0])))
+
+
+def _onnx_bad_utf8() -> bytes:
+    import onnx
+
+    model = onnx.load_from_string(_qdq_bytes())
+    _first(model, "Conv").name = "PLACEHOLDER"
+    return model.SerializeToString().replace(b"PLACEHOLDER", b"\xff\xfe-conv-\xc3\x28x")  # same length
+
+
 def _onnx_garbage() -> bytes:
     return bytes(range(7, 250)) * 9
 
@@ -304,5 +319,8 @@ CASES = [
          "initializer 'w1_quantized': unreadable tensor data"),
     Case("onnx: node without outputs", ".onnx", _onnx(_onnx_no_output), "ModelFormatError",
          "node 12 Conv 'conv3': 3 inputs and 0 outputs"),
+    Case("onnx: Constant without output", ".onnx", _onnx(_onnx_constant_without_output), "ModelFormatError",
+         "node 0 Constant 'orphan' has no output"),
+    Case("onnx: name not UTF-8", ".onnx", _onnx_bad_utf8, "ModelFormatError", "node 12 name b'\\xff\\xfe-conv-\\xc3(x' is not valid UTF-8"),
     Case("onnx: not a protobuf", ".onnx", _onnx_garbage, "ModelFormatError", "not a readable ONNX model"),
 ]
