@@ -157,6 +157,9 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="replace an existing folder that is not a deploy output")
 @click.option("--rtos", type=click.Choice(("baremetal", "freertos")), default="baremetal", show_default=True,
               help="the task glue (inference_task.c/.h): a step function, or a FreeRTOS task woken by notification")
+@click.option("--debug-guards", is_flag=True,
+              help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
+              "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 @click.option("--auto-optimize", is_flag=True,
@@ -164,8 +167,8 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, dump_ir, dump_plan, auto_optimize,
-              as_json, quiet):
+              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, debug_guards, dump_ir, dump_plan,
+              auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
@@ -173,7 +176,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
         start = time.perf_counter()
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
-        options = replace(options, rtos=rtos)
+        options = replace(options, rtos=rtos, debug_guards=debug_guards)
         with _progress(quiet):
             steps = []
             if auto_optimize:  # its last plan is the one to emit
@@ -286,11 +289,14 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
+@click.option("--debug-guards", is_flag=True,
+              help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
+              "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
 @click.option("--qemu", "on_qemu", is_flag=True,
               help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions")
 def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, inputs, expected_files, seeds, as_json, per_layer,
-               sanitize, on_qemu):
+               sanitize, debug_guards, on_qemu):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
     and compare with the reference interpreter, or with the model's own test vectors."""
     from .qemu import require_tools, trace_on_qemu, verify_on_qemu
@@ -303,9 +309,9 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
         if on_qemu:
             require_tools()  # before the planner's seconds
         with _progress(False):
-            dep = deploy(model, _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler,
-                                         tile_objective, l3, patch, max_overhead, kernels, input_layout,
-                                         output_layout, _input_type(model, input_type)))
+            options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
+                               patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+            dep = deploy(model, replace(options, debug_guards=debug_guards))
         samples, expected = _samples(model, dep.graph, inputs, expected_files, seeds, random_inputs)
         result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
             verify(dep, model, samples, sanitize=sanitize, expected=expected)

@@ -371,11 +371,12 @@ def _stage_context(patch, layers: list[dict]) -> dict:
 def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
            planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
            l3=None, patch=None, kernel_set: str = "plain", plain_layers: frozenset = frozenset(),
-           rtos: str = "baremetal") -> Rendered:
+           rtos: str = "baremetal", guard: int = 0) -> Rendered:
     """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
     ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there;
     ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels, but for
-    the ``plain_layers`` (kept on the portable kernels, whose weights take less flash)."""
+    the ``plain_layers`` (kept on the portable kernels, whose weights take less flash);
+    ``guard``: bytes of canary planned on each side of every arena buffer (--debug-guards)."""
     tilings = tilings or {}
     plain_layers = plain_layers | portable_layers(tilings, patch, l3)
     ident = c_identifier(graph.name)
@@ -464,7 +465,9 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                      comment=f"'{graph.tensors[t].name}' {shape_text(graph.tensors[t])} "
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
-    ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name,
+    guards = dict(bytes=guard, regions=guard_regions(lives, offsets, guard, macro, patch)) if guard else None
+    ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,
+               debug_guards=bool(guard),
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
@@ -488,6 +491,24 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     if backend.qemu_machine:
         files.update(qemu_files(env, backend, ident))
     return Rendered(files)
+
+
+def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, macro: dict, patch=None) -> list[dict]:
+    """The two canaries of every arena buffer: ``lo`` just below its bytes, ``hi`` just above
+    its largest tensor, written before its first op (``first``) and checked after each op while
+    it lives. A buffer whose life begins inside a patch stage is left out: the stage runs its
+    ops once per patch, and the bytes around it belong to others between its uses."""
+    groups: dict[int, list[Lifetime]] = {}
+    for lt in lives:
+        groups.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
+    regions = []
+    for owner, members in groups.items():
+        first, last = min(m.first_op for m in members), max(m.last_op for m in members)
+        if patch is not None and patch.stage.start < first <= patch.stage.end:
+            continue
+        off, size = offsets[owner], max(m.size for m in members)
+        regions.append(dict(name=macro[owner], lo=off - guard, hi=off + size, first=max(first, 0), last=last))
+    return sorted(regions, key=lambda r: (r["lo"], r["name"]))
 
 
 # Stack of the engine below inference_run's caller, in bytes: inference_run's own frame and a

@@ -55,6 +55,16 @@ class Options:
     output_layout: str = "nchw"  # ... and of its outputs
     input_type: str | None = None  # integer ONNX graphs: "int8" | "uint8" input values (None: guessed)
     rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
+    debug_guards: bool = False  # canaries around every arena buffer, checked after each layer; DMA bounds checks
+
+
+# --debug-guards: bytes of canary on each side of every arena buffer (a multiple of every
+# target's alignment, so the buffers keep theirs)
+GUARD_BYTES = 16
+
+
+def guard_bytes(options: Options) -> int:
+    return GUARD_BYTES if options.debug_guards else 0
 
 
 def kernel_set(options: Options, backend: Backend) -> str:
@@ -101,9 +111,10 @@ def read_model(path: Path, options: Options | None = None) -> Graph:
     return graph
 
 
-def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, list[int]]:
+def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tuple[ArenaProblem, list[int]]:
     """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
-    over time: at each op, the largest of them alive."""
+    over time: at each op, the largest of them alive. ``guard`` bytes of canary on each side
+    make a buffer a rectangle of its largest height plus both canaries."""
     members: dict[int, list[Lifetime]] = {}
     for lt in lives:
         members.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
@@ -120,15 +131,18 @@ def arena_problem(lives: list[Lifetime], alignment: int) -> tuple[ArenaProblem, 
                 steps[-1][1] = k
             else:
                 steps.append([k, k, height])
+        if guard:
+            steps = [[first, last, max(s[2] for s in steps) + 2 * guard]]
         buffers.append(Buffer(lt.name, max(s[2] for s in steps), first, last,
                               tuple(map(tuple, steps)) if len(steps) > 1 else ()))
         owners.append(lt.tensor)
     return ArenaProblem(tuple(buffers), alignment), owners
 
 
-def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan) -> dict[int, int]:
-    """Every tensor's arena offset: its buffer's, or its owner's when it reuses another's bytes."""
-    offsets = dict(zip(owners, plan.offsets))
+def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan, guard: int = 0) -> dict[int, int]:
+    """Every tensor's arena offset: its buffer's (after its first canary), or its owner's when it
+    reuses another's bytes."""
+    offsets = {t: off + guard for t, off in zip(owners, plan.offsets)}
     for lt in lives:
         if lt.alias_of is not None:
             offsets[lt.tensor] = offsets[lt.alias_of]
@@ -268,13 +282,18 @@ def emit_deployment(dep: Deployment) -> Deployment:
     with progress.step("emit"):
         files = emit.render(dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan.peak, dep.plan.method,
                             dep.backend, dep.reuses, dep.tilings, dep.options.l1, dep.l3, dep.patch,
-                            dep.kernels_used, dep.plain_layers, dep.options.rtos).files
+                            dep.kernels_used, dep.plain_layers, dep.options.rtos, guard_bytes(dep.options)).files
         files["manifest.json"] = manifest_text(build_manifest(
             dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan, dep.memory, dep.options, dep.backend,
             dep.tilings, dep.l3, dep.patch))
         dep = replace(dep, files=files)
-        report = deployment_report(dep, arena_problem(dep.lives, dep.backend.alignment)[0])
+        report = deployment_report(dep, deployment_problem(dep))
         return replace(dep, files={**files, "report.html": report})
+
+
+def deployment_problem(dep: Deployment) -> ArenaProblem:
+    """The arena problem a deployment's L2 plan solved."""
+    return arena_problem(dep.lives, dep.backend.alignment, guard_bytes(dep.options))[0]
 
 
 def resolve_options(options: Options) -> tuple[Options, Backend]:
@@ -384,13 +403,13 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
     return least if least[-1]["sram_bytes"] <= first[-1]["sram_bytes"] else first
 
 
-def plan_level(lives: list[Lifetime], options: Options, backend: Backend) -> tuple[ArenaPlan, dict[int, int]]:
+def plan_level(lives: list[Lifetime], options: Options, backend: Backend, guard: int = 0) -> tuple[ArenaPlan, dict[int, int]]:
     """Offsets for one memory level's tensors, checked tensor by tensor."""
-    problem, owners = arena_problem(lives, backend.alignment)
+    problem, owners = arena_problem(lives, backend.alignment, guard)
     with progress.step(f"arena ({options.planner}, {len(problem.buffers)} buffers)",
                        limit_s=options.time_limit_s if options.planner == "cpsat" else None):
         plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
-    offsets = tensor_offsets(lives, owners, plan)
+    offsets = tensor_offsets(lives, owners, plan, guard)
     check_tensor_plan(tensor_rows(lives, offsets), plan.peak, backend.alignment)
     return plan, offsets
 
@@ -404,7 +423,7 @@ def place_and_plan(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, 
         l3 = stream_from_l3(graph, kernels, lives, tilings, options, backend, target)
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
-        plan, offsets = plan_level(l2, options, backend)
+        plan, offsets = plan_level(l2, options, backend, guard_bytes(options))
         return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend),
                                                       scratch=l1_scratch(tilings, options, backend))["sram_bytes"]
 

@@ -18,7 +18,7 @@ import numpy as np
 from network_parser.errors import DeployError
 
 from .manifest import manifest_text
-from .pipeline import Deployment, arena_problem
+from .pipeline import Deployment, deployment_problem
 from .report_html import deployment_report
 from .verify import CACHE, BuildError, compare, files_digest, parse_output, samples_payload, write_files
 
@@ -236,7 +236,7 @@ def with_elf_memory(dep: Deployment) -> Deployment:
         if key == "memory":
             manifest["elf"] = entry
     dep = replace(dep, files={**dep.files, "manifest.json": manifest_text(manifest)})
-    report = deployment_report(dep, arena_problem(dep.lives, dep.backend.alignment)[0])  # with the ELF's figures
+    report = deployment_report(dep, deployment_problem(dep))  # with the ELF's figures
     return replace(dep, files={**dep.files, "report.html": report})
 
 

@@ -39,6 +39,12 @@ int main(void)
             }
         }
         if (inference_run() != 0) {
+#ifdef INFERENCE_GUARD_FAILED
+            if (inference_guard_layer() >= 0) {
+                fprintf(stderr, "guard: after op %d: %s\n", inference_guard_layer(), inference_guard_what());
+                return 6;
+            }
+#endif
             return 4;
         }
         for (int o = 0; o < INFERENCE_NUM_OUTPUTS; ++o) {
