@@ -167,8 +167,8 @@ def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:
         if len(zps) == 1 and len(scales) > 1:
             zps = zps * len(scales)
         # A 1-D tensor can only be quantized along axis 0 (person_detect stores 3 there).
-        axis = 0 if len(shape) <= 1 else int(q.QuantizedDimension())
-        if len(scales) != len(zps) or (len(scales) > 1 and (axis >= len(shape) or shape[axis] != len(scales))):
+        axis = 0 if len(shape) <= 1 or len(scales) == 1 else int(q.QuantizedDimension())
+        if len(scales) != len(zps) or (len(scales) > 1 and not (0 <= axis < len(shape) and shape[axis] == len(scales))):
             raise ModelFormatError(f"{path}: tensor {index} '{name}': {len(scales)} scales and "
                                    f"{len(zps)} zero points do not match shape {list(shape)} "
                                    f"on axis {axis}")

@@ -33,6 +33,7 @@ from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
+from . import cpsat
 from .cpsat import new_solver
 from .arena_types import ArenaPlan, ArenaProblem, SolverConfig, align
 
@@ -200,7 +201,7 @@ def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None,
     if on_solver is not None:
         on_solver(solver)
     start = time.perf_counter()
-    code = solver.solve(v.model)
+    code = cpsat.solve(solver, v.model)
     wall = time.perf_counter() - start
     status = _STATUS.get(code, "UNKNOWN")
     lower = v.peak.proto.domain[0]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
+from . import cpsat
 from .cpsat import new_solver
 
 
@@ -142,7 +143,7 @@ def _stage_model(t: StageTable, network_macs: int, max_overhead: float):
 
 def _solve(m, time_limit_s: float):
     solver = new_solver(time_limit_s)
-    return solver, solver.Solve(m)
+    return solver, cpsat.solve(solver, m)
 
 
 def plan_split_cpsat(tables, network_macs: int, unsplit_peak: int, max_overhead: float = 0.2,

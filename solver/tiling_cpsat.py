@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
+from . import cpsat
 from .cpsat import new_solver
 from .tiling import LayerTiling, TilingConfig
 from .tiling_cost import cost_params, modeled_cycles
@@ -385,7 +386,7 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.
 def solve(v: TilingVars, config: TilingConfig) -> SolveResult:
     solver = new_solver(config.time_limit_s, config.workers, config.seed)
     start = time.perf_counter()
-    code = solver.solve(v.model)
+    code = cpsat.solve(solver, v.model)
     wall = time.perf_counter() - start
     status = _STATUS.get(code, "UNKNOWN")
     if status not in ("OPTIMAL", "FEASIBLE"):

@@ -114,6 +114,10 @@ def _no_ops(mb):
     mb._ops, mb._outputs = [], [0]
 
 
+def _negative_axis(mb):
+    mb._tensors[1].qdim = -3
+
+
 def _not_flatbuffer() -> bytes:
     return b"\x1c\x00\x00\x00TFL3" + bytes(range(256)) * 4
 
@@ -289,6 +293,8 @@ CASES = [
          "quantization"),
     Case("constant int32 operand of ADD", ".tflite", _tflite(_int32_operand), "UnsupportedOperator",
          "op 1 ADD (output 'max_pool_0/out'): input 'conv2d_0/bias' is int32"),
+    Case("quantized dimension out of range", ".tflite", _tflite(_negative_axis), "ModelFormatError",
+         "tensor 1 'conv2d_0/weights': 8 scales and 8 zero points do not match shape [8, 3, 3, 3] on axis -3"),
     Case("no operators", ".tflite", _tflite(_no_ops), "ModelFormatError", "the model has no operators"),
     Case("not a flatbuffer", ".tflite", _not_flatbuffer, "ModelFormatError", "corrupt TFLite flatbuffer"),
     Case("truncated file", ".tflite", _truncated, "ModelFormatError", "TFLite flatbuffer"),
