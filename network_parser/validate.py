@@ -19,6 +19,10 @@ def check_graph(graph: Graph, where: str) -> None:
         raise ModelFormatError(f"{where}: the model has no operators")
     if not graph.inputs or not graph.outputs:
         raise ModelFormatError(f"{where}: the model declares no {'input' if not graph.inputs else 'output'}")
+    for kind, ends in (("input", graph.inputs), ("output", graph.outputs)):
+        for i in ends:
+            if graph.tensors[i].is_const:
+                raise ModelFormatError(f"{where}: graph {kind} {i} '{graph.tensors[i].name}' is a constant tensor")
     used = set(graph.inputs) | set(graph.outputs)
     for layer in graph.layers:
         used.update(t for t in (*layer.inputs, *layer.outputs) if t >= 0)
