@@ -96,14 +96,15 @@ def _exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _tensor_attr(attrs: dict, key: str, default):
+def _tensor_attr(attrs: dict, key: str, default, where: str = ""):
     """The one value of a tensor-valued attribute (RequantShift's div, n_levels, signed)."""
     if key not in attrs:
         return default
     value = attrs[key]
-    arr = np.asarray(tensor_array(value, f"attribute '{key}'") if isinstance(value, onnx.TensorProto) else value)
+    what = f"{where + ': ' if where else ''}attribute '{key}'"
+    arr = np.asarray(tensor_array(value, what) if isinstance(value, onnx.TensorProto) else value)
     if arr.size != 1 or arr.dtype.kind not in "iubf":
-        raise ModelFormatError(f"attribute '{key}' must hold one number, found {arr.reshape(-1)[:4].tolist()}")
+        raise ModelFormatError(f"{what} must hold one number, found {arr.reshape(-1)[:4].tolist()}")
     return arr.reshape(-1)[0]
 
 
@@ -164,12 +165,12 @@ class IntegerGraphReader(OnnxGraphBuilder):
 
     def _guess_input_type(self) -> str:
         """Unsigned when the graph's first clamp is NEMO's 0..255, or its first RequantShift is unsigned."""
-        for node in self.nodes:
+        for i, node in enumerate(self.nodes):
             a = self.attrs(node)
             if node.op_type == "Clip" and (a.get("min"), a.get("max")) == (0.0, 255.0):
                 return "uint8"
             if node.op_type == "RequantShift":
-                return "int8" if _tensor_attr(a, "signed", 1) else "uint8"
+                return "int8" if _tensor_attr(a, "signed", 1, self.where(i)) else "uint8"
         return "int8"
 
     def _graph_input(self, inp) -> None:
@@ -299,12 +300,12 @@ class IntegerGraphReader(OnnxGraphBuilder):
                     raise UnsupportedOperator(f"{where}: RequantShift after other requantization nodes")
                 mul = self.channel_vector(self.const(node.input[1], i, "mul"), channels, i, "mul")
                 add = self.channel_vector(self.const(node.input[2], i, "add"), channels, i, "add")
-                div = int(_tensor_attr(a, "div", 1))
+                div = int(_tensor_attr(a, "div", 1, where))
                 k, off = _power_of_two(div)
                 if k < 0 or off:
                     raise UnsupportedOperator(f"{where}: RequantShift div {div} is not a power of two")
-                levels = int(_tensor_attr(a, "n_levels_out", _tensor_attr(a, "n_levels", 256)))
-                signed = bool(_tensor_attr(a, "signed", 1))
+                levels = int(_tensor_attr(a, "n_levels_out", _tensor_attr(a, "n_levels", 256, where), where))
+                signed = bool(_tensor_attr(a, "signed", 1, where))
                 c.mul, c.add, c.shift = mul, [v + ((1 << k) >> 1) for v in add], k  # rounds half up
                 c.lo, c.hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
             # Cast, Floor, Identity: the values are integers already

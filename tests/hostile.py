@@ -118,6 +118,10 @@ def _negative_axis(mb):
     mb._tensors[1].qdim = -3
 
 
+def _constant_output(mb):
+    mb._outputs = [1]
+
+
 def _not_flatbuffer() -> bytes:
     return b"\x1c\x00\x00\x00TFL3" + bytes(range(256)) * 4
 
@@ -244,6 +248,25 @@ def _onnx_bad_utf8() -> bytes:
     return model.SerializeToString().replace(b"PLACEHOLDER", b"\xff\xfe-conv-\xc3\x28x")  # same length
 
 
+def _requant_shift(div) -> Callable[[], bytes]:
+    """A Deeploy-style integer graph: Conv -> RequantShift, whose ``div`` attribute is ``div``."""
+    def make() -> bytes:
+        from onnx import TensorProto, helper, numpy_helper
+
+        rng = np.random.default_rng(0)
+        inits = [numpy_helper.from_array(rng.integers(-8, 8, (4, 2, 3, 3)).astype(np.float32), "weight"),
+                 numpy_helper.from_array(np.full((1, 4, 1, 1), 3, np.int32), "mul"),
+                 numpy_helper.from_array(np.zeros((1, 4, 1, 1), np.int32), "add")]
+        nodes = [helper.make_node("Conv", ["x", "weight"], ["acc"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                 helper.make_node("RequantShift", ["acc", "mul", "add"], ["y"], name="rqs", div=div,
+                                  n_levels=numpy_helper.from_array(np.array(256, np.int64)),
+                                  signed=numpy_helper.from_array(np.array(1, np.int64)))]
+        graph = helper.make_graph(nodes, "rqs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                                  [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 4, 8, 8])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    return make
+
+
 def _onnx_garbage() -> bytes:
     return bytes(range(7, 250)) * 9
 
@@ -295,6 +318,8 @@ CASES = [
          "op 1 ADD (output 'max_pool_0/out'): input 'conv2d_0/bias' is int32"),
     Case("quantized dimension out of range", ".tflite", _tflite(_negative_axis), "ModelFormatError",
          "tensor 1 'conv2d_0/weights': 8 scales and 8 zero points do not match shape [8, 3, 3, 3] on axis -3"),
+    Case("constant graph output", ".tflite", _tflite(_constant_output), "ModelFormatError",
+         "graph output 1 'conv2d_0/weights' is a constant tensor"),
     Case("no operators", ".tflite", _tflite(_no_ops), "ModelFormatError", "the model has no operators"),
     Case("not a flatbuffer", ".tflite", _not_flatbuffer, "ModelFormatError", "corrupt TFLite flatbuffer"),
     Case("truncated file", ".tflite", _truncated, "ModelFormatError", "TFLite flatbuffer"),
@@ -328,5 +353,10 @@ CASES = [
     Case("onnx: Constant without output", ".onnx", _onnx(_onnx_constant_without_output), "ModelFormatError",
          "node 0 Constant 'orphan' has no output"),
     Case("onnx: name not UTF-8", ".onnx", _onnx_bad_utf8, "ModelFormatError", "node 12 name b'\\xff\\xfe-conv-\\xc3(x' is not valid UTF-8"),
+    Case("onnx: RequantShift div that is not a number", ".onnx", _requant_shift("sixteen"), "ModelFormatError",
+         "node 1 RequantShift 'rqs': attribute 'div' must hold one number"),
+    Case("onnx: RequantShift div of several values", ".onnx",
+         _requant_shift(__import__("onnx").numpy_helper.from_array(np.array([4, 8], np.int64))), "ModelFormatError",
+         "node 1 RequantShift 'rqs': attribute 'div' must hold one number, found [4, 8]"),
     Case("onnx: not a protobuf", ".onnx", _onnx_garbage, "ModelFormatError", "not a readable ONNX model"),
 ]

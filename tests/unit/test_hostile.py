@@ -34,3 +34,9 @@ def test_hostile_model(case, tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"error: {case.kind}: "), run.stderr
     assert case.where in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_every_fixed_finding_has_its_regression_case():
+    from tests.fuzz.findings import FIXED
+    names = {c.name for c in CASES}
+    assert [f.regression for f in FIXED if f.regression not in names] == []

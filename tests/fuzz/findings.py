@@ -1,0 +1,45 @@
+"""What the fuzzers found, and how each was fixed: the history bench/robustness_report.py prints.
+
+Each entry names the hostile case (tests/hostile.py) that keeps it fixed; the suite checks
+that every named case exists, and runs it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Finding:
+    reader: str
+    found_by: str  # "atheris" | "hypothesis"
+    failure: str  # the exception and where, before the fix
+    fix: str
+    regression: str  # the name of the hostile case
+
+
+FIXED = [
+    Finding("tflite", "atheris", "AttributeError in tflite_reader._pool: no Pool2DOptions table",
+            "ops whose options are required name the missing table", "options missing"),
+    Finding("tflite", "atheris", "AttributeError in kernels._fc: int8 weights without quantization",
+            "every int8 tensor an op reads must carry quantization", "weights without quantization"),
+    Finding("tflite", "atheris", "AttributeError in ir.Tensor.scale: ADD reading an int32 constant",
+            "constant operands of activation ops are type-checked like activations", "constant int32 operand of ADD"),
+    Finding("tflite", "atheris", "IndexError in report_html.curve_figure: a model with no operators",
+            "a graph needs operators, inputs and outputs", "no operators"),
+    Finding("tflite", "atheris", "IndexError in tflite_reader._tensor: quantized dimension -3",
+            "the quantized dimension must index the shape", "quantized dimension out of range"),
+    Finding("tflite", "hypothesis", "KeyError in emit.render: a weight tensor listed as the graph output",
+            "graph inputs and outputs must not be constants", "constant graph output"),
+    Finding("onnx", "atheris", "KeyError/TypeError/ValueError in numpy_helper.to_array on initializers",
+            "tensor data is decoded by one checked helper naming the initializer", "onnx: initializer of undefined type"),
+    Finding("onnx", "atheris", "ValueError in numpy_helper.to_array: raw data shorter than the dims",
+            "(same helper)", "onnx: initializer shorter than its dims"),
+    Finding("onnx", "atheris", "AttributeError/ValueError in onnx_reader._tensor_attr: a non-tensor attribute",
+            "attributes must hold one number, named in the node's error",
+            "onnx: RequantShift div that is not a number"),
+    Finding("onnx", "atheris", "IndexError in onnx_common.where: a node without outputs",
+            "the node's place is named without its output", "onnx: node without outputs"),
+    Finding("onnx", "atheris", "IndexError in onnx_common._constant_value: a Constant without output",
+            "Constant nodes need an output", "onnx: Constant without output"),
+    Finding("onnx", "atheris", "TypeError in emit._short / plan_checker: tensor names that are not UTF-8",
+            "names must be valid UTF-8", "onnx: name not UTF-8"),
+]
