@@ -232,7 +232,7 @@ def _read(buf: bytes, path) -> Graph:
         if name not in _OPS:
             raise UnsupportedOperator(f"{where}: operator {name} is not supported")
         if not outs or any(o < 0 for o in outs):
-            raise ModelFormatError(f"{path}: {where} has no output tensor")
+            raise ModelFormatError(f"{where} has no output tensor")
         parse, n_data = _OPS[name]
         if len([i for i in ins if i >= 0]) < _MIN_INPUTS.get(name, 1):
             raise ModelFormatError(f"{where}: {len(ins)} inputs, {name} needs at least "
@@ -243,7 +243,7 @@ def _read(buf: bytes, path) -> Graph:
         consts = ins[len(data_ins):]
         for i in data_ins:
             if i >= 0 and i not in produced:
-                raise ModelFormatError(f"{path}: {where} reads tensor {i} '{tensors[i].name}' before "
+                raise ModelFormatError(f"{where} reads tensor {i} '{tensors[i].name}' before "
                                        f"any op writes it (cycle or dangling tensor)")
         # Constant weights and biases have types of their own; any other input is an activation.
         _check_types(name, where, [tensors[i] for i in data_ins
