@@ -493,6 +493,11 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     return Rendered(files)
 
 
+# --debug-guards: bytes of canary on each side of every arena buffer (a multiple of every
+# target's alignment, so the buffers keep theirs)
+GUARD_BYTES = 16
+
+
 def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, macro: dict, patch=None) -> list[dict]:
     """The two canaries of every arena buffer: ``lo`` just below its bytes, ``hi`` just above
     its largest tensor, written before its first op (``first``) and checked after each op while

@@ -7,7 +7,7 @@ from pathlib import Path
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
 
-from .emit import c_identifier
+from .emit import GUARD_BYTES, c_identifier
 
 MANIFEST_VERSION = 1
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
@@ -115,6 +115,7 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
             "lower_bound": plan.lower_bound,
             "status": plan.status,
             "alignment": backend.alignment,
+            "guard_bytes": GUARD_BYTES if options.debug_guards else 0,
             "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size,
                              first_op=lt.first_op, last_op=lt.last_op,
                              alias_of=name[lt.alias_of] if lt.alias_of is not None else None)

@@ -61,7 +61,9 @@ def plan_split(graph: Graph, kernels, lives: list[Lifetime], method: str = "cpsa
     # The time limit cut the search short: the exhaustive twin (every grid of every stage end,
     # cheap to score) completes it; the better of the two is kept.
     other = exhaustive(tables, macs, unsplit, max_overhead, sram)
-    return choice if _key(choice, sram) <= _key(other, sram) else replace(other, status="FALLBACK")
+    # (the exhaustive search is complete: a CP-SAT choice at least as good is proven optimal)
+    return replace(choice, status="OPTIMAL") if _key(choice, sram) <= _key(other, sram) else \
+        replace(other, status="FALLBACK")
 
 
 @dataclass(frozen=True)

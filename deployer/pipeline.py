@@ -58,9 +58,7 @@ class Options:
     debug_guards: bool = False  # canaries around every arena buffer, checked after each layer; DMA bounds checks
 
 
-# --debug-guards: bytes of canary on each side of every arena buffer (a multiple of every
-# target's alignment, so the buffers keep theirs)
-GUARD_BYTES = 16
+GUARD_BYTES = emit.GUARD_BYTES
 
 
 def guard_bytes(options: Options) -> int:

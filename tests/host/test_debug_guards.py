@@ -3,6 +3,7 @@ under AddressSanitizer and UBSan (and the emulated 8-core cluster under ThreadSa
 write past a buffer and a copy out of bounds are caught and named."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 
@@ -41,6 +42,8 @@ def test_guarded_engine_is_bit_exact_under_sanitizers(name, rel, options):
     engine = next(t for n, t in dep.files.items() if n.endswith("_engine.c"))
     assert "guard_check(" in engine and "INFERENCE_GUARD_FAILED" in dep.files["inference_api.h"]
     assert "guard_" not in next(t for n, t in plain.files.items() if n.endswith("_engine.c"))
+    assert (json.loads(dep.files["manifest.json"])["arena"]["guard_bytes"],
+            json.loads(plain.files["manifest.json"])["arena"]["guard_bytes"]) == (GUARD_BYTES, 0)
     if dep.tilings:
         assert "guard_dma(" in next(t for n, t in dep.files.items() if n.endswith("_dma.h"))
     samples = [random_inputs(dep.graph, s) for s in range(2)]
