@@ -100,3 +100,13 @@ def test_the_l1_buffer_of_a_core_without_tcm_counts_to_sram():
                                           sram=dep.memory["arena_bytes"] + 8 * K))
     tcm = deploy(shared_model(rel), Options(target="stm32h743", l1=16 * K, patch="off"))
     assert tcm.memory["scratch_bytes"] == 0 and tcm.memory["sram_bytes"] == tcm.memory["arena_bytes"]
+
+
+@pytest.mark.parametrize("target, l1", [("cortex-m4", None), ("stm32h743", 16 * K)], ids=["m4", "h743-tiled-dtcm"])
+def test_guarded_engine_on_qemu(target, l1):
+    """--debug-guards engines (canaries, DMA bounds checks) cross-compile with -Werror and run
+    bit-exact on the board: the SMLAD kernels and the DTCM tile schedule write inside their buffers."""
+    rel = MODELS[0]
+    dep = deploy(shared_model(rel), Options(target=target, l1=l1, debug_guards=True))
+    assert "guard_check(" in dep.files[next(n for n in dep.files if n.endswith("_engine.c"))]
+    assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, seed) for seed in range(2)])
