@@ -296,6 +296,15 @@ def _float_scales(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tuple[float
     return tuple(float(v) for v in (np.float32(x.scale) * ws) / np.float32(y.scale))
 
 
+def _check_bias(g: Graph, bias: int, channels: int, where: str) -> None:
+    """A bias holds one constant per output channel (the kernels read ``channels`` of them)."""
+    if bias < 0:
+        return
+    b = g.tensors[bias]
+    if b.data is None or b.elements != channels:
+        raise UnsupportedOperator(f"{where}: bias '{b.name}' {list(b.shape)} must be a constant of {channels} values")
+
+
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
     x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
     bias = l.inputs[2] if len(l.inputs) > 2 else -1
@@ -308,8 +317,11 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be constant")
     if w.quant is None or any(z != 0 for z in w.quant.zero_point):
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric int8 (zero point 0)")
-    if w.dtype != "int8":
-        raise UnsupportedOperator(f"{where}: weights '{w.name}' are {w.dtype}, expected int8")
+    if w.dtype != "int8" or len(w.shape) != 4:
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' {list(w.shape)} {w.dtype}: expected 4-D int8")
+    if y.shape[0] != n:
+        raise UnsupportedOperator(f"{where}: output batch {y.shape[0]} differs from the input's {n}")
+    _check_bias(g, bias, oc, where)
     kh, kw = w.shape[1], w.shape[2]
     mult = a.depth_multiplier if depthwise else 1
     if depthwise:
@@ -348,8 +360,12 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
     if w.data is None or len(w.shape) != 2 or w.dtype != "int8":
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be a constant 2-D int8 matrix")
     units, depth = w.shape
-    if x.elements % depth:
+    if depth == 0 or x.elements % depth:
         raise UnsupportedOperator(f"{where}: input of {x.elements} elements is not a multiple of {depth}")
+    if y.elements != x.elements // depth * units:
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} does not hold {x.elements // depth} x {units} "
+                                  f"values")
+    _check_bias(g, bias, units, where)
     if any(z != 0 for z in w.quant.zero_point):
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric (zero point 0)")
     rq = l.attrs.requant
@@ -468,12 +484,17 @@ def _pool(g: Graph, l: Layer, where: str) -> Pool:
 def _mean(g: Graph, l: Layer, where: str) -> Mean:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     rank = len(x.shape)
+    if any(not -rank <= a < rank for a in l.attrs.axes):
+        raise UnsupportedOperator(f"{where}: MEAN axes {list(l.attrs.axes)} do not index {list(x.shape)}")
     axes = sorted({a % rank for a in l.attrs.axes}) if rank else []
     if not axes or axes != list(range(axes[0], axes[-1] + 1)):
         raise UnsupportedOperator(f"{where}: MEAN over axes {list(l.attrs.axes)} (only contiguous axes)")
     outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
     reduced = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+    if y.elements != outer * inner:
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not {list(x.shape)} reduced over "
+                                  f"axes {axes}")
     if l.attrs.float_requant:  # MlasQLinearGlobalAveragePool: scale in float32, requantized like a conv
         scale = float(np.float32(x.scale) / (np.float32(y.scale) * np.float32(reduced)))
         return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, 0, 0, scale)
@@ -484,8 +505,19 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
     return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s)
 
 
-def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
+def _same_shape(g: Graph, l: Layer, where: str) -> tuple[Tensor, Tensor]:
+    """The input and output of an elementwise op, which must have one shape (the kernels loop
+    over one count: a smaller output would be written past its end)."""
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    if x.shape != y.shape:
+        raise UnsupportedOperator(f"{where}: input {list(x.shape)} and output {list(y.shape)} differ in shape")
+    return x, y
+
+
+def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
+    x, y = _same_shape(g, l, where)
+    if not x.shape:
+        raise UnsupportedOperator(f"{where}: softmax of a scalar")
     if (y.scale, y.zero_point) != (1 / 256, -128):
         raise UnsupportedOperator(f"{where}: int8 softmax output must have scale 1/256, zero point -128")
     score_bits = 5  # kScaledDiffIntegerBits
@@ -499,7 +531,7 @@ def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
 
 
 def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
-    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    x, y = _same_shape(g, l, where)
     if y.scale != 1.0 / 256:
         raise UnsupportedOperator(f"{where}: int8 logistic output scale must be 1/256")
     return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
@@ -511,7 +543,7 @@ def _int16_multiplier(m32: int) -> int:
 
 
 def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
-    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    x, y = _same_shape(g, l, where)
     # HardSwishPrepare computes every scale in float32.
     hires = np.float32(1.0 / 128.0) * np.float32(x.scale)
     reluish_scale = np.float32(3.0) / np.float32(32768.0)
@@ -524,7 +556,7 @@ def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
 
 
 def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
-    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    x, y = _same_shape(g, l, where)
     # ReluPrepare divides the scales in float; int8 QUANTIZE divides in double.
     real = x.scale / y.scale if l.op == "QUANTIZE" else f32(np.float32(x.scale) / np.float32(y.scale))
     m, s = quantize_multiplier(real)
@@ -534,7 +566,7 @@ def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
 
 
 def _quantize(g: Graph, l: Layer, where: str):
-    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    x, y = _same_shape(g, l, where)
     if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
         return Offset(x.elements, y.zero_point - x.zero_point)
     if x.dtype == "float32":
@@ -543,7 +575,7 @@ def _quantize(g: Graph, l: Layer, where: str):
 
 
 def _dequantize(g: Graph, l: Layer, where: str) -> Dequantize:
-    x = g.tensors[l.inputs[0]]
+    x, _ = _same_shape(g, l, where)
     return Dequantize(x.elements, x.scale, x.zero_point)
 
 
@@ -566,8 +598,16 @@ def _pad(g: Graph, l: Layer, where: str) -> Pad:
 
 def _concat(g: Graph, l: Layer, where: str) -> Concat:
     y = g.tensors[l.outputs[0]]
-    axis = l.attrs.axis % len(y.shape)
     ins = [g.tensors[i] for i in l.inputs]
+    rank = len(y.shape)
+    if not -rank <= l.attrs.axis < rank:
+        raise UnsupportedOperator(f"{where}: axis {l.attrs.axis} does not index the output's {rank} dimensions")
+    axis = l.attrs.axis % rank
+    others = [tuple(d for k, d in enumerate(t.shape) if k != axis) for t in (y, *ins)]
+    if any(len(t.shape) != rank for t in ins) or len(set(others)) > 1 or \
+            sum(t.shape[axis] for t in ins) != y.shape[axis]:
+        raise UnsupportedOperator(f"{where}: inputs {[list(t.shape) for t in ins]} do not concatenate to "
+                                  f"{list(y.shape)} on axis {axis}")
     for t in ins:
         if t.quant is None or (t.scale, t.zero_point) != (y.scale, y.zero_point):
             raise UnsupportedOperator(f"{where}: int8 CONCATENATION inputs must share the output's "

@@ -233,10 +233,16 @@ def _read(buf: bytes, path) -> Graph:
             raise UnsupportedOperator(f"{where}: operator {name} is not supported")
         if not outs or any(o < 0 for o in outs):
             raise ModelFormatError(f"{where} has no output tensor")
+        if len(outs) != 1:
+            raise ModelFormatError(f"{where}: {len(outs)} outputs, {name} has one")
+        if outs[0] in produced:
+            raise ModelFormatError(f"{where}: writes tensor {outs[0]} '{out_name}', which a graph input, a constant "
+                                   f"or an earlier op already holds")
         parse, n_data = _OPS[name]
-        if len([i for i in ins if i >= 0]) < _MIN_INPUTS.get(name, 1):
-            raise ModelFormatError(f"{where}: {len(ins)} inputs, {name} needs at least "
-                                   f"{_MIN_INPUTS.get(name, 1)}")
+        need = _MIN_INPUTS.get(name, 1)
+        if len(ins) < need or any(i < 0 for i in ins[:need]):
+            raise ModelFormatError(f"{where}: inputs {ins}, {name} needs at least {need} (-1 marks an "
+                                   f"omitted optional input)")
         attrs = parse(op, where)
         _check_window(attrs, where)
         data_ins = ins if n_data is None else ins[:n_data]

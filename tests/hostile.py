@@ -38,9 +38,23 @@ def _cnn() -> tb.ModelBuilder:
     return mb
 
 
-def _tflite(tamper: Callable[[tb.ModelBuilder], None]) -> Callable[[], bytes]:
+def _mixed() -> tb.ModelBuilder:
+    """float in -> quantize -> concat(x, logistic) -> hard_swish -> transposes -> pool -> mul ->
+    relu6 -> softmax -> mean -> dequantize: the elementwise and layout ops."""
+    mb = tb.ModelBuilder(seed=2)
+    q = mb.quantize(mb.input((1, 4, 4, 6), dtype="float32"))  # tensors 0, 1; op 0
+    b = mb.concat([q, mb.logistic(q)], axis=-1)  # 2 logistic (op 1); 3, 4 requantized inputs; 5 concat
+    b = mb.transpose(mb.hard_swish(b), (0, 3, 1, 2))
+    b = mb.reshape(mb.avg_pool(mb.transpose(b, (0, 2, 3, 1)), filter=(2, 2)), (1, 48))
+    b = mb.softmax(mb.relu6(mb.mul(b, b)))
+    b = mb.mean(mb.reshape(b, (1, 4, 12)), axes=(1,), keep_dims=False)
+    mb.output(mb.dequantize(b))
+    return mb
+
+
+def _tflite(tamper: Callable[[tb.ModelBuilder], None], base: Callable[[], tb.ModelBuilder] = _cnn) -> Callable[[], bytes]:
     def make() -> bytes:
-        mb = _cnn()
+        mb = base()
         tamper(mb)
         return mb.to_bytes()
     return make
@@ -74,6 +88,10 @@ def _op_io(op: int, inputs=None, outputs=None) -> Callable:
         if outputs is not None:
             mb._ops[op].outputs = list(outputs)
     return tamper
+
+
+def _drop_last_op(mb):
+    mb._ops = mb._ops[:3]
 
 
 def _float_only(mb):
@@ -288,8 +306,13 @@ CASES = [
          "op 1 MAX_POOL_2D (output 'max_pool_0/out') reads tensor 6 'reshape_0/out' before any op writes it"),
     Case("dangling tensor index", ".tflite", _tflite(_op_io(3, inputs=[6, 70, 8])), "ModelFormatError",
          "op 3 (FULLY_CONNECTED) input refers to tensor 70"),
-    Case("output never written", ".tflite", _tflite(_op_io(3, outputs=[6])), "ModelFormatError",
+    Case("output never written", ".tflite", _tflite(_drop_last_op), "ModelFormatError",
          "graph output 9 is never written"),
+    Case("tensor written twice", ".tflite", _tflite(_op_io(3, outputs=[6])), "ModelFormatError",
+         "op 3 FULLY_CONNECTED (output 'reshape_0/out'): writes tensor 6 'reshape_0/out', which a graph input, a "
+         "constant or an earlier op already holds"),
+    Case("omitted required input", ".tflite", _tflite(_op_io(3, inputs=[-1, 7, 8])), "ModelFormatError",
+         "op 3 FULLY_CONNECTED (output 'fully_connected_0/out'): inputs [-1, 7, 8], FULLY_CONNECTED needs at least 2"),
     Case("per-channel scales of the wrong length", ".tflite", _tflite(_scale(1, [0.1, 0.2, 0.3])),
          "ModelFormatError", "tensor 1 'conv2d_0/weights': 3 scales and 3 zero points do not match shape [8, 3, 3, 3]"),
     Case("zero scale", ".tflite", _tflite(_scale(3, [0.0])), "ModelFormatError",
@@ -320,6 +343,14 @@ CASES = [
          "tensor 1 'conv2d_0/weights': 8 scales and 8 zero points do not match shape [8, 3, 3, 3] on axis -3"),
     Case("constant graph output", ".tflite", _tflite(_constant_output), "ModelFormatError",
          "graph output 1 'conv2d_0/weights' is a constant tensor"),
+    Case("elementwise output smaller than its input", ".tflite", _tflite(_shape(2, (1,)), _mixed),
+         "UnsupportedOperator", "op 1 LOGISTIC (output 'logistic_0/out'): input [1, 4, 4, 6] and output [1] differ"),
+    Case("concatenation of mismatched shapes", ".tflite", _tflite(_shape(5, (1, 4, 4, 13)), _mixed),
+         "UnsupportedOperator", "do not concatenate to [1, 4, 4, 13] on axis 3"),
+    Case("mean to the wrong shape", ".tflite", _tflite(_shape(20, (1, 24)), _mixed), "UnsupportedOperator",
+         "output [1, 24] is not [1, 4, 12] reduced over axes [1]"),
+    Case("fully connected output of the wrong size", ".tflite", _tflite(_shape(9, ())), "UnsupportedOperator",
+         "op 3 FULLY_CONNECTED (output 'fully_connected_0/out'): output [] does not hold 1 x 4 values"),
     Case("no operators", ".tflite", _tflite(_no_ops), "ModelFormatError", "the model has no operators"),
     Case("not a flatbuffer", ".tflite", _not_flatbuffer, "ModelFormatError", "corrupt TFLite flatbuffer"),
     Case("truncated file", ".tflite", _truncated, "ModelFormatError", "TFLite flatbuffer"),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Finding:
     reader: str
-    found_by: str  # "atheris" | "hypothesis"
+    found_by: str  # "atheris" | "hypothesis" | "--debug-guards"
     failure: str  # the exception and where, before the fix
     fix: str
     regression: str  # the name of the hostile case
@@ -29,6 +29,17 @@ FIXED = [
             "the quantized dimension must index the shape", "quantized dimension out of range"),
     Finding("tflite", "hypothesis", "KeyError in emit.render: a weight tensor listed as the graph output",
             "graph inputs and outputs must not be constants", "constant graph output"),
+    Finding("tflite", "atheris", "ZeroDivisionError in kernels._concat: a scalar CONCATENATION output",
+            "the axis must index the output, the inputs must concatenate to it", "concatenation of mismatched shapes"),
+    Finding("tflite", "--debug-guards", "LOGISTIC wrote 96 bytes into its 1-byte output (canary after op 1)",
+            "elementwise ops need one shape in and out; MEAN's output is checked", "elementwise output smaller than its input"),
+    Finding("tflite", "hypothesis", "ValueError in golden.run: FULLY_CONNECTED declaring a scalar output",
+            "FC and CONV outputs, batches and biases are checked against the weights", "fully connected output of the "
+            "wrong size"),
+    Finding("tflite", "hypothesis", "KeyError in pipeline.plan_level: -1 (an omitted input) as an op's data input",
+            "required inputs may not be omitted", "omitted required input"),
+    Finding("tflite", "hypothesis", "KeyError in pipeline.plan_level: an op writing a tensor another op writes",
+            "ops have one output, and each tensor one writer", "tensor written twice"),
     Finding("onnx", "atheris", "KeyError/TypeError/ValueError in numpy_helper.to_array on initializers",
             "tensor data is decoded by one checked helper naming the initializer", "onnx: initializer of undefined type"),
     Finding("onnx", "atheris", "ValueError in numpy_helper.to_array: raw data shorter than the dims",

@@ -25,14 +25,21 @@ FAST = Options(planner="first-fit", tiler="greedy", patch="off", time_limit_s=1.
 _SCRATCH = Path(tempfile.mkdtemp(prefix="deploy-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
 
 
-def exercise(reader: str, data: bytes, options: Options = FAST) -> str:
-    """'ok', or the DeployError kind the input raised; any other exception propagates."""
+def exercise(reader: str, data: bytes, options: Options = FAST, golden: bool = False) -> str:
+    """'ok', or the DeployError kind the input raised; any other exception propagates.
+    ``golden``: a model the deployer accepts must also run through the numpy golden executor
+    on a random input (it reshapes every layer's result to the declared output shape, so a
+    graph whose shapes do not add up fails there instead of in the generated C)."""
     path = _SCRATCH / f"input{READERS[reader]}"
     path.write_bytes(data)
     try:
-        emit_deployment(plan_deployment(path, options))
+        dep = emit_deployment(plan_deployment(path, options))
     except DeployError as e:
         return e.kind
+    if golden:
+        from deployer import golden as executor
+        from deployer.verify import random_inputs
+        executor.run(dep.graph, random_inputs(dep.graph, 0), dep.kernels)
     return "ok"
 
 
