@@ -249,11 +249,14 @@ class OnnxGraphBuilder:
 
     def input_with_pads(self, name: str, i: int) -> tuple[Value, tuple[int, int, int, int]]:
         """An activation, looking through zero Pads that only this layer reads (folded into its padding)."""
-        pads = [0, 0, 0, 0]
+        pads, seen = [0, 0, 0, 0], set()
         while name not in self.values:
             j = self.producer.get(name)
             if j is None or self.nodes[j].op_type != "Pad":
                 break
+            if j in seen:
+                raise ModelFormatError(f"{self.where(i)}: its input '{name}' comes from a cycle of Pad nodes")
+            seen.add(j)
             t, b, l, r = self.pad_amounts(j)
             pads = [pads[0] + t, pads[1] + b, pads[2] + l, pads[3] + r]
             name = self.nodes[j].input[0]

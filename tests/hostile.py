@@ -266,8 +266,9 @@ def _onnx_bad_utf8() -> bytes:
     return model.SerializeToString().replace(b"PLACEHOLDER", b"\xff\xfe-conv-\xc3\x28x")  # same length
 
 
-def _requant_shift(div) -> Callable[[], bytes]:
-    """A Deeploy-style integer graph: Conv -> RequantShift, whose ``div`` attribute is ``div``."""
+def _requant_shift(div, pad_cycle: bool = False) -> Callable[[], bytes]:
+    """A Deeploy-style integer graph: Conv -> RequantShift, whose ``div`` attribute is ``div``
+    (``pad_cycle``: the Conv reads two zero Pads that read each other)."""
     def make() -> bytes:
         from onnx import TensorProto, helper, numpy_helper
 
@@ -275,7 +276,10 @@ def _requant_shift(div) -> Callable[[], bytes]:
         inits = [numpy_helper.from_array(rng.integers(-8, 8, (4, 2, 3, 3)).astype(np.float32), "weight"),
                  numpy_helper.from_array(np.full((1, 4, 1, 1), 3, np.int32), "mul"),
                  numpy_helper.from_array(np.zeros((1, 4, 1, 1), np.int32), "add")]
-        nodes = [helper.make_node("Conv", ["x", "weight"], ["acc"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        pads = [helper.make_node("Pad", ["p2"], ["p1"], name="pad1", pads=[0, 0, 1, 1, 0, 0, 1, 1]),
+                helper.make_node("Pad", ["p1"], ["p2"], name="pad2", pads=[0, 0, 0, 0, 0, 0, 0, 0])] if pad_cycle else []
+        nodes = [*pads, helper.make_node("Conv", ["p1" if pad_cycle else "x", "weight"], ["acc"], kernel_shape=[3, 3],
+                                         pads=[1, 1, 1, 1]),
                  helper.make_node("RequantShift", ["acc", "mul", "add"], ["y"], name="rqs", div=div,
                                   n_levels=numpy_helper.from_array(np.array(256, np.int64)),
                                   signed=numpy_helper.from_array(np.array(1, np.int64)))]
@@ -389,5 +393,7 @@ CASES = [
     Case("onnx: RequantShift div of several values", ".onnx",
          _requant_shift(__import__("onnx").numpy_helper.from_array(np.array([4, 8], np.int64))), "ModelFormatError",
          "node 1 RequantShift 'rqs': attribute 'div' must hold one number, found [4, 8]"),
+    Case("onnx: cycle of Pad nodes", ".onnx", _requant_shift(16, pad_cycle=True), "ModelFormatError",
+         "node 2 Conv 'acc': its input 'p1' comes from a cycle of Pad nodes"),
     Case("onnx: not a protobuf", ".onnx", _onnx_garbage, "ModelFormatError", "not a readable ONNX model"),
 ]

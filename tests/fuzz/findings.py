@@ -51,6 +51,8 @@ FIXED = [
             "the node's place is named without its output", "onnx: node without outputs"),
     Finding("onnx", "atheris", "IndexError in onnx_common._constant_value: a Constant without output",
             "Constant nodes need an output", "onnx: Constant without output"),
+    Finding("onnx", "atheris", "hang (libFuzzer timeout) in onnx_common.input_with_pads: two Pads reading each other",
+            "the walk back through zero Pads stops at a cycle", "onnx: cycle of Pad nodes"),
     Finding("onnx", "atheris", "TypeError in emit._short / plan_checker: tensor names that are not UTF-8",
             "names must be valid UTF-8", "onnx: name not UTF-8"),
 ]
