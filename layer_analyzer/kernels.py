@@ -296,13 +296,15 @@ def _float_scales(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tuple[float
     return tuple(float(v) for v in (np.float32(x.scale) * ws) / np.float32(y.scale))
 
 
-def _check_bias(g: Graph, bias: int, channels: int, where: str) -> None:
-    """A bias holds one constant per output channel (the kernels read ``channels`` of them)."""
+def _check_bias(g: Graph, bias: int, counts: tuple[int, ...], where: str) -> None:
+    """A bias holds one constant per output channel (or, for a GEMM's C, per output value):
+    the kernels read that many."""
     if bias < 0:
         return
     b = g.tensors[bias]
-    if b.data is None or b.elements != channels:
-        raise UnsupportedOperator(f"{where}: bias '{b.name}' {list(b.shape)} must be a constant of {channels} values")
+    if b.data is None or b.elements not in counts:
+        raise UnsupportedOperator(f"{where}: bias '{b.name}' {list(b.shape)} must be a constant of "
+                                  f"{' or '.join(map(str, sorted(set(counts))))} values")
 
 
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
@@ -321,7 +323,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
         raise UnsupportedOperator(f"{where}: weights '{w.name}' {list(w.shape)} {w.dtype}: expected 4-D int8")
     if y.shape[0] != n:
         raise UnsupportedOperator(f"{where}: output batch {y.shape[0]} differs from the input's {n}")
-    _check_bias(g, bias, oc, where)
+    _check_bias(g, bias, (oc,), where)
     kh, kw = w.shape[1], w.shape[2]
     mult = a.depth_multiplier if depthwise else 1
     if depthwise:
@@ -365,7 +367,7 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
     if y.elements != x.elements // depth * units:
         raise UnsupportedOperator(f"{where}: output {list(y.shape)} does not hold {x.elements // depth} x {units} "
                                   f"values")
-    _check_bias(g, bias, units, where)
+    _check_bias(g, bias, (units, x.elements // depth * units), where)
     if any(z != 0 for z in w.quant.zero_point):
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric (zero point 0)")
     rq = l.attrs.requant
