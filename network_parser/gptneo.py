@@ -1,0 +1,141 @@
+"""GPT-Neo from ``model.safetensors`` + ``config.json`` (the Hugging Face layout) into one typed
+record: the configuration and every weight, checked against it.
+
+    transformer.wte / wpe                          token and position embeddings
+    transformer.h.N.ln_1, .attn.attention.{q,k,v}_proj (no bias), .out_proj (bias)
+    transformer.h.N.ln_2, .mlp.c_fc, .mlp.c_proj   (weights [out, in], biases)
+    transformer.ln_f                               final LayerNorm; the head is tied to wte
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelFormatError, UnsupportedOperator
+from .safetensors_reader import read_safetensors
+
+
+@dataclass(frozen=True)
+class GptNeoConfig:
+    vocab: int
+    d_model: int
+    heads: int
+    layers: int
+    inner: int
+    max_positions: int
+    window: int
+    attention: tuple[str, ...]  # "global" | "local", per layer
+    eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+@dataclass(frozen=True)
+class Block:
+    ln_1: tuple[np.ndarray, np.ndarray]  # (weight, bias)
+    q: np.ndarray  # [d, d] as stored: out x in
+    k: np.ndarray
+    v: np.ndarray
+    out: tuple[np.ndarray, np.ndarray]
+    ln_2: tuple[np.ndarray, np.ndarray]
+    fc: tuple[np.ndarray, np.ndarray]  # [inner, d], [inner]
+    proj: tuple[np.ndarray, np.ndarray]  # [d, inner], [d]
+
+
+@dataclass(frozen=True)
+class GptNeo:
+    name: str
+    config: GptNeoConfig
+    wte: np.ndarray  # [vocab, d], also the output head
+    wpe: np.ndarray  # [positions, d]
+    blocks: tuple[Block, ...]
+    ln_f: tuple[np.ndarray, np.ndarray]
+    dtypes: dict = field(default_factory=dict, repr=False)  # tensor name -> stored dtype
+    source: Path | None = None
+
+
+def _config(path: Path) -> GptNeoConfig:
+    cfg_path = path.with_name("config.json")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except OSError:
+        raise ModelFormatError(f"{path}: a GPT-Neo model needs its config.json beside it ({cfg_path} is missing)") from None
+    except ValueError as e:
+        raise ModelFormatError(f"{cfg_path}: not JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ModelFormatError(f"{cfg_path}: not a JSON object")
+    if cfg.get("model_type") != "gpt_neo":
+        raise UnsupportedOperator(f"{cfg_path}: model_type {cfg.get('model_type')!r}; only gpt_neo is supported")
+    if cfg.get("activation_function", "gelu_new") != "gelu_new":
+        raise UnsupportedOperator(f"{cfg_path}: activation {cfg.get('activation_function')!r}; only gelu_new")
+
+    def integer(key, default=None):
+        value = cfg.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ModelFormatError(f"{cfg_path}: {key} must be a positive integer, got {value!r}")
+        return value
+    d, heads, layers = integer("hidden_size"), integer("num_heads"), integer("num_layers")
+    if d % heads:
+        raise ModelFormatError(f"{cfg_path}: hidden_size {d} is not a multiple of num_heads {heads}")
+    inner = cfg.get("intermediate_size") or 4 * d
+    attention = cfg.get("attention_layers")
+    if not isinstance(attention, list) or len(attention) != layers or not set(attention) <= {"global", "local"}:
+        raise ModelFormatError(f"{cfg_path}: attention_layers must list 'global' or 'local' for each of the "
+                               f"{layers} layers, got {attention!r}")
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ModelFormatError(f"{cfg_path}: layer_norm_epsilon {eps!r} must be in (0, 1)")
+    if cfg.get("tie_word_embeddings", True) is not True:
+        raise UnsupportedOperator(f"{cfg_path}: an untied output head is not supported")
+    return GptNeoConfig(integer("vocab_size"), d, heads, layers, int(inner), integer("max_position_embeddings"),
+                        integer("window_size", 256), tuple(attention), float(eps))
+
+
+def read_gptneo(path: str | Path) -> GptNeo:
+    path = Path(path)
+    tensors, dtypes, _ = read_safetensors(path)
+    c = _config(path)
+    names = set(tensors)
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        full = name if name in tensors else f"transformer.{name}"  # some exports drop the prefix
+        if full not in tensors and name.startswith("transformer."):
+            full = name[len("transformer."):]
+        if full not in tensors:
+            raise ModelFormatError(f"{path.name}: tensor '{name}' is missing (config.json: {c.layers} layers, "
+                                   f"d_model {c.d_model})")
+        t = tensors[full]
+        names.discard(full)
+        if tuple(t.shape) != shape:
+            raise ModelFormatError(f"{path.name}: tensor '{full}' is {list(t.shape)}, config.json implies {list(shape)}")
+        if t.dtype != np.float32 or not np.isfinite(t).all():
+            raise ModelFormatError(f"{path.name}: tensor '{full}' must hold finite floats ({dtypes[full]})")
+        return t
+
+    d, n = c.d_model, c.inner
+    ln = lambda p: (get(f"{p}.weight", (d,)), get(f"{p}.bias", (d,)))  # noqa: E731
+    blocks = []
+    for i in range(c.layers):
+        p = f"transformer.h.{i}"
+        a = f"{p}.attn.attention"
+        blocks.append(Block(ln(f"{p}.ln_1"), get(f"{a}.q_proj.weight", (d, d)), get(f"{a}.k_proj.weight", (d, d)),
+                            get(f"{a}.v_proj.weight", (d, d)),
+                            (get(f"{a}.out_proj.weight", (d, d)), get(f"{a}.out_proj.bias", (d,))), ln(f"{p}.ln_2"),
+                            (get(f"{p}.mlp.c_fc.weight", (n, d)), get(f"{p}.mlp.c_fc.bias", (n,))),
+                            (get(f"{p}.mlp.c_proj.weight", (d, n)), get(f"{p}.mlp.c_proj.bias", (d,)))))
+    wte = get("transformer.wte.weight", (c.vocab, d))
+    wpe = get("transformer.wpe.weight", (c.max_positions, d))
+    ln_f = ln("transformer.ln_f")
+    if "lm_head.weight" in names:  # a tied head stored anyway: it must be the embedding
+        if not np.array_equal(tensors["lm_head.weight"], wte):
+            raise UnsupportedOperator(f"{path.name}: lm_head.weight differs from wte (an untied head)")
+        names.discard("lm_head.weight")
+    names = {x for x in names if not x.endswith((".attn.attention.bias", ".attn.attention.masked_bias"))}
+    if names:
+        raise ModelFormatError(f"{path.name}: tensors that GPT-Neo does not have: {', '.join(sorted(names)[:5])}")
+    return GptNeo(path.parent.name, c, wte, wpe, tuple(blocks), ln_f, dtypes, path)
