@@ -15,7 +15,10 @@ import numpy as np
 
 from network_parser.gptneo import GptNeo
 
+from . import gptneo_quant as Q
+
 F32 = np.float32
+KV_LEVELS = {"int8": 127, "int4": 7}
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
@@ -34,13 +37,46 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 class Session:
-    def __init__(self, model: GptNeo, context: int | None = None):
+    """``weights``: "f32" | "int8" | "q4_0" (the matrices: q, k, v, out, fc, proj and the tied
+    head; embeddings are gathered from the same quantized table); ``kv``: "f32" | "int8" |
+    "int4" (codes and one scale per position and head)."""
+
+    def __init__(self, model: GptNeo, context: int | None = None, weights: str = "f32", kv: str = "f32"):
         c = model.config
-        self.model, self.c = model, c
+        self.model, self.c, self.kv = model, c, kv
         self.context = min(context or c.max_positions, c.max_positions)
-        self.keys = np.zeros((c.layers, self.context, c.d_model), F32)
-        self.values = np.zeros((c.layers, self.context, c.d_model), F32)
         self.position = 0
+        quant = {"f32": lambda w: w, "int8": Q.quantize_int8_rows, "q4_0": Q.quantize_q4_0}[weights]
+        self.mats = [dict(q=quant(b.q), k=quant(b.k), v=quant(b.v), out=quant(b.out[0]), fc=quant(b.fc[0]),
+                          proj=quant(b.proj[0])) for b in model.blocks]
+        self.head = quant(model.wte)
+        self.embed = model.wte if weights == "f32" else self.head.dequantize()
+        shape = (c.layers, self.context, c.d_model)
+        if kv == "f32":
+            self.keys, self.values = np.zeros(shape, F32), np.zeros(shape, F32)
+        else:
+            self.keys, self.values = np.zeros(shape, np.int8), np.zeros(shape, np.int8)
+            self.key_scales = np.zeros((c.layers, self.context, c.heads), F32)
+            self.value_scales = np.zeros((c.layers, self.context, c.heads), F32)
+
+    def _store(self, layer: int, slot: int, k: np.ndarray, v: np.ndarray) -> None:
+        if self.kv == "f32":
+            self.keys[layer, slot], self.values[layer, slot] = k, v
+            return
+        levels = KV_LEVELS[self.kv]
+        kq, ks = Q.quantize_blocks(k, levels, self.c.head_dim)
+        vq, vs = Q.quantize_blocks(v, levels, self.c.head_dim)
+        self.keys[layer, slot], self.key_scales[layer, slot] = kq.reshape(-1), ks
+        self.values[layer, slot], self.value_scales[layer, slot] = vq.reshape(-1), vs
+
+    def _cached(self, layer: int, slots: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        c = self.c
+        keys = self.keys[layer, slots].reshape(len(slots), c.heads, c.head_dim).astype(F32)
+        vals = self.values[layer, slots].reshape(len(slots), c.heads, c.head_dim).astype(F32)
+        if self.kv != "f32":
+            keys = (keys * self.key_scales[layer, slots][..., None]).astype(F32)
+            vals = (vals * self.value_scales[layer, slots][..., None]).astype(F32)
+        return keys, vals
 
     def step(self, token: int) -> np.ndarray:
         m, c = self.model, self.c
@@ -50,23 +86,20 @@ class Session:
             raise ValueError(f"position {self.position}: the model has {c.max_positions} positions")
         p = self.position
         slot = p % self.context
-        x = (m.wte[token] + m.wpe[p]).astype(F32)
+        x = (self.embed[token] + m.wpe[p]).astype(F32)
         first = max(0, p - self.context + 1)  # the oldest position still cached
-        for i, blk in enumerate(m.blocks):
+        for i, (blk, w) in enumerate(zip(m.blocks, self.mats)):
             h = layer_norm(x, *blk.ln_1, c.eps)
-            q, k, v = blk.q @ h, blk.k @ h, blk.v @ h
-            self.keys[i, slot], self.values[i, slot] = k, v
+            q, k, v = Q.matvec(w["q"], h), Q.matvec(w["k"], h), Q.matvec(w["v"], h)
+            self._store(i, slot, k, v)
             lo = max(first, p - c.window + 1) if c.attention[i] == "local" else first
-            slots = [j % self.context for j in range(lo, p + 1)]
-            keys = self.keys[i, slots].reshape(len(slots), c.heads, c.head_dim)
-            vals = self.values[i, slots].reshape(len(slots), c.heads, c.head_dim)
+            keys, vals = self._cached(i, [j % self.context for j in range(lo, p + 1)])
             qh = q.reshape(c.heads, c.head_dim)
-            att = np.empty(c.d_model, F32).reshape(c.heads, c.head_dim)
+            att = np.empty((c.heads, c.head_dim), F32)
             for hd in range(c.heads):
-                w = softmax((keys[:, hd] @ qh[hd]).astype(F32))
-                att[hd] = w @ vals[:, hd]
-            x = (x + blk.out[0] @ att.reshape(-1) + blk.out[1]).astype(F32)
+                att[hd] = softmax((keys[:, hd] @ qh[hd]).astype(F32)) @ vals[:, hd]
+            x = (x + Q.matvec(w["out"], att.reshape(-1)) + blk.out[1]).astype(F32)
             h = layer_norm(x, *blk.ln_2, c.eps)
-            x = (x + blk.proj[0] @ gelu_new(blk.fc[0] @ h + blk.fc[1]) + blk.proj[1]).astype(F32)
+            x = (x + Q.matvec(w["proj"], gelu_new(Q.matvec(w["fc"], h) + blk.fc[1])) + blk.proj[1]).astype(F32)
         self.position += 1
-        return (m.wte @ layer_norm(x, *m.ln_f, c.eps)).astype(F32)
+        return Q.matvec(self.head, layer_norm(x, *m.ln_f, c.eps))
