@@ -37,8 +37,8 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str,
         raise ModelFormatError(f"{path}: not a safetensors file (header of {n} bytes in a file of {len(data)})")
     try:
         header = json.loads(data[8:8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ModelFormatError(f"{path}: the safetensors header is not JSON ({e})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
+        raise ModelFormatError(f"{path}: the safetensors header is not JSON ({type(e).__name__}: {e})") from None
     if not isinstance(header, dict):
         raise ModelFormatError(f"{path}: the safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}

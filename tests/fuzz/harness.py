@@ -8,6 +8,7 @@ so one bug found by a thousand inputs counts once.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import traceback
@@ -18,7 +19,7 @@ from network_parser.errors import DeployError
 from network_parser.inventory import inventory
 
 ROOT = Path(__file__).resolve().parents[2]
-READERS = {"tflite": ".tflite", "onnx": ".onnx"}
+READERS = {"tflite": ".tflite", "onnx": ".onnx", "safetensors": ".safetensors"}
 
 # Fast, deterministic planning: the greedy planner and tiler, no patch search. The solvers'
 # own faults are exercised by tests/unit/test_solver_faults.py.
@@ -32,6 +33,8 @@ def exercise(reader: str, data: bytes, options: Options = FAST, golden: bool = F
     ``golden``: a model the deployer accepts must also run through the numpy golden executor
     on a random input (it reshapes every layer's result to the declared output shape, so a
     graph whose shapes do not add up fails there instead of in the generated C)."""
+    if reader == "safetensors":
+        return _exercise_gptneo(data)
     path = _SCRATCH / f"input{READERS[reader]}"
     path.write_bytes(data)
     try:  # deploy suggest's lenient operator inventory reads what the readers reject
@@ -46,6 +49,28 @@ def exercise(reader: str, data: bytes, options: Options = FAST, golden: bool = F
         from deployer import golden as executor
         from deployer.verify import random_inputs
         executor.run(dep.graph, random_inputs(dep.graph, 0), dep.kernels)
+    return "ok"
+
+
+def _exercise_gptneo(data: bytes) -> str:
+    """A .safetensors input beside the seeds' config.json: read, checked, and one token run
+    through the reference (float and Q4_0 weights with an int4 KV cache)."""
+    from deployer.gptneo_golden import Session
+    from network_parser.gptneo import read_gptneo
+    from tests.gptneo_builder import config
+
+    folder = _SCRATCH / "gptneo"
+    if not (folder / "config.json").exists():
+        folder.mkdir(exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(config()))
+    path = folder / "model.safetensors"
+    path.write_bytes(data)
+    try:
+        model = read_gptneo(path)
+    except DeployError as e:
+        return e.kind
+    for kw in ({}, {"weights": "q4_0", "kv": "int4"}):
+        Session(model, context=4, **kw).step(1)
     return "ok"
 
 

@@ -9,7 +9,7 @@ from tests.fuzz.campaign import campaign
 
 pytest.importorskip("atheris", reason="atheris (the test extra) is not installed")
 
-SECONDS = {"tflite": 40, "onnx": 30}
+SECONDS = {"tflite": 40, "onnx": 30, "safetensors": 20}
 
 
 @pytest.mark.parametrize("reader", sorted(SECONDS))

@@ -59,6 +59,7 @@ BAD = [
     (b"\xff" * 8 + b"{}", "not a safetensors file (header of"),
     (b"\x04\x00\x00\x00\x00\x00\x00\x00{abc", "the safetensors header is not JSON"),
     (_header([1, 2]), "not a JSON object"),
+    ((200_002).to_bytes(8, "little") + b"[" * 100_001 + b"]" * 100_001, "not JSON (RecursionError"),
     (_header({"w": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}) + bytes(4), "tensor 'w': dtype 'Q9'"),
     (_header({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}) + bytes(4), "tensor 'w': shape [-1]"),
     (_header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}) + bytes(4), "tensor 'w': data_offsets"),
