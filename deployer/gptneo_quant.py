@@ -10,7 +10,7 @@ Weights (``--weights``):
 Activations entering a quantized matmul are quantized per block of 32 to int8 (one float32
 scale each), so each block's dot product is an exact integer sum; the float work is one
 multiply-add per block.
-KV cache (``--kv-cache``): int8 or int4 codes with one float32 scale per position and head.
+KV cache (``--kv-cache``): int8 or int4 codes with one float32 scale per block of 32 values.
 
 Rounding is round-half-away-from-zero of ``x * (1 / scale)`` in float32, which the C computes
 the same way (compiled with -ffp-contract=off).
