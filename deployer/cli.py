@@ -160,6 +160,15 @@ def main() -> None:
 @click.option("--debug-guards", is_flag=True,
               help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
               "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
+@click.option("--weights", "llm_weights", type=click.Choice(("q4_0", "int8", "f32")), default="q4_0", show_default=True,
+              help=".safetensors language models: the matrices' format (Q4_0: blocks of 32 with a bfloat16 scale)")
+@click.option("--kv-cache", "llm_kv", type=click.Choice(("int8", "int4", "f32")), default="int8", show_default=True,
+              help=".safetensors language models: the KV cache's format")
+@click.option("--context", "llm_context", type=int, default=None,
+              help=".safetensors language models: KV cache positions (default: all the model's)")
+@click.option("--tokenizer", "llm_tokenizer", type=click.Path(path_type=Path), default=None,
+              help=".safetensors language models: the folder of the GPT-2 vocab.json and merges.txt copied into the "
+              "output for deploy generate (default: the model's folder)")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 @click.option("--auto-optimize", is_flag=True,
@@ -167,11 +176,14 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, debug_guards, dump_ir, dump_plan,
-              auto_optimize, as_json, quiet):
+              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
+              llm_context, llm_tokenizer, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
+    if Path(model).suffix.lower() == ".safetensors":
+        return _build_llm(model, out_dir, force, target, planner, time_limit, llm_weights, llm_kv, llm_context,
+                          llm_tokenizer, quiet)
     try:
         start = time.perf_counter()
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -202,6 +214,62 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
             click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {wall:.2f} s")
     except DeployError as e:
         _fail(e)
+
+
+QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 of Gaussian weights: about 21 dB)
+
+
+def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, context, tokenizer, quiet) -> None:
+    """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
+    from .llm_emit import LlmOptions, deploy_gptneo
+
+    try:
+        if target != "host":
+            raise UsageError(f"language models are built for the host for now, not '{target}'")
+        dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
+                                              time_limit_s=time_limit, tokenizer=tokenizer))
+        write_output(dep.files, out_dir, force=force)
+    except DeployError as e:
+        _fail(e)
+    for name, rmse, snr in dep.quant_report:
+        if snr < QUANT_SNR_WARN_DB:
+            click.echo(f"warning: {name}: {weights} weights at {snr:.1f} dB SNR (RMSE {rmse:.3g})", err=True)
+    if quiet:
+        return
+    c, m = dep.model.config, dep.memory
+    click.echo(f"{dep.model.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
+               f"{c.vocab}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.context} positions")
+    if dep.quant_report:
+        worst = min(dep.quant_report, key=lambda r: r[2])
+        click.echo(f"quantization: {len(dep.quant_report)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
+                   f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
+    click.echo(f"flash {m['flash_bytes']:,} B (weights {m['weights_bytes']:,} + code estimate "
+               f"{m['code_bytes_estimate']:,}); SRAM {m['sram_bytes']:,} B (KV cache {m['kv_cache_bytes']:,} + "
+               f"arena {m['arena_bytes']:,}, {dep.planner})")
+    click.echo(f"wrote {len(dep.files)} files to {out_dir}/")
+
+
+@main.command("generate")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.argument("prompt")
+@click.option("--max-tokens", default=40, show_default=True, help="tokens to generate (greedy)")
+@click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
+              help="folder of the GPT-2 vocab.json and merges.txt (default: the output folder's copy)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def generate_cmd(out_dir, prompt, max_tokens, tokenizer, as_json):
+    """Build the language-model engine in OUT_DIR for this machine and continue PROMPT greedily."""
+    from .generate import generate
+
+    try:
+        result = generate(out_dir, prompt, max_tokens, tokenizer)
+    except DeployError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(prompt + result["text"])
+    click.echo(f"{result['tokens']} tokens generated after a {result['prompt_tokens']}-token prompt: "
+               f"{result['tokens_per_s']:,.0f} tokens/s on this machine", err=True)
 
 
 def _progress(quiet: bool):

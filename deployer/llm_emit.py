@@ -34,6 +34,7 @@ class LlmOptions:
     planner: str = "cpsat"
     time_limit_s: float = 5.0
     target: str = "host"
+    tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
 
 
 @dataclass(frozen=True)
@@ -150,12 +151,23 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     files = {f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),
              "inference_api.h": env.get_template("inference_api.h.j2").render(ctx)}
     manifest = dict(kind="gpt_neo", model=model.name, library=ident, target=options.target,
-                    config=dict(vars(c), attention=list(c.attention)), weights=options.weights, kv_cache=options.kv,
+                    config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)}, weights=options.weights, kv_cache=options.kv,
                     kv_group=kv_group, context=context, memory=memory,
                     arena=dict(bytes=plan.peak, planner=plan.method, status=plan.status, lower_bound=plan.lower_bound,
                                buffers=[dict(name=n, offset=offsets[n], size=size, first_op=first, last_op=last)
                                         for n, size, first, last, _ in buffers]),
                     quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                                   for n, r, s in report])
+    tokenizer = options.tokenizer or Path(path).parent
+    if (tokenizer / "vocab.json").exists() and (tokenizer / "merges.txt").exists():
+        for name in ("vocab.json", "merges.txt"):  # so that the folder runs `deploy generate` alone
+            files[f"tokenizer/{name}"] = (tokenizer / name).read_bytes()
+    elif options.tokenizer is not None:
+        raise UsageError(f"--tokenizer {tokenizer}: needs vocab.json and merges.txt")
+    id_map = Path(path).with_name("pruned_to_gpt2_ids.json")
+    if id_map.exists():  # a pruned vocabulary: model id i is GPT-2 id map[i]
+        files["token_ids.json"] = id_map.read_bytes()
+    manifest["eos_token_id"] = c.eos
+    manifest["tokenizer"] = "tokenizer/" if "tokenizer/vocab.json" in files else None
     files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
     return LlmDeployment(model, options, context, kv_group, offsets, plan.peak, plan.method, memory, report, files)

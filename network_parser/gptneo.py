@@ -29,6 +29,7 @@ class GptNeoConfig:
     window: int
     attention: tuple[str, ...]  # "global" | "local", per layer
     eps: float = 1e-5
+    eos: int | None = None  # the end-of-text token, when config.json names one inside the vocabulary
 
     @property
     def head_dim(self) -> int:
@@ -92,8 +93,11 @@ def _config(path: Path) -> GptNeoConfig:
         raise ModelFormatError(f"{cfg_path}: layer_norm_epsilon {eps!r} must be in (0, 1)")
     if cfg.get("tie_word_embeddings", True) is not True:
         raise UnsupportedOperator(f"{cfg_path}: an untied output head is not supported")
-    return GptNeoConfig(integer("vocab_size"), d, heads, layers, int(inner), integer("max_position_embeddings"),
-                        integer("window_size", 256), tuple(attention), float(eps))
+    vocab = integer("vocab_size")
+    eos = cfg.get("eos_token_id")
+    eos = eos if isinstance(eos, int) and not isinstance(eos, bool) and 0 <= eos < vocab else None
+    return GptNeoConfig(vocab, d, heads, layers, int(inner), integer("max_position_embeddings"),
+                        integer("window_size", 256), tuple(attention), float(eps), eos)
 
 
 def read_gptneo(path: str | Path) -> GptNeo:
