@@ -68,8 +68,34 @@ def main() -> None:
           f"{PUBLISHED['kv']:,} | | ~1 on the M7 | |")
     print(f"\nq4_0 / int4 against the published: flash {base[1] / PUBLISHED['flash']:.2f}x, SRAM "
           f"{base[4] / PUBLISHED['sram']:.2f}x, KV cache {base[5] / PUBLISHED['kv']:.2f}x")
-    print("instructions per token on the Cortex-M7: not measured yet (the language-model engine has no Cortex-M "
-          "build in this version)")
+    m7 = on_cortex_m7(args.model, args.context)
+    if m7 is None:
+        print("instructions per token on the Cortex-M7: QEMU or the Arm tools are missing (tests/install.sh)")
+    else:
+        n, macs, mem = m7
+        print(f"Cortex-M7 (QEMU mps2-an500), q4_0 / int4: {n:,} instructions for the token at position 1, "
+              f"{n / macs:.2f} per MAC ({macs:,} MACs in its matrices); ELF flash {mem['flash_bytes']:,} B, "
+              f"SRAM {mem['sram_bytes']:,} B (with the QEMU harness and a 4 KiB stack); at 160 MHz and one "
+              f"instruction per cycle, about {160e6 / n:.1f} tokens/s (the published: about 1)")
+
+
+def on_cortex_m7(model: Path, context: int):
+    """Instructions per token of the q4_0 / int4 engine on QEMU's Cortex-M7 board."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from backends import BACKENDS
+    from deployer import qemu
+
+    if qemu.missing_tools():
+        return None
+    dep = deploy_gptneo(model, LlmOptions(weights="q4_0", kv="int4", context=context, target="cortex-m7"))
+    elf = qemu.build_elf(SimpleNamespace(backend=BACKENDS["cortex-m7"], files=dep.files))
+    n, _ = qemu.instructions_per_inference(elf, np.array([1], np.int32).tobytes())
+    c = dep.model.config
+    macs = c.layers * (4 * c.d_model * c.d_model + 2 * c.d_model * c.inner) + c.vocab * c.d_model
+    return n, macs, qemu.elf_memory(elf.path)
 
 
 if __name__ == "__main__":

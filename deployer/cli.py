@@ -224,8 +224,6 @@ def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, 
     from .llm_emit import LlmOptions, deploy_gptneo
 
     try:
-        if target != "host":
-            raise UsageError(f"language models are built for the host for now, not '{target}'")
         dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
                                               time_limit_s=time_limit, tokenizer=tokenizer))
         write_output(dep.files, out_dir, force=force)

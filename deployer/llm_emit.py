@@ -8,17 +8,18 @@ planned by the same planners as a CNN's, the KV cache in .bss, and the engine's 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from backends import BACKENDS
 from network_parser.errors import UsageError
 from network_parser.gptneo import GptNeo, read_gptneo
 from solver.arena import ArenaProblem, Buffer, SolverConfig, plan_arena
 
 from . import gptneo_quant as Q
-from .emit import TEMPLATES, c_array, c_identifier
+from .emit import TEMPLATES, c_array, c_identifier, environment, qemu_files
 from .gptneo_golden import KV_LEVELS, kv_group_default
 
 import jinja2
@@ -81,6 +82,9 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     c = model.config
     if options.weights not in ("q4_0", "int8", "f32") or options.kv not in ("int8", "int4", "f32"):
         raise UsageError(f"--weights {options.weights} / --kv-cache {options.kv}: expected q4_0|int8|f32 and int8|int4|f32")
+    backend = BACKENDS.get(options.target)
+    if backend is None or not (backend.name == "host" or backend.qemu_machine):
+        raise UsageError(f"language models are built for the host or a Cortex-M target, not '{options.target}'")
     context = options.context or c.max_positions
     if not 1 <= context <= c.max_positions:
         raise UsageError(f"--context {context}: the model has {c.max_positions} positions")
@@ -150,6 +154,9 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     files = {f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),
              "inference_api.h": env.get_template("inference_api.h.j2").render(ctx)}
+    if backend.qemu_machine:  # the engine's qemu/ folder: build for the core's board, run on QEMU
+        llm_backend = replace(backend, cflags=(*backend.cflags, "-ffp-contract=off"))
+        files.update(qemu_files(environment(llm_backend), llm_backend, ident))
     manifest = dict(kind="gpt_neo", model=model.name, library=ident, target=options.target,
                     config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)}, weights=options.weights, kv_cache=options.kv,
                     kv_group=kv_group, context=context, memory=memory,
