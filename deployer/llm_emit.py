@@ -149,7 +149,10 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                buffers=[dict(macro=n, offset=offsets[n], comment=f"{size} B, ops {first}..{last}: {what}")
                         for n, size, first, last, what in buffers if n not in ("TOKEN", "XQ", "XS")],
                token_offset=offsets["TOKEN"], xq_offset=offsets["XQ"], xs_offset=offsets["XS"],
-               constants=constants, blocks=blocks)
+               constants=constants, blocks=blocks,
+               dsp=backend.kernels == "smlad" and options.weights == "q4_0",
+               max_blocks=max(c.d_model, c.inner) // Q.BLOCK,
+               core_flags=" ".join(f for f in backend.cflags if f.startswith(("-mcpu", "-mthumb", "-mfloat-abi", "-mfpu"))))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES / "llm")), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     files = {f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),

@@ -112,20 +112,26 @@ def test_guarded_engine_on_qemu(target, l1):
     assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, seed) for seed in range(2)])
 
 
-def test_gptneo_engine_on_the_m7():
-    """The language-model engine (q4_0 weights, int4 KV sliding at 5 positions) cross-compiled
-    with -Werror for the Cortex-M7 and run on QEMU: the numpy executor's logits to 1e-5."""
+@pytest.mark.parametrize("which", ["tiny_random", "odd_vocabulary"])
+def test_gptneo_engine_on_the_m7(which, tmp_path):
+    """The language-model engine (q4_0 weights on the SMLAD matvec, two rows at a time; int4 KV
+    sliding at 5 positions) cross-compiled with -Werror for the Cortex-M7 and run on QEMU: the
+    numpy executor's logits to 1e-5; a vocabulary of 63 leaves the head an odd last row."""
     from types import SimpleNamespace
 
     from backends import BACKENDS
     from deployer.gptneo_golden import Session
     from deployer.llm_emit import LlmOptions, deploy_gptneo
+    from network_parser.gptneo import read_gptneo
+    from tests import gptneo_builder as gb
     from tests.unit.test_gptneo import TINY, rel_err
     from tests.unit.test_gptneo import shared as shared_llm
 
-    m = shared_llm(TINY)
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5, target="cortex-m7"))
-    ids = np.load(TINY / "ref_input_ids.npy")[:7].astype(np.int32)
+    path = TINY / "model.safetensors" if which == "tiny_random" else gb.write(tmp_path, gb.config(vocab=63))
+    m = shared_llm(TINY) if which == "tiny_random" else read_gptneo(path)
+    dep = deploy_gptneo(path, LlmOptions(weights="q4_0", kv="int4", context=5, target="cortex-m7"))
+    assert "__smlad" in next(t for n, t in dep.files.items() if n.endswith("_engine.c"))
+    ids = np.random.default_rng(0).integers(0, m.config.vocab, 7).astype(np.int32)
     out = qemu.run(qemu.build_elf(SimpleNamespace(backend=BACKENDS["cortex-m7"], files=dep.files)), ids.tobytes()).output
     s = Session(m, context=5, weights="q4_0", kv="int4", kv_group=dep.kv_group)
     assert rel_err(np.frombuffer(out, np.float32).reshape(len(ids), -1), np.stack([s.step(int(t)) for t in ids])) < 1e-5
