@@ -169,6 +169,9 @@ def main() -> None:
 @click.option("--tokenizer", "llm_tokenizer", type=click.Path(path_type=Path), default=None,
               help=".safetensors language models: the folder of the GPT-2 vocab.json and merges.txt copied into the "
               "output for deploy generate (default: the model's folder)")
+@click.option("--prune-vocab", "llm_prune", type=click.Path(path_type=Path), default=None,
+              help=".safetensors language models: a JSON list of the token ids to keep (embedding and head rows); "
+              "out/token_ids.json maps the engine's ids back")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 @click.option("--auto-optimize", is_flag=True,
@@ -177,13 +180,13 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
               kernels, input_layout, output_layout, input_type, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
-              llm_context, llm_tokenizer, dump_ir, dump_plan, auto_optimize, as_json, quiet):
+              llm_context, llm_tokenizer, llm_prune, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
     if Path(model).suffix.lower() == ".safetensors":
         return _build_llm(model, out_dir, force, target, planner, time_limit, llm_weights, llm_kv, llm_context,
-                          llm_tokenizer, quiet)
+                          llm_tokenizer, llm_prune, quiet)
     try:
         start = time.perf_counter()
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -219,13 +222,14 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
 QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 of Gaussian weights: about 21 dB)
 
 
-def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, context, tokenizer, quiet) -> None:
+def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, context, tokenizer, prune,
+               quiet) -> None:
     """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
     from .llm_emit import LlmOptions, deploy_gptneo
 
     try:
         dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
-                                              time_limit_s=time_limit, tokenizer=tokenizer))
+                                              time_limit_s=time_limit, tokenizer=tokenizer, prune_vocab=prune))
         write_output(dep.files, out_dir, force=force)
     except DeployError as e:
         _fail(e)
@@ -235,8 +239,11 @@ def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, 
     if quiet:
         return
     c, m = dep.model.config, dep.memory
+    pruned = json.loads(dep.files["manifest.json"]).get("pruned_vocabulary")
+    note = f" (pruned from {pruned['of']})" if pruned else ""
     click.echo(f"{dep.model.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
-               f"{c.vocab}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.context} positions")
+               f"{c.vocab}{note}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.context} "
+               f"positions")
     if dep.quant_report:
         worst = min(dep.quant_report, key=lambda r: r[2])
         click.echo(f"quantization: {len(dep.quant_report)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "

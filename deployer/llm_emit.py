@@ -36,6 +36,7 @@ class LlmOptions:
     time_limit_s: float = 5.0
     target: str = "host"
     tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
+    prune_vocab: Path | None = None  # a JSON list of the token ids to keep (the model's own ids)
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,29 @@ def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
     return (b[:, :, 0, :] | (b[:, :, 1, :] << 4)).astype(np.uint8).reshape(-1)
 
 
+def prune_vocabulary(model: GptNeo, file: Path) -> tuple[GptNeo, list[int]]:
+    """The model with only the listed token ids (in their sorted order): the embedding and the
+    tied head keep those rows. Returns the kept ids: new id i is old id kept[i]."""
+    try:
+        ids = json.loads(Path(file).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--prune-vocab {file}: not a readable JSON list of token ids ({e})") from None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise UsageError(f"--prune-vocab {file}: expected a non-empty JSON list of integer token ids")
+    bad = [i for i in ids if not 0 <= i < model.config.vocab]
+    if bad:
+        raise UsageError(f"--prune-vocab {file}: token {bad[0]} is outside the vocabulary of {model.config.vocab}")
+    kept = sorted(set(ids))
+    eos = model.config.eos
+    config = replace(model.config, vocab=len(kept), eos=kept.index(eos) if eos in kept else None)
+    return replace(model, config=config, wte=np.ascontiguousarray(model.wte[kept])), kept
+
+
 def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     model = read_gptneo(path)
+    kept, original_vocab = None, model.config.vocab
+    if options.prune_vocab is not None:
+        model, kept = prune_vocabulary(model, options.prune_vocab)
     c = model.config
     if options.weights not in ("q4_0", "int8", "f32") or options.kv not in ("int8", "int4", "f32"):
         raise UsageError(f"--weights {options.weights} / --kv-cache {options.kv}: expected q4_0|int8|f32 and int8|int4|f32")
@@ -175,8 +197,12 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     elif options.tokenizer is not None:
         raise UsageError(f"--tokenizer {tokenizer}: needs vocab.json and merges.txt")
     id_map = Path(path).with_name("pruned_to_gpt2_ids.json")
-    if id_map.exists():  # a pruned vocabulary: model id i is GPT-2 id map[i]
-        files["token_ids.json"] = id_map.read_bytes()
+    to_gpt2 = json.loads(id_map.read_text()) if id_map.exists() else None  # model id i is GPT-2 id map[i]
+    if kept is not None:  # --prune-vocab: engine id i is the checkpoint's id kept[i]
+        to_gpt2 = [to_gpt2[k] for k in kept] if to_gpt2 is not None else kept
+        manifest["pruned_vocabulary"] = dict(kept=len(kept), of=original_vocab)
+    if to_gpt2 is not None:
+        files["token_ids.json"] = json.dumps(to_gpt2) + "\n"
     manifest["eos_token_id"] = c.eos
     manifest["tokenizer"] = "tokenizer/" if "tokenizer/vocab.json" in files else None
     files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"

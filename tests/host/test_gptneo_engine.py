@@ -99,3 +99,37 @@ def test_generate_refuses_folders_it_cannot_run(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": 1, "model": "x"}))
     r = CliRunner().invoke(main, ["generate", str(tmp_path), "hello"])
     assert r.exit_code == 2 and "deploy generate runs language models" in r.stderr
+
+
+def test_pruned_vocabulary_keeps_the_greedy_continuation(tmp_path):
+    """--prune-vocab with the prompt's and the f32 continuation's tokens: the argmax over the
+    kept rows is the same token, so generation is unchanged; the head and embedding shrink."""
+    m = shared(TALK)
+    if not (TOKENIZER / "vocab.json").exists():
+        pytest.skip(f"{TOKENIZER} is not present on this machine")
+    prompt = talk_ids("Once upon a time")
+    ref = greedy(m, prompt, 20)
+    keep = tmp_path / "keep.json"
+    keep.write_text(json.dumps(sorted(set(prompt + ref)) + [m.config.eos]))
+    full, pruned = tmp_path / "full", tmp_path / "pruned"
+    for out, extra in ((full, []), (pruned, ["--prune-vocab", str(keep)])):
+        r = CliRunner().invoke(main, [str(TALK / "model.safetensors"), "--kv-cache", "int8", "-o", str(out),
+                                      "--tokenizer", str(TOKENIZER), *extra])
+        assert r.exit_code == 0, r.output
+    a, b = (json.loads((f / "manifest.json").read_text()) for f in (full, pruned))
+    assert b["pruned_vocabulary"] == {"kept": len(set(prompt + ref + [m.config.eos])), "of": m.config.vocab}
+    assert b["memory"]["flash_bytes"] < a["memory"]["flash_bytes"] - 1_000_000
+    results = [json.loads(CliRunner().invoke(main, ["generate", str(f), "Once upon a time", "--max-tokens", "20",
+                                                     "--json"]).stdout) for f in (full, pruned)]
+    assert results[0]["text"] == results[1]["text"]
+
+
+def test_prune_vocab_errors_are_named(tmp_path):
+    shared(TINY)
+    keep = tmp_path / "keep.json"
+    for content, message in (("[1, 2, 99999]", "token 99999 is outside the vocabulary of 512"),
+                             ("{}", "expected a non-empty JSON list"), ("[", "not a readable JSON list")):
+        keep.write_text(content)
+        r = CliRunner().invoke(main, [str(TINY / "model.safetensors"), "-o", str(tmp_path / "o"), "--prune-vocab",
+                                      str(keep)])
+        assert r.exit_code == 2 and message in r.stderr, r.stderr
