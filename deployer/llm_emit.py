@@ -173,6 +173,8 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                token_offset=offsets["TOKEN"], xq_offset=offsets["XQ"], xs_offset=offsets["XS"],
                constants=constants, blocks=blocks,
                dsp=backend.kernels == "smlad" and options.weights == "q4_0",
+               matvec_shapes=sorted({(c.d_model, c.d_model), (c.inner, c.d_model), (c.d_model, c.inner),
+                                     (c.vocab, c.d_model)}),
                max_blocks=max(c.d_model, c.inner) // Q.BLOCK,
                core_flags=" ".join(f for f in backend.cflags if f.startswith(("-mcpu", "-mthumb", "-mfloat-abi", "-mfpu"))))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES / "llm")), undefined=jinja2.StrictUndefined,
