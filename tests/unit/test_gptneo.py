@@ -5,6 +5,7 @@ the float32 rounding of a different summation order) and its quantized paths."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,3 +253,20 @@ def test_sliding_kv_window_drops_the_oldest_positions(tmp_path):
         s2 = Session(m)
         for t in range(17):
             s2.step(1)
+
+
+@pytest.mark.parametrize("weights, kv, prune", [("q4_0", "int4", False), ("int8", "int8", True), ("f32", "f32", False)])
+def test_language_model_manifest_follows_its_schema(tmp_path, weights, kv, prune):
+    import jsonschema
+
+    from deployer.llm_emit import LlmOptions, deploy_gptneo
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "deployer" / "llm_manifest.schema.json").read_text())
+    path = gb.write(tmp_path)
+    keep = None
+    if prune:
+        keep = tmp_path / "keep.json"
+        keep.write_text("[1, 5, 9, 40]")
+    manifest = json.loads(deploy_gptneo(path, LlmOptions(weights=weights, kv=kv, prune_vocab=keep)).files["manifest.json"])
+    jsonschema.validate(manifest, schema)
+    assert (manifest.get("pruned_vocabulary") is not None) == prune
