@@ -10,9 +10,6 @@ runs through the `deploy` command in a subprocess under a 2 GiB address-space li
 from __future__ import annotations
 
 import argparse
-import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,9 +21,8 @@ if str(ROOT) not in sys.path:
 
 from tests.fuzz.campaign import campaign  # noqa: E402
 from tests.fuzz.findings import FIXED  # noqa: E402
-from tests.hostile import CASES  # noqa: E402
+from tests.hostile import CASES, LIMIT_BYTES, run_deploy  # noqa: E402
 
-LIMIT_BYTES = 2 << 30
 
 
 def table(headers: list[str], rows: list[list], right: set[int] = frozenset()) -> str:
@@ -54,28 +50,17 @@ def fuzz_rows(readers: list[str], seconds: float, work: Path) -> tuple[list[list
     return rows, found
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
-
-
 def run_case(case, work: Path) -> list:
     """One hostile model through the deploy command: its exit status, time, peak memory, error."""
     model = work / f"hostile{case.suffix}"
     model.write_bytes(case.make())
-    start = time.monotonic()
-    with open(work / "stderr.txt", "w+") as err_file:
-        proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", str(model), "-o", str(work / "out"), "-q"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err_file, preexec_fn=_limit)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
-        err_file.seek(0)
-        err = err_file.read().strip()
-    wall = time.monotonic() - start
-    returncode = os.waitstatus_to_exitcode(status)
+    returncode, err, wall, peak_kib = run_deploy(model, work / "out", timeout=300)
+    err = err.strip()
     line = err.splitlines()[-1] if err else "(no error)"
     ok = (returncode == 1 and len(err.splitlines()) == 1 and line.startswith(f"error: {case.kind}: ")
           and case.where in line and not (work / "out").exists())
     message = line.split(": ", 2)[-1].replace(str(model), model.name)
-    return [case.name, case.suffix[1:], returncode, case.kind, f"{wall:.1f}", f"{usage.ru_maxrss / 1024:.0f}",
+    return [case.name, case.suffix[1:], returncode, case.kind, f"{wall:.1f}", f"{peak_kib / 1024:.0f}",
             "yes" if ok else "NO", message[:110] + ("…" if len(message) > 110 else "")]
 
 
@@ -102,7 +87,8 @@ def main() -> None:
     if not args.no_hostile:
         hostile = [run_case(case, work) for case in CASES]
         bad = sum(r[6] != "yes" for r in hostile)
-        print(f"\n## Hostile models ({len(hostile)}): the deploy command under a 2 GiB address-space limit\n")
+        print(f"\n## Hostile models ({len(hostile)}): the deploy command under a {LIMIT_BYTES >> 30} GiB "
+              f"address-space limit\n")
         print(table(["case", "format", "exit", "error", "s", "peak MiB", "as expected", "message"], hostile,
                     right={2, 4, 5}))
         print(f"\n{len(hostile) - bad} of {len(hostile)} hostile cases get the expected one-line error")

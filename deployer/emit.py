@@ -15,7 +15,7 @@ from layer_analyzer import simd
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align
 from network_parser.ir import Graph, Tensor
-from network_parser.lifetimes import Lifetime, scratch_key
+from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -53,12 +53,17 @@ def c_array(values, per_line: int = 16) -> str:
     return ",\n".join("    " + ", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
 
 
+def core_flags(backend: Backend) -> str:
+    """The flags that select the core, for an engine's #error when it is compiled for another."""
+    return " ".join(f for f in backend.cflags if f.startswith(("-mcpu", "-mthumb", "-mfloat-abi", "-mfpu")))
+
+
 def environment(backend: Backend) -> jinja2.Environment:
-    return _environment(tuple(d for d in (backend.template_dir, backend.template_fallback) if d is not None))
+    return template_environment(tuple(d for d in (backend.template_dir, backend.template_fallback) if d is not None))
 
 
 @functools.lru_cache(maxsize=None)
-def _environment(dirs: tuple[str, ...]) -> jinja2.Environment:
+def template_environment(dirs: tuple[str, ...]) -> jinja2.Environment:
     """One environment per template path, kept: it caches the compiled templates (compiling
     them took most of a small model's emit time)."""
     env = jinja2.Environment(
@@ -473,7 +478,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
                l1_attribute=backend.l1_attribute, engine_note=backend.engine_note,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=rtos, stack=stack_need(layers),
-               core_flags=" ".join(f for f in backend.cflags if f.startswith(("-mcpu", "-mthumb", "-mfloat-abi", "-mfpu"))),
+               core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
@@ -503,11 +508,8 @@ def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, ma
     its largest tensor, written before its first op (``first``) and checked after each op while
     it lives. A buffer whose life begins inside a patch stage is left out: the stage runs its
     ops once per patch, and the bytes around it belong to others between its uses."""
-    groups: dict[int, list[Lifetime]] = {}
-    for lt in lives:
-        groups.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
     regions = []
-    for owner, members in groups.items():
+    for owner, members in owner_groups(lives).items():
         first, last = min(m.first_op for m in members), max(m.last_op for m in members)
         if patch is not None and patch.stage.start < first <= patch.stage.end:
             continue

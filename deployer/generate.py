@@ -2,19 +2,16 @@
 this machine, tokenize the prompt with the GPT-2 BPE files, decode greedily, time it."""
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import struct
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from network_parser.errors import DeployError, UsageError
 
 from .tokenizer import Gpt2Tokenizer
-from .verify import CACHE, BuildError
+from .verify import BuildError, compile_files
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "generate_main.c"
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
@@ -33,24 +30,8 @@ def _manifest(out_dir: Path) -> dict:
 
 def build(out_dir: Path, manifest: dict) -> Path:
     """The engine and the generation harness compiled with the host gcc (cached by their sources)."""
-    sources = [out_dir / f"{manifest['library']}_engine.c", out_dir / "inference_api.h", HARNESS]
-    digest = hashlib.sha256(" ".join(("gcc",) + CFLAGS).encode())
-    for p in sources:
-        digest.update(p.name.encode() + b"\0" + p.read_bytes())
-    exe = CACHE / f"generate-{digest.hexdigest()[:24]}"
-    if exe.exists():
-        return exe
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="gen-", dir=CACHE))
-    try:
-        proc = subprocess.run(["gcc", *CFLAGS, "-I", str(out_dir), str(sources[0]), str(HARNESS), "-o", str(tmp / "e")],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise BuildError(f"gcc failed on the generated engine:\n{proc.stderr[-4000:]}")
-        (tmp / "e").rename(exe)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return exe
+    names = (f"{manifest['library']}_engine.c", "inference_api.h")
+    return compile_files({n: (out_dir / n).read_bytes() for n in names}, "gcc", CFLAGS, HARNESS)
 
 
 def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None = None) -> dict:

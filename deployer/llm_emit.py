@@ -19,10 +19,9 @@ from network_parser.gptneo import GptNeo, read_gptneo
 from solver.arena import ArenaProblem, Buffer, SolverConfig, plan_arena
 
 from . import gptneo_quant as Q
-from .emit import TEMPLATES, c_array, c_identifier, environment, qemu_files
+from .emit import c_array, c_identifier, core_flags, environment, qemu_files, template_environment
 from .gptneo_golden import KV_LEVELS, kv_group_default
 
-import jinja2
 
 CODE_BYTES_ESTIMATE = 6 * 1024  # the engine's functions (measured: 4.5-5.5 KB at -O2 on x86-64)
 
@@ -176,9 +175,8 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                matvec_shapes=sorted({(c.d_model, c.d_model), (c.inner, c.d_model), (c.d_model, c.inner),
                                      (c.vocab, c.d_model)}),
                max_blocks=max(c.d_model, c.inner) // Q.BLOCK,
-               core_flags=" ".join(f for f in backend.cflags if f.startswith(("-mcpu", "-mthumb", "-mfloat-abi", "-mfpu"))))
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES / "llm")), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+               core_flags=core_flags(backend))
+    env = template_environment(("llm",))
     files = {f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),
              "inference_api.h": env.get_template("inference_api.h.j2").render(ctx)}
     if backend.qemu_machine:  # the engine's qemu/ folder: build for the core's board, run on QEMU

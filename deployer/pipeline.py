@@ -10,7 +10,7 @@ from layer_analyzer import simd
 from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
 from network_parser.ir import Graph
 from network_parser.inplace import plan_in_place
-from network_parser.lifetimes import Lifetime, lifetimes
+from network_parser.lifetimes import Lifetime, lifetimes, owner_groups
 from network_parser.rewrites import apply_rewrites
 from network_parser.onnx_reader import read_onnx
 from network_parser.tflite_reader import read_tflite
@@ -113,9 +113,7 @@ def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tupl
     """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
     over time: at each op, the largest of them alive. ``guard`` bytes of canary on each side
     make a buffer a rectangle of its largest height plus both canaries."""
-    members: dict[int, list[Lifetime]] = {}
-    for lt in lives:
-        members.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
+    members = owner_groups(lives)
     buffers, owners = [], []
     for lt in lives:
         if lt.alias_of is not None:
@@ -149,7 +147,7 @@ def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan, gu
 
 def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
     """(name, group, first op, last op, offset, size) per tensor, for the tensor-level plan check."""
-    return [(lt.name, lt.alias_of if lt.alias_of is not None else lt.tensor, lt.first_op, lt.last_op,
+    return [(lt.name, lt.owner, lt.first_op, lt.last_op,
              offsets[lt.tensor], lt.size) for lt in lives]
 
 

@@ -64,28 +64,35 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
 
     ``cc`` / ``cflags`` replace the backend's compiler and flags (e.g. the host gcc for a
     target's engine built against an emulation of its runtime); ``extra_sources`` are compiled
-    and linked in. The cache key covers the compiler, every flag, every source and the files
-    of every ``-I`` directory named in the flags."""
-    cc = cc or dep.backend.cc
+    and linked in."""
     flags = [*(dep.backend.cflags if cflags is None else cflags), *extra_flags]
     if sanitize:
         flags = [f for f in flags if not f.startswith("-O")] + list(SANITIZE_FLAGS)
     if trace:
         flags.append("-DINFERENCE_TRACE")
-    digest = files_digest(dep.files)
-    digest.update(HARNESS.read_bytes() + " ".join([cc, *flags]).encode())
+    exe = compile_files(dep.files, cc or dep.backend.cc, tuple(flags), HARNESS, tuple(extra_sources))
+    return Engine(exe, dep.graph, trace)
+
+
+def compile_files(files: dict, cc: str, flags: tuple[str, ...], harness: Path,
+                  extra_sources: tuple[Path, ...] = ()) -> Path:
+    """An executable of the files' top-level .c sources, ``harness`` and ``extra_sources``,
+    cached: the key covers the compiler, every flag, every source and the files of every
+    ``-I`` directory named in the flags."""
+    digest = files_digest(files)
+    digest.update(harness.read_bytes() + " ".join([cc, *flags]).encode())
     includes = [f[2:] or nxt for f, nxt in zip(flags, [*flags[1:], ""]) if f.startswith("-I")]
     for path in [*map(Path, extra_sources), *(f for d in includes for f in sorted(Path(d).glob("*")) if f.is_file())]:
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     folder = CACHE / digest.hexdigest()[:24]
     exe = folder / "engine"
     if exe.exists():
-        return Engine(exe, dep.graph, trace)
+        return exe
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
     try:
-        write_files(dep.files, tmp)
-        sources = [str(tmp / n) for n in dep.files if n.endswith(".c") and "/" not in n] + [str(HARNESS), *map(str, extra_sources)]
+        write_files(files, tmp)
+        sources = [str(tmp / n) for n in files if n.endswith(".c") and "/" not in n] + [str(harness), *map(str, extra_sources)]
         cmd = [cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -97,7 +104,7 @@ def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Engine(exe, dep.graph, trace)
+    return exe
 
 
 def samples_payload(graph: Graph, samples: list[list[np.ndarray]]) -> bytes:

@@ -24,6 +24,19 @@ class Lifetime:
     last_op: int
     alias_of: int | None  # tensor whose bytes this one reuses
 
+    @property
+    def owner(self) -> int:
+        """The tensor (or scratch key) whose buffer holds these bytes."""
+        return self.tensor if self.alias_of is None else self.alias_of
+
+
+def owner_groups(lives: list[Lifetime]) -> dict[int, list[Lifetime]]:
+    """Lifetimes by the buffer that holds their bytes, in first-seen order."""
+    groups: dict[int, list[Lifetime]] = {}
+    for lt in lives:
+        groups.setdefault(lt.owner, []).append(lt)
+    return groups
+
 
 def scratch_key(layer: int) -> int:
     return -1 - layer
@@ -69,11 +82,8 @@ def lifetimes(graph: Graph, reuses: tuple[Reuse, ...] | None = None) -> list[Lif
 def live_bytes_per_op(lives: list[Lifetime], n_ops: int) -> list[int]:
     """Bytes live at every op (the arena's lower bound is the largest): per owner of bytes, the
     largest of the tensors sharing them that is alive."""
-    groups: dict[int, list[Lifetime]] = {}
-    for lt in lives:
-        groups.setdefault(lt.tensor if lt.alias_of is None else lt.alias_of, []).append(lt)
     live = [0] * n_ops
-    for members in groups.values():
+    for members in owner_groups(lives).values():
         for k in range(min(m.first_op for m in members), max(m.last_op for m in members) + 1):
             live[k] += max((m.size for m in members if m.first_op <= k <= m.last_op), default=0)
     return live

@@ -9,7 +9,15 @@ the ``deploy`` command under a memory limit and a timeout; bench/robustness_repo
 from __future__ import annotations
 
 import functools
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -24,6 +32,35 @@ class Case:
     make: Callable[[], bytes]
     kind: str
     where: str
+
+
+LIMIT_BYTES = 2 << 30  # the address space the deploy command gets
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
+
+
+def run_deploy(model: Path, out: Path, timeout: float = 120) -> tuple[int, str, float, int]:
+    """``deploy MODEL -o OUT`` in a subprocess under the memory limit, killed after ``timeout``
+    seconds (TimeoutError): (exit status, stderr, seconds, peak resident KiB of that process)."""
+    root = Path(__file__).resolve().parents[1]
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", str(model), "-o", str(out)], cwd=root,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True, preexec_fn=_limit_memory)
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+        finally:
+            killer.cancel()
+        err.seek(0)
+        text = err.read()
+    wall = time.monotonic() - start
+    if wall >= timeout:
+        raise TimeoutError(f"deploy {model.name} was still running after {timeout:g} s")
+    return os.waitstatus_to_exitcode(status), text, wall, usage.ru_maxrss
 
 
 # ---- .tflite: a conv -> pool -> reshape -> fc model, tampered before serialization ---------

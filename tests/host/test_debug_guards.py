@@ -37,7 +37,7 @@ def guarded(rel: str, **options):
 def test_guarded_engine_is_bit_exact_under_sanitizers(name, rel, options):
     dep = guarded(rel, **options)
     plain = deploy(shared_model(rel), Options(**options))
-    buffers = len({lt.alias_of if lt.alias_of is not None else lt.tensor for lt in dep.lives})
+    buffers = len({lt.owner for lt in dep.lives})
     assert plain.plan.peak < dep.plan.peak <= plain.plan.peak + buffers * (2 * GUARD_BYTES + 16)
     engine = next(t for n, t in dep.files.items() if n.endswith("_engine.c"))
     assert "guard_check(" in engine and "INFERENCE_GUARD_FAILED" in dep.files["inference_api.h"]
@@ -69,34 +69,32 @@ def _macro(text: str, tensor: int) -> str:
     return re.search(rf"^#define (T{tensor}_\w+) \d+", text, re.M).group(1)
 
 
+def _inject(dep, op: int, statement) -> tuple[dict, str]:
+    """The engine's files with ``statement(macro, size)`` run first in op ``op``'s function,
+    where ``macro`` names the buffer holding the op's output and ``size`` is its bytes."""
+    name = _engine_name(dep)
+    text = dep.files[name]
+    owner = next(lt for lt in dep.lives if lt.tensor == dep.graph.layers[op].outputs[0]).owner
+    macro = _macro(text, owner)
+    size = max(lt.size for lt in dep.lives if lt.owner == owner)
+    func = re.search(rf"^static void (op{op}_\w+)\(void\)\s*\{{", text, re.M)
+    bad = text[:func.end()] + f"\n    {statement(macro, size)} /* injected */" + text[func.end():]
+    return {**dep.files, name: bad}, macro
+
+
 def test_a_write_past_a_buffer_is_caught_and_named():
     """One byte written just past op 3's output: the engine stops after op 3 and names the buffer."""
     dep = guarded(KWS)
-    name = _engine_name(dep)
-    text = dep.files[name]
-    out = dep.graph.layers[3].outputs[0]
-    life = next(lt for lt in dep.lives if lt.tensor == out)
-    owner = out if life.alias_of is None else life.alias_of  # the buffer holding op 3's output
-    macro = _macro(text, owner)
-    func = re.search(rf"^static void (op3_\w+)\(void\)\s*\{{", text, re.M)
-    size = max(lt.size for lt in dep.lives if owner in (lt.tensor, lt.alias_of))
-    bad = text[:func.end()] + f"\n    arena[{macro} + {size}] ^= 1u; /* injected overflow */" + text[func.end():]
-    engine = build_engine(replace(dep, files={**dep.files, name: bad}))
+    files, macro = _inject(dep, 3, lambda macro, size: f"arena[{macro} + {size}] ^= 1u;")
     with pytest.raises(BuildError, match=rf"status 6: guard: after op 3: {macro}"):
-        run_engine(engine, [random_inputs(dep.graph, 0)])
+        run_engine(build_engine(replace(dep, files=files)), [random_inputs(dep.graph, 0)])
 
 
 def test_a_write_before_a_buffer_is_caught():
     dep = guarded(KWS)
-    name = _engine_name(dep)
-    text = dep.files[name]
-    out = dep.graph.layers[2].outputs[0]
-    life = next(lt for lt in dep.lives if lt.tensor == out)
-    macro = _macro(text, out if life.alias_of is None else life.alias_of)
-    func = re.search(r"^static void (op2_\w+)\(void\)\s*\{", text, re.M)
-    bad = text[:func.end()] + f"\n    arena[{macro} - 1] ^= 1u;" + text[func.end():]
+    files, macro = _inject(dep, 2, lambda macro, size: f"arena[{macro} - 1] ^= 1u;")
     with pytest.raises(BuildError, match=rf"guard: after op 2: {macro}"):
-        run_engine(build_engine(replace(dep, files={**dep.files, name: bad})), [random_inputs(dep.graph, 0)])
+        run_engine(build_engine(replace(dep, files=files)), [random_inputs(dep.graph, 0)])
 
 
 def test_a_copy_out_of_bounds_is_refused_and_named():

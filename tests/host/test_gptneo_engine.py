@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from deployer.cli import main
 from deployer.gptneo_golden import Session
 from deployer.llm_emit import LlmOptions, deploy_gptneo
-from deployer.verify import CACHE, SANITIZE_FLAGS, files_digest, write_files
+from deployer.verify import SANITIZE_FLAGS, compile_files
 from tests.unit.test_gptneo import TALK, TINY, TOKENIZER, greedy, rel_err, shared, talk_ids
 
 HARNESS = Path(__file__).resolve().parents[2] / "deployer" / "harness" / "verify_main.c"
@@ -28,17 +28,7 @@ FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 
 def build(dep, sanitize=False) -> Path:
     flags = [f for f in FLAGS if not f.startswith("-O")] + list(SANITIZE_FLAGS) if sanitize else list(FLAGS)
-    digest = files_digest(dep.files)
-    digest.update(HARNESS.read_bytes() + " ".join(flags).encode())
-    exe = CACHE / f"llm-{digest.hexdigest()[:24]}"
-    if not exe.exists():
-        folder = CACHE / f"llm-src-{digest.hexdigest()[:24]}"
-        folder.mkdir(parents=True, exist_ok=True)
-        write_files(dep.files, folder)
-        engine = next(folder / n for n in dep.files if n.endswith("_engine.c"))
-        subprocess.run(["gcc", *flags, "-I", str(folder), str(engine), str(HARNESS), "-o", str(exe)], check=True,
-                       capture_output=True, text=True)
-    return exe
+    return compile_files(dep.files, "gcc", tuple(flags), HARNESS)
 
 
 def run(exe: Path, ids) -> np.ndarray:

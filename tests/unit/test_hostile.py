@@ -2,36 +2,21 @@
 no output folder, within a memory limit (2 GiB of address space) and a timeout."""
 from __future__ import annotations
 
-import resource
-import subprocess
-import sys
-
 import pytest
 
 from tests.fuzz.harness import ROOT
-from tests.hostile import CASES
-
-LIMIT_BYTES = 2 << 30
-
-
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
-
-
-def run_deploy(model, out, *flags, timeout=120):
-    return subprocess.run([sys.executable, "-m", "deployer.cli", str(model), "-o", str(out), *flags],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, preexec_fn=_limit_memory)
+from tests.hostile import CASES, run_deploy
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_model(case, tmp_path):
     model = tmp_path / f"model{case.suffix}"
     model.write_bytes(case.make())
-    run = run_deploy(model, tmp_path / "out")
-    assert run.returncode == 1, run.stderr
-    assert "Traceback" not in run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {case.kind}: "), run.stderr
+    status, stderr, _, _ = run_deploy(model, tmp_path / "out")
+    assert status == 1, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {case.kind}: "), stderr
     assert case.where in lines[0]
     assert not (tmp_path / "out").exists()
 
