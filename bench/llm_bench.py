@@ -93,7 +93,7 @@ def on_cortex_m7(model: Path, context: int):
     dep = deploy_gptneo(model, LlmOptions(weights="q4_0", kv="int4", context=context, target="cortex-m7"))
     elf = qemu.build_elf(SimpleNamespace(backend=BACKENDS["cortex-m7"], files=dep.files))
     n, _ = qemu.instructions_per_inference(elf, np.array([1], np.int32).tobytes())
-    c = dep.model.config
+    c = dep.graph.config
     macs = c.layers * (4 * c.d_model * c.d_model + 2 * c.d_model * c.inner) + c.vocab * c.d_model
     return n, macs, qemu.elf_memory(elf.path)
 

@@ -186,7 +186,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
 
     if Path(model).suffix.lower() == ".safetensors":
         return _build_llm(model, out_dir, force, target, planner, time_limit, llm_weights, llm_kv, llm_context,
-                          llm_tokenizer, llm_prune, quiet)
+                          llm_tokenizer, llm_prune, debug_guards, dump_ir, dump_plan, quiet)
     try:
         start = time.perf_counter()
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -223,13 +223,22 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 
 
 def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, context, tokenizer, prune,
-               quiet) -> None:
+               debug_guards, dump_ir, dump_plan, quiet) -> None:
     """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
+    from network_parser.transformer_ir import op_summary
+
     from .llm_emit import LlmOptions, deploy_gptneo
 
     try:
         dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
-                                              time_limit_s=time_limit, tokenizer=tokenizer, prune_vocab=prune))
+                                              time_limit_s=time_limit, tokenizer=tokenizer, prune_vocab=prune,
+                                              debug_guards=debug_guards))
+        if dump_ir:
+            for k, op in enumerate(dep.graph.ops):
+                click.echo(f"{k:4d}  {op_summary(op)}")
+        if dump_plan:
+            for b in json.loads(dep.files["manifest.json"])["arena"]["buffers"]:
+                click.echo(f"{b['name']:8s} offset {b['offset']:8,d}  {b['size']:8,d} B  ops {b['first_op']}..{b['last_op']}")
         write_output(dep.files, out_dir, force=force)
     except DeployError as e:
         _fail(e)
@@ -238,10 +247,10 @@ def _build_llm(model, out_dir, force, target, planner, time_limit, weights, kv, 
             click.echo(f"warning: {name}: {weights} weights at {snr:.1f} dB SNR (RMSE {rmse:.3g})", err=True)
     if quiet:
         return
-    c, m = dep.model.config, dep.memory
+    c, m = dep.graph.config, dep.memory
     pruned = json.loads(dep.files["manifest.json"]).get("pruned_vocabulary")
     note = f" (pruned from {pruned['of']})" if pruned else ""
-    click.echo(f"{dep.model.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
+    click.echo(f"{dep.graph.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
                f"{c.vocab}{note}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.context} "
                f"positions")
     if dep.quant_report:

@@ -8,6 +8,7 @@ planned by the same planners as a CNN's, the KV cache in .bss, and the engine's 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -16,11 +17,14 @@ import numpy as np
 from backends import BACKENDS
 from network_parser.errors import UsageError
 from network_parser.gptneo import GptNeo, read_gptneo
+from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
+                                           TransformerGraph, lifetimes, lower_gptneo, op_summary)
 from solver.arena import ArenaProblem, Buffer, SolverConfig, plan_arena
 
 from . import gptneo_quant as Q
-from .emit import c_array, c_identifier, core_flags, environment, qemu_files, template_environment
-from .gptneo_golden import KV_LEVELS, kv_group_default
+from . import llm_passes
+from .emit import GUARD_BYTES, c_array, c_identifier, core_flags, environment, qemu_files, template_environment
+from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
 
 
 CODE_BYTES_ESTIMATE = 6 * 1024  # the engine's functions (measured: 4.5-5.5 KB at -O2 on x86-64)
@@ -36,11 +40,12 @@ class LlmOptions:
     target: str = "host"
     tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
     prune_vocab: Path | None = None  # a JSON list of the token ids to keep (the model's own ids)
+    debug_guards: bool = False  # canaries around every arena buffer, checked after each op
 
 
 @dataclass(frozen=True)
 class LlmDeployment:
-    model: GptNeo
+    graph: TransformerGraph  # after the passes
     options: LlmOptions
     context: int
     kv_group: int
@@ -52,24 +57,6 @@ class LlmDeployment:
     files: dict = field(default_factory=dict, repr=False)
 
 
-# The per-token op sequence and what each op reads and writes: the lifetimes the arena planner sees.
-# 0 embed, 1 ln_1, 2 q/k/v, 3 store k/v, 4 attention, 5 out_proj, 6 residual, 7 ln_2, 8 c_fc,
-# 9 gelu, 10 c_proj, 11 residual, 12 ln_f, 13 head
-def _buffers(c, context: int) -> list[tuple[str, int, int, int, str]]:
-    f = 4
-    cols = max(c.d_model, c.inner)
-    return [("TOKEN", 4, 0, 0, "the input token id (int32)"),
-            ("X", c.d_model * f, 0, 12, "the residual stream"),
-            ("H", c.d_model * f, 1, 13, "LayerNorm output"),
-            ("QV", c.d_model * f, 2, 4, "query"), ("KV", c.d_model * f, 2, 3, "key"), ("VV", c.d_model * f, 2, 3, "value"),
-            ("SCORES", context * f, 4, 4, "attention scores of one head"),
-            ("ATT", c.d_model * f, 4, 5, "attention output"),
-            ("T", c.d_model * f, 5, 11, "a sublayer's output before the residual add"),
-            ("FF", c.inner * f, 8, 10, "MLP hidden"),
-            ("XQ", cols, 2, 13, "int8 blocks of a matvec input"), ("XS", cols // Q.BLOCK * f, 2, 13, "their scales"),
-            ("LOGITS", c.vocab * f, 13, 13, "the output logits (float)")]
-
-
 def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
     """Two codes per byte, block by block: byte j holds element j (low nibble) and j + 16 (high)."""
     rows, cols = m.codes.shape
@@ -77,117 +64,137 @@ def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
     return (b[:, :, 0, :] | (b[:, :, 1, :] << 4)).astype(np.uint8).reshape(-1)
 
 
-def prune_vocabulary(model: GptNeo, file: Path) -> tuple[GptNeo, list[int]]:
-    """The model with only the listed token ids (in their sorted order): the embedding and the
-    tied head keep those rows. Returns the kept ids: new id i is old id kept[i]."""
+def _read_ids(file: Path) -> list[int]:
     try:
         ids = json.loads(Path(file).read_text())
     except (OSError, ValueError) as e:
         raise UsageError(f"--prune-vocab {file}: not a readable JSON list of token ids ({e})") from None
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise UsageError(f"--prune-vocab {file}: expected a non-empty JSON list of integer token ids")
-    bad = [i for i in ids if not 0 <= i < model.config.vocab]
-    if bad:
-        raise UsageError(f"--prune-vocab {file}: token {bad[0]} is outside the vocabulary of {model.config.vocab}")
-    kept = sorted(set(ids))
-    eos = model.config.eos
-    config = replace(model.config, vocab=len(kept), eos=kept.index(eos) if eos in kept else None)
-    return replace(model, config=config, wte=np.ascontiguousarray(model.wte[kept])), kept
+    return ids
+
+
+def c_weight(name: str) -> str:
+    """'h.3.c_fc.bias' -> 'H3_C_FC_B', 'ln_f.weight' -> 'LN_F_W', 'wte' -> 'WTE'."""
+    name = re.sub(r"^h\.(\d+)\.", r"h\1_", name)
+    name = re.sub(r"\.weight$", "_w", re.sub(r"\.bias$", "_b", name))
+    return name.replace(".", "_").upper()
+
+
+CTYPES = {"float32": "float", "int32": "int32_t", "int8": "int8_t"}
+NULL = "(const float *)0"
+
+
+def _constants(graph: TransformerGraph) -> list[dict]:
+    """Every weight as C arrays: a matrix's codes (Q4_0: two per byte) and its scales."""
+    out = []
+    for name, w in graph.weights.items():
+        cname = c_weight(name)
+        if isinstance(w, np.ndarray):
+            out.append(dict(name=cname, ctype="float", count=w.size, data=c_array(w.astype(np.float32).reshape(-1))))
+            continue
+        if isinstance(w, Q.Q4Matrix):
+            codes, scales, ctype, stype = _pack_q4(w), w.scales.reshape(-1), "uint8_t", "uint16_t"
+        else:
+            codes, scales, ctype, stype = w.codes.reshape(-1), w.scales, "int8_t", "float"
+        out.append(dict(name=cname, ctype=ctype, count=codes.size, data=c_array(codes)))
+        out.append(dict(name=f"{cname}_S", ctype=stype, count=scales.size, data=c_array(scales)))
+    return out
+
+
+def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
+    """The C function an op becomes and its arguments (buffers as arena macros, weights by name)."""
+    quantized = graph.weight_format != "f32"
+
+    def weight(name: str) -> list[str]:
+        return [c_weight(name), c_weight(name) + "_S"] if quantized else [c_weight(name)]
+    if isinstance(op, Embedding):
+        return "embedding", [*weight(op.table), f"*{op.token}", op.out]
+    if isinstance(op, PositionEmbedding):
+        return "add_position", [c_weight(op.table), op.x]
+    if isinstance(op, LayerNorm):
+        return "layer_norm", [op.x, c_weight(op.weight), c_weight(op.bias), f"{np.float32(op.eps).item():.9g}f", op.out]
+    if isinstance(op, MatMul):
+        return f"matvec_{op.rows}x{op.cols}", [*weight(op.weight), op.x, c_weight(op.bias) if op.bias else NULL,
+                                               op.out]
+    if isinstance(op, Attention):
+        return "attention", [str(op.layer), str(op.window or 0), op.q, op.k, op.v, op.out]
+    if isinstance(op, Gelu):
+        return f"gelu_{graph.activation(op.x).elements}", [op.x]
+    if isinstance(op, Add):
+        return f"add_{graph.activation(op.x).elements}", [op.x, op.y]
+    raise TypeError(f"no C for {type(op).__name__}")
+
+
+def build_graph(model: GptNeo, options: LlmOptions) -> tuple[TransformerGraph, list, list[int] | None]:
+    """read -> IR -> the passes the flags ask for: (graph, quantization report, kept token ids)."""
+    graph, kept = lower_gptneo(model), None
+    if options.prune_vocab is not None:
+        graph, kept = prune_vocabulary(graph, _read_ids(options.prune_vocab))
+    graph, report = quantize_weights(graph, options.weights)
+    return cache_kv(graph, options.kv, options.context), report, kept
 
 
 def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     model = read_gptneo(path)
-    kept, original_vocab = None, model.config.vocab
-    if options.prune_vocab is not None:
-        model, kept = prune_vocabulary(model, options.prune_vocab)
-    c = model.config
-    if options.weights not in ("q4_0", "int8", "f32") or options.kv not in ("int8", "int4", "f32"):
-        raise UsageError(f"--weights {options.weights} / --kv-cache {options.kv}: expected q4_0|int8|f32 and int8|int4|f32")
+    original_vocab = model.config.vocab
     backend = BACKENDS.get(options.target)
     if backend is None or not (backend.name == "host" or backend.qemu_machine):
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{options.target}'")
-    context = options.context or c.max_positions
-    if not 1 <= context <= c.max_positions:
-        raise UsageError(f"--context {context}: the model has {c.max_positions} positions")
-    if options.weights != "f32" and (c.d_model % Q.BLOCK or c.inner % Q.BLOCK):
-        raise UsageError(f"--weights {options.weights} needs d_model and the MLP width to be multiples of {Q.BLOCK} "
-                         f"({c.d_model}, {c.inner})")
-    kv_group = kv_group_default(c, options.kv)
+    graph, report, kept = build_graph(model, options)
+    c, kv = graph.config, graph.kv
 
-    buffers = _buffers(c, context)
-    problem = ArenaProblem(tuple(Buffer(n, size, first, last) for n, size, first, last, _ in buffers), 16)
+    # the activation arena: the IR's buffer lifetimes, each with its canaries under --debug-guards
+    guard = GUARD_BYTES if options.debug_guards else 0
+    lives = lifetimes(graph)
+    problem = ArenaProblem(tuple(Buffer(a.name, a.nbytes + 2 * guard, first, last) for a, first, last in lives), 16)
     plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
-    offsets = {n: off for (n, *_), off in zip(buffers, plan.offsets)}
+    offsets = {a.name: off + guard for (a, *_), off in zip(lives, plan.offsets)}
+    regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
+                           last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
 
-    quant = {"f32": None, "int8": Q.quantize_int8_rows, "q4_0": Q.quantize_q4_0}[options.weights]
-    constants, report = [], []
-
-    def matrix(name: str, w: np.ndarray) -> int:
-        if quant is None:
-            constants.append(dict(name=name, ctype="float", count=w.size, data=c_array(w.astype(np.float32))))
-            return w.size * 4
-        m = quant(w)
-        report.append((name, *Q.error_stats(w, m.dequantize())))
-        if options.weights == "q4_0":
-            codes, scales, ctype, stype = _pack_q4(m), m.scales.reshape(-1), "uint8_t", "uint16_t"
-        else:
-            codes, scales, ctype, stype = m.codes.reshape(-1), m.scales, "int8_t", "float"
-        constants.append(dict(name=name, ctype=ctype, count=codes.size, data=c_array(codes)))
-        constants.append(dict(name=f"{name}_S", ctype=stype, count=scales.size, data=c_array(scales)))
-        return m.nbytes
-
-    def vector(name: str, v: np.ndarray) -> int:
-        constants.append(dict(name=name, ctype="float", count=v.size, data=c_array(np.asarray(v, np.float32))))
-        return v.size * 4
-
-    weight_bytes = matrix("WTE", model.wte) + vector("WPE", model.wpe)
-    weight_bytes += vector("LN_F_W", model.ln_f[0]) + vector("LN_F_B", model.ln_f[1])
-    blocks = []
-    for i, b in enumerate(model.blocks):
-        p = f"L{i}"
-        weight_bytes += sum(vector(f"{p}_{n}", v) for n, v in (("LN1_W", b.ln_1[0]), ("LN1_B", b.ln_1[1]),
-                                                                 ("LN2_W", b.ln_2[0]), ("LN2_B", b.ln_2[1]),
-                                                                 ("OUT_B", b.out[1]), ("FC_B", b.fc[1]),
-                                                                 ("PROJ_B", b.proj[1])))
-        weight_bytes += sum(matrix(f"{p}_{n}", w) for n, w in (("Q", b.q), ("K", b.k), ("V", b.v), ("OUT", b.out[0]),
-                                                                ("FC", b.fc[0]), ("PROJ", b.proj[0])))
-        blocks.append(dict(p=p, ln1=f"{p}_LN1", ln2=f"{p}_LN2", local=int(c.attention[i] == "local")))
-
-    kv_row = c.d_model // 2 if options.kv == "int4" else c.d_model
-    kv_scales = c.d_model // kv_group if options.kv != "f32" else 0
-    kv_bytes = 2 * c.layers * context * (kv_row * (4 if options.kv == "f32" else 1) + kv_scales * 4)
+    weight_bytes, kv_bytes = llm_passes.weight_bytes(graph), llm_passes.kv_cache_bytes(graph)
     memory = dict(flash_bytes=weight_bytes + CODE_BYTES_ESTIMATE, weights_bytes=weight_bytes,
                   code_bytes_estimate=CODE_BYTES_ESTIMATE, kv_cache_bytes=kv_bytes, arena_bytes=plan.peak,
                   sram_bytes=kv_bytes + plan.peak)
     ident = c_identifier(model.name)
+    calls = [dict(index=k, comment=op_summary(op), fn=fn, args=args)
+             for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]]
+    matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
     ctx = dict(model=model.name, target=options.target, d=c.d_model, heads=c.heads, head_dim=c.head_dim,
-               layers=c.layers, inner=c.inner, vocab=c.vocab, positions=c.max_positions, context=context,
-               window=c.window, eps=f"{np.float32(c.eps).item():.9g}f", kv=options.kv, kv_group=kv_group,
-               kv_levels=KV_LEVELS.get(options.kv, 0), kv_row=kv_row, kv_scales=kv_scales, kv_bytes=kv_bytes,
-               weights=options.weights, wtype={"f32": "float", "int8": "int8_t", "q4_0": "uint8_t"}[options.weights],
-               stype={"f32": "float", "int8": "float", "q4_0": "uint16_t"}[options.weights],
+               layers=c.layers, inner=c.inner, vocab=c.vocab, positions=c.max_positions, context=kv.context,
+               kv=kv.format, kv_group=kv.group, kv_levels=KV_LEVELS.get(kv.format, 0),
+               kv_row=c.d_model // 2 if kv.format == "int4" else c.d_model,
+               kv_scales=c.d_model // kv.group if kv.group else 0, kv_bytes=kv_bytes,
+               weights=graph.weight_format,
+               wtype={"f32": "float", "int8": "int8_t", "q4_0": "uint8_t"}[graph.weight_format],
+               stype={"f32": "float", "int8": "float", "q4_0": "uint16_t"}[graph.weight_format],
                arena_bytes=plan.peak, planner=f"{plan.method}, {plan.status}",
-               buffers=[dict(macro=n, offset=offsets[n], comment=f"{size} B, ops {first}..{last}: {what}")
-                        for n, size, first, last, what in buffers if n not in ("TOKEN", "XQ", "XS")],
-               token_offset=offsets["TOKEN"], xq_offset=offsets["XQ"], xs_offset=offsets["XS"],
-               constants=constants, blocks=blocks,
-               dsp=backend.kernels == "smlad" and options.weights == "q4_0",
-               matvec_shapes=sorted({(c.d_model, c.d_model), (c.inner, c.d_model), (c.d_model, c.inner),
-                                     (c.vocab, c.d_model)}),
-               max_blocks=max(c.d_model, c.inner) // Q.BLOCK,
+               buffers=[dict(macro=a.name, ctype=CTYPES[a.dtype], offset=offsets[a.name],
+                             comment=f"{a.nbytes} B {a.dtype}, ops {first}..{last}: {a.what}")
+                        for a, first, last in lives],
+               constants=_constants(graph), calls=calls, n_ops=len(graph.ops),
+               dsp=backend.kernels == "smlad" and graph.weight_format == "q4_0",
+               matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}),
+               elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
+               gelu_sizes=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Gelu)}),
+               max_blocks=max(op.cols for op in matmuls) // Q.BLOCK,
+               guards=dict(bytes=guard, regions=regions) if guard else None,
                core_flags=core_flags(backend))
-    env = template_environment(("llm",))
+    env = template_environment(("llm", "host"))
     files = {f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),
              "inference_api.h": env.get_template("inference_api.h.j2").render(ctx)}
     if backend.qemu_machine:  # the engine's qemu/ folder: build for the core's board, run on QEMU
         llm_backend = replace(backend, cflags=(*backend.cflags, "-ffp-contract=off"))
         files.update(qemu_files(environment(llm_backend), llm_backend, ident))
     manifest = dict(kind="gpt_neo", model=model.name, library=ident, target=options.target,
-                    config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)}, weights=options.weights, kv_cache=options.kv,
-                    kv_group=kv_group, context=context, memory=memory,
+                    config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)},
+                    weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
+                    memory=memory, ops=[op_summary(op) for op in graph.ops],
                     arena=dict(bytes=plan.peak, planner=plan.method, status=plan.status, lower_bound=plan.lower_bound,
-                               buffers=[dict(name=n, offset=offsets[n], size=size, first_op=first, last_op=last)
-                                        for n, size, first, last, _ in buffers]),
+                               guard_bytes=guard,
+                               buffers=[dict(name=a.name, offset=offsets[a.name], size=a.nbytes, first_op=first,
+                                             last_op=last) for a, first, last in lives]),
                     quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                                   for n, r, s in report])
     tokenizer = options.tokenizer or Path(path).parent
@@ -206,4 +213,4 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     manifest["eos_token_id"] = c.eos
     manifest["tokenizer"] = "tokenizer/" if "tokenizer/vocab.json" in files else None
     files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
-    return LlmDeployment(model, options, context, kv_group, offsets, plan.peak, plan.method, memory, report, files)
+    return LlmDeployment(graph, options, kv.context, kv.group, offsets, plan.peak, plan.method, memory, report, files)

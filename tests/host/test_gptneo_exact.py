@@ -37,8 +37,8 @@ int main(void)
 
 def probe(dep, c):
     engine = next(n for n in dep.files if n.endswith("_engine.c"))
-    call = ("matvec_{d}x{d}(blocks[0].q, blocks[0].q_s, x, (const float *)0, y)".format(d=c.d_model)
-            if dep.options.weights != "f32" else f"matvec_{c.d_model}x{c.d_model}(blocks[0].q, x, (const float *)0, y)")
+    call = ("matvec_{d}x{d}(H0_Q_PROJ, H0_Q_PROJ_S, x, (const float *)0, y)".format(d=c.d_model)
+            if dep.options.weights != "f32" else f"matvec_{c.d_model}x{c.d_model}(H0_Q_PROJ, x, (const float *)0, y)")
     scales = ("fwrite(kv_key_scales[0][0], sizeof kv_key_scales[0][0], 1, stdout)" if dep.options.kv != "f32"
               else "(void)0")
     src = (PROBE.replace("ENGINE", engine).replace("WHICH_MATVEC", call).replace("KV_SCALES", scales)
