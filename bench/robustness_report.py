@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
 
 from tests.fuzz.campaign import campaign  # noqa: E402
 from tests.fuzz.findings import FIXED  # noqa: E402
-from tests.hostile import CASES, LIMIT_BYTES, run_deploy  # noqa: E402
+from tests.hostile import CASES, LIMIT_BYTES, run_deploy, write_case  # noqa: E402
 
 
 
@@ -52,8 +52,7 @@ def fuzz_rows(readers: list[str], seconds: float, work: Path) -> tuple[list[list
 
 def run_case(case, work: Path) -> list:
     """One hostile model through the deploy command: its exit status, time, peak memory, error."""
-    model = work / f"hostile{case.suffix}"
-    model.write_bytes(case.make())
+    model = write_case(case, work, "hostile")
     returncode, err, wall, peak_kib = run_deploy(model, work / "out", timeout=300)
     err = err.strip()
     line = err.splitlines()[-1] if err else "(no error)"

@@ -32,6 +32,16 @@ class Case:
     make: Callable[[], bytes]
     kind: str
     where: str
+    beside: Callable[[], dict[str, bytes]] | None = None  # files next to the model (config.json)
+
+
+def write_case(case: Case, folder: Path, stem: str = "model") -> Path:
+    """The case's model (and the files it needs beside it) in ``folder``."""
+    model = folder / f"{stem}{case.suffix}"
+    model.write_bytes(case.make())
+    for name, data in (case.beside() if case.beside else {}).items():
+        (folder / name).write_bytes(data)
+    return model
 
 
 LIMIT_BYTES = 2 << 30  # the address space the deploy command gets
@@ -434,3 +444,105 @@ CASES = [
          "node 2 Conv 'acc': its input 'p1' comes from a cycle of Pad nodes"),
     Case("onnx: not a protobuf", ".onnx", _onnx_garbage, "ModelFormatError", "not a readable ONNX model"),
 ]
+
+
+# ---- .safetensors: a small GPT-Neo checkpoint and its config.json, one of them made wrong ------
+
+def _gptneo(tamper=None, cfg_edit=None) -> tuple[Callable[[], bytes], Callable[[], dict[str, bytes]]]:
+    """(make, beside) for a random 2-layer GPT-Neo: ``tamper(tensors)`` edits the tensors before
+    encoding (or returns the file's bytes itself), ``cfg_edit(cfg)`` the config."""
+    import json
+
+    from tests import gptneo_builder as gb
+
+    def config() -> dict:
+        cfg = gb.config()
+        return cfg_edit(cfg) or cfg if cfg_edit else cfg
+
+    def make() -> bytes:
+        ts = gb.tensors(gb.config())
+        out = tamper(ts) if tamper else None
+        return out if isinstance(out, bytes) else gb.encode(ts, {"format": "pt"})
+
+    return make, lambda: {"config.json": json.dumps(config()).encode()}
+
+
+def _st_header(header: dict, data: bytes = b"") -> bytes:
+    import json
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+def _st_case(name, kind, where, tamper=None, cfg_edit=None, beside=None) -> Case:
+    make, config = _gptneo(tamper, cfg_edit)
+    return Case(f"safetensors: {name}", ".safetensors", make, kind, where, beside or config)
+
+
+def _set(key, value):
+    def edit(cfg):
+        cfg[key] = value
+    return edit
+
+
+def _replace(name, arr=None, dtype=None):
+    def tamper(ts):
+        old_dtype, old = ts[name]
+        ts[name] = (dtype or old_dtype, old if arr is None else arr(old))
+    return tamper
+
+
+WTE = "transformer.wte.weight"
+SAFETENSORS_CASES = [
+    _st_case("not a safetensors file", "ModelFormatError", "not a safetensors file",
+             tamper=lambda ts: b"PK\x03\x04 this is a zip archive"),
+    _st_case("empty file", "ModelFormatError", "not a safetensors file", tamper=lambda ts: b""),
+    _st_case("header longer than the file", "ModelFormatError", "not a safetensors file (header of",
+             tamper=lambda ts: (1 << 40).to_bytes(8, "little") + b"{}"),
+    _st_case("header nested 100,000 deep", "ModelFormatError", "not JSON (RecursionError",
+             tamper=lambda ts: (200_002).to_bytes(8, "little") + b"[" * 100_001 + b"]" * 100_001),
+    _st_case("absurd declared shape", "ModelFormatError", f"tensor '{WTE}'",
+             tamper=lambda ts: _st_header({WTE: {"dtype": "F32", "shape": [65535, 65535, 4096],
+                                                 "data_offsets": [0, 16]}}, bytes(16))),
+    _st_case("data past the end", "ModelFormatError", "tensor 'w': data_offsets",
+             tamper=lambda ts: _st_header({"w": {"dtype": "F32", "shape": [1 << 20], "data_offsets": [0, 1 << 22]}},
+                                          bytes(64))),
+    _st_case("unsupported dtype", "ModelFormatError", f"tensor '{WTE}': dtype 'F8_E4M3'",
+             tamper=lambda ts: _st_header({WTE: {"dtype": "F8_E4M3", "shape": [64, 32], "data_offsets": [0, 2048]}},
+                                          bytes(2048))),
+    _st_case("overlapping tensors", "ModelFormatError", "'a' and 'b' overlap",
+             tamper=lambda ts: _st_header({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                           "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12))),
+    _st_case("missing tensor", "ModelFormatError", "tensor 'transformer.h.1.mlp.c_proj.bias' is missing",
+             tamper=lambda ts: ts.pop("transformer.h.1.mlp.c_proj.bias") and None),
+    _st_case("tensor of the wrong shape", "ModelFormatError",
+             "tensor 'transformer.h.0.mlp.c_fc.weight' is [64, 31], config.json implies [64, 32]",
+             tamper=_replace("transformer.h.0.mlp.c_fc.weight", lambda w: w[:, :31])),
+    _st_case("NaN weight", "ModelFormatError", "tensor 'transformer.h.1.attn.attention.v_proj.weight' must hold "
+             "finite floats", tamper=_replace("transformer.h.1.attn.attention.v_proj.weight",
+                                              lambda w: np.where(np.arange(w.size).reshape(w.shape) == 7, np.nan, w))),
+    _st_case("infinite F16 weight", "ModelFormatError", f"tensor '{WTE}' must hold finite floats",
+             tamper=_replace(WTE, lambda w: np.full_like(w, 1e6), "F16")),
+    _st_case("tensor GPT-Neo does not have", "ModelFormatError", "transformer.h.0.lora_a",
+             tamper=lambda ts: ts.update({"transformer.h.0.lora_a": ("F32", np.zeros(4, np.float32))})),
+    _st_case("untied output head", "UnsupportedOperator", "lm_head.weight differs from wte",
+             tamper=lambda ts: ts.update({"lm_head.weight": ("F32", np.ones_like(ts[WTE][1]))})),
+    _st_case("config.json missing", "ModelFormatError", "needs its config.json beside it",
+             beside=lambda: {}),
+    _st_case("config.json not JSON", "ModelFormatError", "config.json: not JSON",
+             beside=lambda: {"config.json": b"{\"model_type\": "}),
+    _st_case("config.json of another architecture", "UnsupportedOperator", "model_type 'llama'",
+             cfg_edit=_set("model_type", "llama")),
+    _st_case("heads that do not divide d_model", "ModelFormatError", "hidden_size 32 is not a multiple of num_heads 5",
+             cfg_edit=_set("num_heads", 5)),
+    _st_case("negative layer count", "ModelFormatError", "num_layers must be a positive integer, got -2",
+             cfg_edit=_set("num_layers", -2)),
+    _st_case("attention layers of the wrong length", "ModelFormatError", "attention_layers must list",
+             cfg_edit=_set("attention_layers", ["global"])),
+    _st_case("absurd vocabulary in config.json", "ModelFormatError",
+             f"tensor '{WTE}' is [64, 32], config.json implies [4294967296, 32]",
+             cfg_edit=_set("vocab_size", 1 << 32)),
+    _st_case("layer-norm epsilon out of range", "ModelFormatError", "layer_norm_epsilon 2 must be in (0, 1)",
+             cfg_edit=_set("layer_norm_epsilon", 2)),
+]
+CASES += SAFETENSORS_CASES
+

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,40 @@ def test_engine_under_sanitizers():
     dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5))
     ids = list(np.load(TINY / "ref_input_ids.npy"))
     assert run(build(dep, sanitize=True), ids).shape == (len(ids), 512)
+
+
+def guarded_tiny():
+    shared(TINY)
+    return deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5,
+                                                                debug_guards=True))
+
+
+def test_debug_guards_keep_the_logits_bit_exact():
+    """--debug-guards: canaries around every arena buffer, checked after each op; the logits are
+    the unguarded engine's, bit for bit (plain and under ASan/UBSan)."""
+    dep = guarded_tiny()
+    plain = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5))
+    manifest = json.loads(dep.files["manifest.json"])
+    assert manifest["arena"]["guard_bytes"] == 16 and manifest["arena"]["bytes"] > plain.arena_bytes
+    ids = list(np.load(TINY / "ref_input_ids.npy"))
+    want = run(build(plain), ids)
+    assert np.array_equal(run(build(dep), ids).view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(run(build(dep, sanitize=True), ids).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("op_kind, statement", [("Gelu", "FF[{n}] += 1.0f;"), ("Add", "((uint8_t *)X)[-1] ^= 1u;")])
+def test_debug_guards_catch_and_name_a_stray_write(op_kind, statement):
+    """A byte written just past (or before) an op's buffer: inference_run() stops after that op
+    and names the buffer."""
+    dep = guarded_tiny()
+    graph = dep.graph
+    k, op = next((k, op) for k, op in enumerate(graph.ops) if type(op).__name__ == op_kind)
+    name = next(n for n in dep.files if n.endswith("_engine.c"))
+    line = next(ln for ln in dep.files[name].splitlines() if f"/* {k}: {op_kind}(" in ln)
+    bad = dep.files[name].replace(line, line + "\n    " + statement.format(n=graph.activation(op.x).elements), 1)
+    exe = build(replace(dep, files={**dep.files, name: bad}))
+    r = subprocess.run([str(exe)], input=np.asarray([1, 2], np.int32).tobytes(), capture_output=True)
+    assert r.returncode == 6 and f"guard: after op {k}: {op.x}" in r.stderr.decode(), r.stderr
 
 
 def test_tinytalk_generate_matches_the_f32_reference(tmp_path):

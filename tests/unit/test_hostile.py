@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.fuzz.harness import ROOT
-from tests.hostile import CASES, run_deploy
+from tests.hostile import CASES, run_deploy, write_case
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_model(case, tmp_path):
-    model = tmp_path / f"model{case.suffix}"
-    model.write_bytes(case.make())
+    model = write_case(case, tmp_path)
     status, stderr, _, _ = run_deploy(model, tmp_path / "out")
     assert status == 1, stderr
     assert "Traceback" not in stderr

@@ -1,0 +1,113 @@
+"""The transformer IR: GPT-Neo lowered to typed ops, their buffer lifetimes, the passes
+(--prune-vocab, --weights, --kv-cache) as graph rewrites, and the executor that interprets them."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from deployer.cli import main
+from deployer.gptneo_golden import Executor
+from deployer.llm_passes import cache_kv, kv_cache_bytes, prune_vocabulary, quantize_weights
+from network_parser.errors import UsageError
+from network_parser.gptneo import read_gptneo
+from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
+                                           lifetimes, lower_gptneo, op_buffers, op_summary)
+from tests import gptneo_builder as gb
+
+WRITES = {Embedding: ("out",), PositionEmbedding: ("x",), LayerNorm: ("out",), MatMul: ("out",), Gelu: ("x",),
+          Attention: ("out",), Add: ("x",)}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return read_gptneo(gb.write(tmp_path_factory.mktemp("gptneo"), gb.config(window=4, positions=16)))
+
+
+def test_lowering_lists_gpt_neos_ops_in_order(model):
+    c = model.config
+    g = lower_gptneo(model)
+    kinds = Counter(type(op).__name__ for op in g.ops)
+    assert kinds == {"Embedding": 1, "PositionEmbedding": 1, "LayerNorm": 2 * c.layers + 1,
+                     "MatMul": 6 * c.layers + 1, "Attention": c.layers, "Gelu": c.layers, "Add": 2 * c.layers}
+    assert isinstance(g.ops[0], Embedding) and isinstance(g.ops[1], PositionEmbedding)
+    head = g.ops[-1]
+    assert isinstance(head, MatMul) and head.weight == "wte" and (head.rows, head.cols) == (c.vocab, c.d_model)
+    windows = [op.window for op in g.ops if isinstance(op, Attention)]
+    assert windows == [c.window if a == "local" else None for a in c.attention]
+    for op in g.ops:  # every weight named is there, with the shape the op expects
+        if isinstance(op, MatMul):
+            assert g.weights[op.weight].shape == (op.rows, op.cols)
+            assert op.bias is None or g.weights[op.bias].shape == (op.rows,)
+    assert op_summary(g.ops[-1]) == f"MatMul(x=H, out=LOGITS, weight=wte, rows={c.vocab}, cols={c.d_model})"
+
+
+def test_every_buffer_is_written_before_it_is_read(model):
+    g = lower_gptneo(model)
+    written = {g.token}
+    for k, op in enumerate(g.ops):
+        outs = {getattr(op, f) for f in WRITES[type(op)]}
+        reads = set(op_buffers(op)) - (outs - ({op.x} if isinstance(op, (PositionEmbedding, Gelu, Add)) else set()))
+        assert reads <= written, (k, op_summary(op), reads - written)
+        written |= outs
+    assert g.logits in written
+
+
+def test_lifetimes_follow_the_ops(model):
+    c = model.config
+    g = quantize_weights(cache_kv(lower_gptneo(model), "int4", 8), "q4_0")[0]
+    spans = {a.name: (a.nbytes, first, last) for a, first, last in lifetimes(g)}
+    last = len(g.ops) - 1
+    assert spans["TOKEN"] == (4, 0, 0)
+    assert spans["X"] == (4 * c.d_model, 0, last - 1)  # the final LayerNorm reads it last
+    assert spans["LOGITS"] == (4 * c.vocab, last, last)
+    assert spans["SCORES"][0] == 4 * 8  # one head's scores over the cached positions
+    assert spans["XQ"] == (max(c.d_model, c.inner), 3, last)  # a quantized matmul's input blocks
+    assert "XQ" not in {a.name for a, *_ in lifetimes(lower_gptneo(model))}  # float matmuls need none
+
+
+def test_quantize_pass_reports_every_matrix_and_keeps_the_rest_float(model):
+    c = model.config
+    g, report = quantize_weights(lower_gptneo(model), "q4_0")
+    assert [r[0] for r in report] == g.matrices() and len(report) == 6 * c.layers + 1
+    assert all(np.isfinite(rmse) and snr > 10 for _, rmse, snr in report)
+    assert isinstance(g.weights["wpe"], np.ndarray) and isinstance(g.weights["h.0.ln_1.weight"], np.ndarray)
+    assert not isinstance(g.weights["wte"], np.ndarray) and g.weight_format == "q4_0"
+    assert quantize_weights(lower_gptneo(model), "f32")[1] == []
+    with pytest.raises(UsageError, match="--weights q8"):
+        quantize_weights(lower_gptneo(model), "q8")
+
+
+def test_kv_pass_sizes_the_cache(model):
+    c = model.config
+    g = cache_kv(lower_gptneo(model), "int4", 8)
+    assert (g.kv.format, g.kv.context, g.kv.group) == ("int4", 8, 32)
+    assert kv_cache_bytes(g) == 2 * c.layers * 8 * (c.d_model // 2 + 4 * c.d_model // 32)
+    with pytest.raises(UsageError, match="--context 17: the model has 16 positions"):
+        cache_kv(lower_gptneo(model), "int8", 17)
+
+
+def test_prune_pass_keeps_the_listed_rows(model):
+    """The pruned graph's logits are the full graph's at the kept ids."""
+    ids = [7, 3, 60, 3, 0]
+    full = lower_gptneo(model)
+    pruned, kept = prune_vocabulary(full, ids)
+    assert kept == sorted(set(ids)) and pruned.config.vocab == len(kept) == pruned.ops[-1].rows
+    assert pruned.activation("LOGITS").elements == len(kept)
+    a, b = Executor(full), Executor(pruned)
+    for old in (3, 60, 7):
+        np.testing.assert_allclose(b.step(kept.index(old)), a.step(old)[kept], rtol=1e-6, atol=1e-6)
+    with pytest.raises(UsageError, match="token 99999 is outside"):
+        prune_vocabulary(full, [1, 99999])
+
+
+def test_dump_ir_prints_one_op_per_line(tmp_path):
+    path = gb.write(tmp_path / "m", gb.config())
+    r = CliRunner().invoke(main, [str(path), "--weights", "f32", "--kv-cache", "f32", "-o", str(tmp_path / "o"),
+                                  "--dump-ir", "-q"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    g = lower_gptneo(read_gptneo(path))
+    assert len(lines) == len(g.ops) and lines[-1].split(None, 1)[1] == op_summary(g.ops[-1])
