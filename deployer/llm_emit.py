@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from backends import BACKENDS
-from network_parser.errors import UsageError
+from network_parser.errors import InfeasibleBudget, UsageError
 from network_parser.gptneo import GptNeo, read_gptneo
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
                                            TransformerGraph, lifetimes, lower_gptneo, op_summary)
@@ -27,7 +27,9 @@ from .emit import GUARD_BYTES, c_array, c_identifier, core_flags, environment, q
 from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
 
 
-CODE_BYTES_ESTIMATE = 6 * 1024  # the engine's functions (measured: 4.5-5.5 KB at -O2 on x86-64)
+# The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
+# x86-64 7.5 KB (q4_0), 6.8 KB (int8), 5.1 KB (f32); Cortex-M7 5.6 KB (q4_0 on the DSP), 4.3, 3.6 KB.
+CODE_BYTES_ESTIMATE = 8 * 1024
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class LlmOptions:
     tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
     prune_vocab: Path | None = None  # a JSON list of the token ids to keep (the model's own ids)
     debug_guards: bool = False  # canaries around every arena buffer, checked after each op
+    sram: int | None = None  # budgets (bytes): KV cache + arena, and weights + code
+    flash: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,64 @@ def build_graph(model: GptNeo, options: LlmOptions) -> tuple[TransformerGraph, l
     return cache_kv(graph, options.kv, options.context), report, kept
 
 
+def plan_activations(graph: TransformerGraph, planner: str, time_limit_s: float, guard: int = 0):
+    """The activation arena from the IR's buffer lifetimes, each buffer with ``guard`` bytes of
+    canary on both sides: (lifetimes, plan, buffer name -> offset)."""
+    lives = lifetimes(graph)
+    problem = ArenaProblem(tuple(Buffer(a.name, a.nbytes + 2 * guard, first, last) for a, first, last in lives), 16)
+    plan = plan_arena(problem, planner, SolverConfig(time_limit_s=time_limit_s))
+    return lives, plan, {a.name: off + guard for (a, *_), off in zip(lives, plan.offsets)}
+
+
+def memory_of(graph: TransformerGraph, arena_bytes: int) -> dict:
+    weights, kv = llm_passes.weight_bytes(graph), llm_passes.kv_cache_bytes(graph)
+    return dict(flash_bytes=weights + CODE_BYTES_ESTIMATE, weights_bytes=weights, code_bytes_estimate=CODE_BYTES_ESTIMATE,
+                kv_cache_bytes=kv, arena_bytes=arena_bytes, sram_bytes=kv + arena_bytes)
+
+
+def _sram_at(graph: TransformerGraph, fmt: str, context: int, guard: int) -> int:
+    """SRAM of the engine with this KV cache (its arena planned first-fit: the solver's is never larger)."""
+    g = cache_kv(graph, fmt, context, graph.kv.group if fmt == graph.kv.format else None)
+    return llm_passes.kv_cache_bytes(g) + plan_activations(g, "first-fit", 1.0, guard)[1].peak
+
+
+def check_budgets(graph: TransformerGraph, memory: dict, sram: int | None, flash: int | None, guard: int) -> None:
+    """Every memory over its budget in one error: the need, by how much, the smallest budget
+    that works, and what would fit this budget (a shorter context, a lighter KV cache or weight
+    format)."""
+    over, needs = [], {}
+    kv = graph.kv
+    if sram is not None and memory["sram_bytes"] > sram:
+        need = memory["sram_bytes"]
+        lighter = ("f32", "int8", "int4")
+        fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, guard):,} (at --context {kv.context})"
+                 for f in lighter[lighter.index(kv.format) + 1:]]
+        lo, hi = 0, kv.context - 1  # the longest context that fits: SRAM grows with it
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, guard) <= sram else (lo, mid - 1)
+        if lo:
+            fixes.insert(0, f"--context {lo} fits")
+        over.append(f"the engine needs {need:,} bytes of SRAM (KV cache {memory['kv_cache_bytes']:,} + arena "
+                    f"{memory['arena_bytes']:,}) but --sram is {sram:,} ({need - sram:,} over); the smallest --sram "
+                    f"that works is {need} ({-(-need // 1024)}K)" + (f"; at --sram {sram}: {', '.join(fixes)}"
+                                                                      if fixes else ""))
+        needs["--sram"] = need
+    if flash is not None and memory["flash_bytes"] > flash:
+        need = memory["flash_bytes"]
+        code = memory["code_bytes_estimate"]
+        order = ("f32", "int8", "q4_0")
+        fixes = [f"--weights {f} needs {llm_passes.weight_bytes_as(graph, f) + code:,}"
+                 for f in order[order.index(graph.weight_format) + 1:]]
+        over.append(f"the engine needs {need:,} bytes of flash (weights {memory['weights_bytes']:,} + code about "
+                    f"{code:,}) but --flash is {flash:,} ({need - flash:,} over); the smallest --flash that works is "
+                    f"{need} ({-(-need // 1024)}K)" + (f"; {', '.join(fixes)}" if fixes else "")
+                    + "; --prune-vocab shrinks the embedding and the head")
+        needs["--flash"] = need
+    if over:
+        raise InfeasibleBudget("; ".join(over), next(iter(needs.values())), needs)
+
+
 def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     model = read_gptneo(path)
     original_vocab = model.config.vocab
@@ -144,19 +206,16 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     graph, report, kept = build_graph(model, options)
     c, kv = graph.config, graph.kv
 
-    # the activation arena: the IR's buffer lifetimes, each with its canaries under --debug-guards
     guard = GUARD_BYTES if options.debug_guards else 0
-    lives = lifetimes(graph)
-    problem = ArenaProblem(tuple(Buffer(a.name, a.nbytes + 2 * guard, first, last) for a, first, last in lives), 16)
-    plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
-    offsets = {a.name: off + guard for (a, *_), off in zip(lives, plan.offsets)}
+    lives, plan, offsets = plan_activations(graph, options.planner, options.time_limit_s, guard)
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
-
-    weight_bytes, kv_bytes = llm_passes.weight_bytes(graph), llm_passes.kv_cache_bytes(graph)
-    memory = dict(flash_bytes=weight_bytes + CODE_BYTES_ESTIMATE, weights_bytes=weight_bytes,
-                  code_bytes_estimate=CODE_BYTES_ESTIMATE, kv_cache_bytes=kv_bytes, arena_bytes=plan.peak,
-                  sram_bytes=kv_bytes + plan.peak)
+    memory = memory_of(graph, plan.peak)
+    sram, flash = options.sram, options.flash
+    if backend.board:  # a board preset's memories are the default budgets
+        sram, flash = sram or backend.sram_bytes, flash or backend.flash_bytes
+    check_budgets(graph, memory, sram, flash, guard)
+    kv_bytes = memory["kv_cache_bytes"]
     ident = c_identifier(model.name)
     calls = [dict(index=k, comment=op_summary(op), fn=fn, args=args)
              for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]]

@@ -111,3 +111,68 @@ def test_dump_ir_prints_one_op_per_line(tmp_path):
     lines = r.stdout.splitlines()
     g = lower_gptneo(read_gptneo(path))
     assert len(lines) == len(g.ops) and lines[-1].split(None, 1)[1] == op_summary(g.ops[-1])
+
+
+def _deploy(args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_budgets_name_the_smallest_that_works_and_what_fits(tmp_path):
+    """--sram / --flash: over budget, one InfeasibleBudget line per memory with the need, the
+    smallest budget, the longest context and the lighter formats that fit; each suggestion,
+    rerun, deploys within that budget."""
+    import json
+    path = gb.write(tmp_path / "m", gb.config(positions=16))
+    base = [path, "--weights", "int8", "--kv-cache", "f32", "-q"]
+    r = _deploy([*base, "-o", tmp_path / "full"])
+    assert r.exit_code == 0, r.output
+    memory = json.loads((tmp_path / "full" / "manifest.json").read_text())["memory"]
+    sram = memory["sram_bytes"] // 2
+    r = _deploy([*base, "--sram", sram, "--flash", memory["flash_bytes"] - 1, "-o", tmp_path / "o"])
+    assert r.exit_code == 1 and not (tmp_path / "o").exists()
+    line = r.stderr.strip()
+    assert line.count("\n") == 0 and line.startswith("error: InfeasibleBudget: the engine needs "
+                                                     f"{memory['sram_bytes']:,} bytes of SRAM")
+    assert f"the smallest --sram that works is {memory['sram_bytes']} " in line
+    assert f"the smallest --flash that works is {memory['flash_bytes']} " in line
+    context = int(line.split("--context ")[1].split()[0])
+    assert 1 <= context < 16 and "--kv-cache int4 needs" in line and "--weights q4_0 needs" in line
+    r = _deploy([*base, "--sram", sram, "--context", context, "-o", tmp_path / "shorter"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "shorter" / "manifest.json").read_text())["memory"]["sram_bytes"] <= sram
+    r = _deploy([*base, "--sram", sram, "--context", context + 1, "-o", tmp_path / "longer"])
+    assert r.exit_code == 1, "the context named is the longest that fits"
+    r = _deploy([*base, "--sram", memory["sram_bytes"], "--flash", memory["flash_bytes"], "-o", tmp_path / "exact"])
+    assert r.exit_code == 0, r.output
+    q4 = int(line.split("--weights q4_0 needs ")[1].split()[0].rstrip(";,").replace(",", ""))
+    r = _deploy([path, "--weights", "q4_0", "--kv-cache", "f32", "-q", "--flash", q4, "-o", tmp_path / "q4"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "q4" / "manifest.json").read_text())["memory"]["flash_bytes"] == q4
+
+
+def test_cortex_m_targets_get_their_qemu_folder_and_board_budgets(tmp_path):
+    path = gb.write(tmp_path / "m", gb.config())
+    r = _deploy([path, "--target", "cortex-m7", "-q", "-o", tmp_path / "m7"])
+    assert r.exit_code == 0, r.output
+    import json
+    assert json.loads((tmp_path / "m7" / "manifest.json").read_text())["target"] == "cortex-m7"
+    assert (tmp_path / "m7" / "qemu" / "Makefile").exists()
+    big = gb.write(tmp_path / "big", gb.config(vocab=4096))  # 512 KiB of float32 embedding
+    r = _deploy([big, "--target", "stm32f446", "--weights", "f32", "-o", tmp_path / "f4"])
+    assert r.exit_code == 1 and "--flash is 524,288" in r.stderr  # the board's flash by default
+    r = _deploy([big, "--target", "stm32f446", "--weights", "q4_0", "-q", "-o", tmp_path / "f4"])
+    assert r.exit_code == 0, r.output
+    r = _deploy([path, "--target", "gap8", "-o", tmp_path / "g"])
+    assert r.exit_code == 2 and "host or a Cortex-M target" in r.stderr
+
+
+def test_the_same_flags_give_byte_identical_files(tmp_path):
+    path = gb.write(tmp_path / "m", gb.config())
+    outs = []
+    for k in range(2):
+        r = _deploy([path, "--weights", "q4_0", "--kv-cache", "int4", "--context", 8, "--debug-guards", "-q",
+                     "-o", tmp_path / f"o{k}"])
+        assert r.exit_code == 0, r.output
+        outs.append({p.relative_to(tmp_path / f"o{k}"): p.read_bytes()
+                     for p in sorted((tmp_path / f"o{k}").rglob("*")) if p.is_file()})
+    assert outs[0] == outs[1] and len(outs[0]) >= 3
