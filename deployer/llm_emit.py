@@ -198,33 +198,46 @@ def check_budgets(graph: TransformerGraph, memory: dict, sram: int | None, flash
 
 
 def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
+    """The language-model pipeline: read -> IR -> passes -> arena -> budgets -> C -> manifest."""
     model = read_gptneo(path)
-    original_vocab = model.config.vocab
     backend = BACKENDS.get(options.target)
     if backend is None or not (backend.name == "host" or backend.qemu_machine):
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{options.target}'")
     graph, report, kept = build_graph(model, options)
-    c, kv = graph.config, graph.kv
-
     guard = GUARD_BYTES if options.debug_guards else 0
     lives, plan, offsets = plan_activations(graph, options.planner, options.time_limit_s, guard)
-    regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
-                           last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     memory = memory_of(graph, plan.peak)
     sram, flash = options.sram, options.flash
     if backend.board:  # a board preset's memories are the default budgets
         sram, flash = sram or backend.sram_bytes, flash or backend.flash_bytes
     check_budgets(graph, memory, sram, flash, guard)
-    kv_bytes = memory["kv_cache_bytes"]
-    ident = c_identifier(model.name)
-    calls = [dict(index=k, comment=op_summary(op), fn=fn, args=args)
-             for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]]
+    files = render_engine(graph, backend, lives, plan, offsets, guard)
+    files.update(_tokenizer_files(Path(path), options.tokenizer))
+    manifest = _manifest(graph, options, memory, lives, plan, offsets, guard, report)
+    to_gpt2 = _gpt2_ids(Path(path), kept)
+    if kept is not None:
+        manifest["pruned_vocabulary"] = dict(kept=len(kept), of=model.config.vocab)
+    if to_gpt2 is not None:
+        files["token_ids.json"] = json.dumps(to_gpt2) + "\n"
+    manifest["eos_token_id"] = graph.config.eos
+    manifest["tokenizer"] = "tokenizer/" if "tokenizer/vocab.json" in files else None
+    files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
+    return LlmDeployment(graph, options, graph.kv.context, graph.kv.group, offsets, plan.peak, plan.method, memory,
+                         report, files)
+
+
+def render_engine(graph: TransformerGraph, backend, lives, plan, offsets: dict, guard: int) -> dict:
+    """The engine's C file and API header (and the qemu/ folder on a Cortex-M target)."""
+    c, kv = graph.config, graph.kv
+    ident = c_identifier(graph.name)
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
-    ctx = dict(model=model.name, target=options.target, d=c.d_model, heads=c.heads, head_dim=c.head_dim,
+    regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
+                           last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
+    ctx = dict(model=graph.name, target=backend.name, d=c.d_model, heads=c.heads, head_dim=c.head_dim,
                layers=c.layers, inner=c.inner, vocab=c.vocab, positions=c.max_positions, context=kv.context,
                kv=kv.format, kv_group=kv.group, kv_levels=KV_LEVELS.get(kv.format, 0),
                kv_row=c.d_model // 2 if kv.format == "int4" else c.d_model,
-               kv_scales=c.d_model // kv.group if kv.group else 0, kv_bytes=kv_bytes,
+               kv_scales=c.d_model // kv.group if kv.group else 0, kv_bytes=llm_passes.kv_cache_bytes(graph),
                weights=graph.weight_format,
                wtype={"f32": "float", "int8": "int8_t", "q4_0": "uint8_t"}[graph.weight_format],
                stype={"f32": "float", "int8": "float", "q4_0": "uint16_t"}[graph.weight_format],
@@ -232,7 +245,9 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                buffers=[dict(macro=a.name, ctype=CTYPES[a.dtype], offset=offsets[a.name],
                              comment=f"{a.nbytes} B {a.dtype}, ops {first}..{last}: {a.what}")
                         for a, first, last in lives],
-               constants=_constants(graph), calls=calls, n_ops=len(graph.ops),
+               constants=_constants(graph),
+               calls=[dict(index=k, comment=op_summary(op), fn=fn, args=args)
+                      for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]],
                dsp=backend.kernels == "smlad" and graph.weight_format == "q4_0",
                matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}),
                elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
@@ -246,30 +261,39 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     if backend.qemu_machine:  # the engine's qemu/ folder: build for the core's board, run on QEMU
         llm_backend = replace(backend, cflags=(*backend.cflags, "-ffp-contract=off"))
         files.update(qemu_files(environment(llm_backend), llm_backend, ident))
-    manifest = dict(kind="gpt_neo", model=model.name, library=ident, target=options.target,
-                    config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)},
-                    weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
-                    memory=memory, ops=[op_summary(op) for op in graph.ops],
-                    arena=dict(bytes=plan.peak, planner=plan.method, status=plan.status, lower_bound=plan.lower_bound,
-                               guard_bytes=guard,
-                               buffers=[dict(name=a.name, offset=offsets[a.name], size=a.nbytes, first_op=first,
-                                             last_op=last) for a, first, last in lives]),
-                    quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
-                                  for n, r, s in report])
-    tokenizer = options.tokenizer or Path(path).parent
-    if (tokenizer / "vocab.json").exists() and (tokenizer / "merges.txt").exists():
-        for name in ("vocab.json", "merges.txt"):  # so that the folder runs `deploy generate` alone
-            files[f"tokenizer/{name}"] = (tokenizer / name).read_bytes()
-    elif options.tokenizer is not None:
-        raise UsageError(f"--tokenizer {tokenizer}: needs vocab.json and merges.txt")
-    id_map = Path(path).with_name("pruned_to_gpt2_ids.json")
-    to_gpt2 = json.loads(id_map.read_text()) if id_map.exists() else None  # model id i is GPT-2 id map[i]
-    if kept is not None:  # --prune-vocab: engine id i is the checkpoint's id kept[i]
+    return files
+
+
+def _manifest(graph: TransformerGraph, options: LlmOptions, memory: dict, lives, plan, offsets: dict, guard: int,
+              report: list) -> dict:
+    c, kv = graph.config, graph.kv
+    return dict(kind="gpt_neo", model=graph.name, library=c_identifier(graph.name), target=options.target,
+                config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)},
+                weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
+                memory=memory, ops=[op_summary(op) for op in graph.ops],
+                arena=dict(bytes=plan.peak, planner=plan.method, status=plan.status, lower_bound=plan.lower_bound,
+                           guard_bytes=guard,
+                           buffers=[dict(name=a.name, offset=offsets[a.name], size=a.nbytes, first_op=first,
+                                         last_op=last) for a, first, last in lives]),
+                quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
+                              for n, r, s in report])
+
+
+def _tokenizer_files(path: Path, tokenizer: Path | None) -> dict:
+    """The GPT-2 BPE files, so that the folder runs `deploy generate` alone."""
+    folder = tokenizer or path.parent
+    if (folder / "vocab.json").exists() and (folder / "merges.txt").exists():
+        return {f"tokenizer/{name}": (folder / name).read_bytes() for name in ("vocab.json", "merges.txt")}
+    if tokenizer is not None:
+        raise UsageError(f"--tokenizer {folder}: needs vocab.json and merges.txt")
+    return {}
+
+
+def _gpt2_ids(path: Path, kept: list[int] | None) -> list[int] | None:
+    """Engine token id -> GPT-2 id: a pruned_to_gpt2_ids.json beside the model (model id i is GPT-2
+    id map[i]), composed with --prune-vocab's kept ids (engine id i is the checkpoint's kept[i])."""
+    id_map = path.with_name("pruned_to_gpt2_ids.json")
+    to_gpt2 = json.loads(id_map.read_text()) if id_map.exists() else None
+    if kept is not None:
         to_gpt2 = [to_gpt2[k] for k in kept] if to_gpt2 is not None else kept
-        manifest["pruned_vocabulary"] = dict(kept=len(kept), of=original_vocab)
-    if to_gpt2 is not None:
-        files["token_ids.json"] = json.dumps(to_gpt2) + "\n"
-    manifest["eos_token_id"] = c.eos
-    manifest["tokenizer"] = "tokenizer/" if "tokenizer/vocab.json" in files else None
-    files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
-    return LlmDeployment(graph, options, kv.context, kv.group, offsets, plan.peak, plan.method, memory, report, files)
+    return to_gpt2
