@@ -186,7 +186,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
 
     if Path(model).suffix.lower() == ".safetensors":
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
-                          llm_context, llm_tokenizer, llm_prune, debug_guards, dump_ir, dump_plan, quiet)
+                          llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet)
     try:
         start = time.perf_counter()
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -223,7 +223,7 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 
 
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
-               prune, debug_guards, dump_ir, dump_plan, quiet) -> None:
+               prune, rtos, debug_guards, dump_ir, dump_plan, quiet) -> None:
     """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
@@ -233,7 +233,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
         dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
                                               time_limit_s=time_limit, target=target, tokenizer=tokenizer,
                                               prune_vocab=prune, debug_guards=debug_guards, sram=parse_size(sram),
-                                              flash=parse_size(flash)))
+                                              flash=parse_size(flash), rtos=rtos))
         if dump_ir:
             for k, op in enumerate(dep.graph.ops):
                 click.echo(f"{k:4d}  {op_summary(op)}")

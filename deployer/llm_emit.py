@@ -23,7 +23,8 @@ from solver.arena import ArenaProblem, Buffer, SolverConfig, plan_arena
 
 from . import gptneo_quant as Q
 from . import llm_passes
-from .emit import GUARD_BYTES, c_array, c_identifier, core_flags, environment, qemu_files, template_environment
+from .emit import (GUARD_BYTES, STACK_LAYER_BYTES, STACK_RUN_BYTES, TASK_EXTRA_BYTES, c_array, c_identifier,
+                   core_flags, environment, qemu_files, template_environment)
 from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
 
 
@@ -45,6 +46,7 @@ class LlmOptions:
     debug_guards: bool = False  # canaries around every arena buffer, checked after each op
     sram: int | None = None  # budgets (bytes): KV cache + arena, and weights + code
     flash: int | None = None
+    rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     if backend.board:  # a board preset's memories are the default budgets
         sram, flash = sram or backend.sram_bytes, flash or backend.flash_bytes
     check_budgets(graph, memory, sram, flash, guard)
-    files = render_engine(graph, backend, lives, plan, offsets, guard)
+    files = render_engine(graph, backend, lives, plan, offsets, guard, options.rtos)
     files.update(_tokenizer_files(Path(path), options.tokenizer))
     manifest = _manifest(graph, options, memory, lives, plan, offsets, guard, report)
     to_gpt2 = _gpt2_ids(Path(path), kept)
@@ -226,14 +228,27 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                          report, files)
 
 
-def render_engine(graph: TransformerGraph, backend, lives, plan, offsets: dict, guard: int) -> dict:
-    """The engine's C file and API header (and the qemu/ folder on a Cortex-M target)."""
+def stack_need(graph: TransformerGraph) -> dict:
+    """The engine's stack below inference_run's caller: a CNN engine's frames (see emit) plus the
+    KV store's codes (d_model bytes) and the DSP matvec's per-block input sums. Measured for
+    tinytalk: inference_run 40-48 B, attention (the KV store inlined) 208-224 B, a matvec 16-152 B,
+    quantize_blocks 24 B (x86-64 and Cortex-M7 at -O2); tests/host/test_gptneo_engine.py checks it."""
+    blocks = max(op.cols for op in graph.ops if isinstance(op, MatMul)) // Q.BLOCK
+    layer = STACK_LAYER_BYTES + -(-graph.config.d_model // 8) * 8 + 4 * blocks
+    engine = STACK_RUN_BYTES + layer
+    return dict(layer_bytes=layer, column_bytes=0, engine_bytes=engine, task_words=-(-(engine + TASK_EXTRA_BYTES) // 4))
+
+
+def render_engine(graph: TransformerGraph, backend, lives, plan, offsets: dict, guard: int,
+                  rtos: str = "baremetal") -> dict:
+    """The engine's C file, API header, task glue and CMakeLists.txt (and the qemu/ folder on a
+    Cortex-M target)."""
     c, kv = graph.config, graph.kv
     ident = c_identifier(graph.name)
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
-    ctx = dict(model=graph.name, target=backend.name, d=c.d_model, heads=c.heads, head_dim=c.head_dim,
+    ctx = dict(model=graph.name, ident=ident, rtos=rtos, stack=stack_need(graph), target=backend.name, d=c.d_model, heads=c.heads, head_dim=c.head_dim,
                layers=c.layers, inner=c.inner, vocab=c.vocab, positions=c.max_positions, context=kv.context,
                kv=kv.format, kv_group=kv.group, kv_levels=KV_LEVELS.get(kv.format, 0),
                kv_row=c.d_model // 2 if kv.format == "int4" else c.d_model,
@@ -256,8 +271,10 @@ def render_engine(graph: TransformerGraph, backend, lives, plan, offsets: dict, 
                guards=dict(bytes=guard, regions=regions) if guard else None,
                core_flags=core_flags(backend))
     env = template_environment(("llm", "host"))
-    files = {f"{ident}_engine.c": env.get_template("engine.c.j2").render(ctx),
-             "inference_api.h": env.get_template("inference_api.h.j2").render(ctx)}
+    names = {"engine.c.j2": f"{ident}_engine.c", "inference_api.h.j2": "inference_api.h",
+             "inference_task.c.j2": "inference_task.c", "inference_task.h.j2": "inference_task.h",
+             "CMakeLists.txt.j2": "CMakeLists.txt"}
+    files = {out: env.get_template(name).render(ctx) for name, out in names.items()}
     if backend.qemu_machine:  # the engine's qemu/ folder: build for the core's board, run on QEMU
         llm_backend = replace(backend, cflags=(*backend.cflags, "-ffp-contract=off"))
         files.update(qemu_files(environment(llm_backend), llm_backend, ident))

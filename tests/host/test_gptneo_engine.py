@@ -11,6 +11,8 @@ activation or KV code by a step, about 1e-4: that would fail this test and be lo
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +24,7 @@ from click.testing import CliRunner
 from deployer.cli import main
 from deployer.gptneo_golden import Session
 from deployer.llm_emit import LlmOptions, deploy_gptneo
-from deployer.verify import SANITIZE_FLAGS, compile_files
+from deployer.verify import SANITIZE_FLAGS, compile_files, write_files
 from tests.unit.test_gptneo import TALK, TINY, TOKENIZER, greedy, rel_err, shared, talk_ids
 
 HARNESS = Path(__file__).resolve().parents[2] / "deployer" / "harness" / "verify_main.c"
@@ -160,3 +162,95 @@ def test_prune_vocab_errors_are_named(tmp_path):
         r = CliRunner().invoke(main, [str(TINY / "model.safetensors"), "-o", str(tmp_path / "o"), "--prune-vocab",
                                       str(keep)])
         assert r.exit_code == 2 and message in r.stderr, r.stderr
+
+
+# ---- the output folder as a firmware project takes it ---------------------------------------
+
+STUB = Path(__file__).resolve().parent / "freertos_stub"
+M7_FLAGS = ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16")
+
+
+@pytest.mark.parametrize("cc, target, weights, guards", [
+    ("gcc", "host", "q4_0", False), ("gcc", "host", "int8", False), ("gcc", "host", "f32", True),
+    ("arm-none-eabi-gcc", "cortex-m7", "q4_0", False)])
+def test_engine_references_no_library_symbol_and_its_stack_estimate_holds(cc, target, weights, guards, tmp_path):
+    """Compiled freestanding, the engine object has no undefined symbol (no libc, no libm, its
+    expf/tanhf/1/sqrtf are its own); INFERENCE_ENGINE_STACK_BYTES covers inference_run's frame
+    plus its deepest call chain as the compiler lays the frames out."""
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} is not installed")
+    shared(TINY)
+    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights=weights, kv="int4", target=target,
+                                                                debug_guards=guards, rtos="freertos"))
+    write_files(dep.files, tmp_path)
+    engine = next(tmp_path.glob("*_engine.c"))
+    flags = [*FLAGS, "-ffreestanding", "-fstack-usage", *(M7_FLAGS if target != "host" else ())]
+    subprocess.run([cc, *flags, "-c", str(engine), "-o", str(tmp_path / "e.o")], check=True, cwd=tmp_path)
+    nm = "arm-none-eabi-nm" if target != "host" else "nm"
+    assert subprocess.run([nm, "-u", str(tmp_path / "e.o")], capture_output=True, text=True,
+                          check=True).stdout.strip() == ""
+    frames = {}
+    for line in next(tmp_path.glob("*.su")).read_text().splitlines():
+        where, size, kind = line.rsplit("\t", 2)
+        assert kind.startswith("static"), f"{where}: a dynamic stack frame"
+        name = where.rsplit(":", 1)[-1].split(".")[0]  # matvec_128x512.constprop -> matvec_128x512
+        frames[name] = max(int(size), frames.get(name, 0))
+
+    def chain(*names):  # callees a compiler may have inlined are absent: they count 0
+        return sum(max((v for k, v in frames.items() if k.startswith(n)), default=0) for n in names)
+    need = frames["inference_run"] + max(chain("attention", "store_kv", "quantize_blocks", "exp_f32"),
+                                         chain("matvec", "quantize_blocks"), chain("gelu", "tanh_f32", "exp_f32"),
+                                         chain("layer_norm", "rsqrt_f32"), chain("embedding"), chain("guard_check"))
+    estimate = int(re.search(r"INFERENCE_ENGINE_STACK_BYTES (\d+)", dep.files["inference_task.h"]).group(1))
+    assert need <= estimate, (need, estimate, frames)
+
+
+def test_freertos_glue_compiles_for_the_language_model(tmp_path):
+    shared(TINY)
+    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(rtos="freertos"))
+    write_files(dep.files, tmp_path)
+    assert "xTaskCreate" in dep.files["inference_task.c"]
+    subprocess.run(["gcc", *FLAGS, "-pedantic", "-I", str(STUB), "-I", str(tmp_path), "-c",
+                    str(tmp_path / "inference_task.c"), "-o", str(tmp_path / "task.o")], check=True)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+def test_cmake_drop_in_library_generates_a_token(tmp_path):
+    """add_subdirectory(out) + target_link_libraries(app PRIVATE <lib>): an app feeding two
+    tokens through the bare-metal glue gets the numpy executor's next token."""
+    m = shared(TINY)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, [str(TINY / "model.safetensors"), "--weights", "q4_0", "--kv-cache", "int8", "-q",
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    lib = json.loads((out / "manifest.json").read_text())["library"]
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "main.c").write_text(
+        "#include <stdint.h>\n#include <stdio.h>\n#include \"inference_api.h\"\n#include \"inference_task.h\"\n"
+        "int main(void) {\n"
+        "    const int32_t prompt[2] = {5, 17};\n"
+        "    int best = 0;\n"
+        "    if (inference_init() != 0) return 1;\n"
+        "    for (int t = 0; t < 2; ++t) {\n"
+        "        *(int32_t *)inference_get_input(0) = prompt[t];\n"
+        "        inference_task_input_ready();\n"
+        "        if (inference_task_step() != 1) return 2;\n"
+        "    }\n"
+        "    const float *logits = (const float *)inference_get_output(0);\n"
+        "    for (int i = 1; i < INFERENCE_VOCAB; ++i) best = logits[i] > logits[best] ? i : best;\n"
+        "    printf(\"%d\\n\", best);\n"
+        "    return inference_position() == 2 ? 0 : 3;\n"
+        "}\n")
+    (app / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.13)\nproject(app C)\n"
+        f"add_subdirectory({out} engine)\nadd_executable(app main.c)\ntarget_link_libraries(app PRIVATE {lib})\n")
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(app), "-B", str(build), "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror -ffp-contract=off"],
+                   check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+    s = Session(m, weights="q4_0", kv="int8")
+    s.step(5)
+    want = int(s.step(17).argmax())
+    got = subprocess.run([str(build / "app")], capture_output=True, text=True, check=True).stdout
+    assert int(got) == want
