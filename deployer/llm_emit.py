@@ -26,6 +26,7 @@ from . import llm_passes
 from .emit import (GUARD_BYTES, STACK_LAYER_BYTES, STACK_RUN_BYTES, TASK_EXTRA_BYTES, c_array, c_identifier,
                    core_flags, environment, qemu_files, template_environment)
 from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
+from .report_html import language_model_report
 
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
@@ -143,11 +144,11 @@ def build_graph(model: GptNeo, options: LlmOptions) -> tuple[TransformerGraph, l
 
 def plan_activations(graph: TransformerGraph, planner: str, time_limit_s: float, guard: int = 0):
     """The activation arena from the IR's buffer lifetimes, each buffer with ``guard`` bytes of
-    canary on both sides: (lifetimes, plan, buffer name -> offset)."""
+    canary on both sides: (lifetimes, plan, buffer name -> offset, the planners' problem)."""
     lives = lifetimes(graph)
     problem = ArenaProblem(tuple(Buffer(a.name, a.nbytes + 2 * guard, first, last) for a, first, last in lives), 16)
     plan = plan_arena(problem, planner, SolverConfig(time_limit_s=time_limit_s))
-    return lives, plan, {a.name: off + guard for (a, *_), off in zip(lives, plan.offsets)}
+    return lives, plan, {a.name: off + guard for (a, *_), off in zip(lives, plan.offsets)}, problem
 
 
 def memory_of(graph: TransformerGraph, arena_bytes: int) -> dict:
@@ -207,13 +208,15 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{options.target}'")
     graph, report, kept = build_graph(model, options)
     guard = GUARD_BYTES if options.debug_guards else 0
-    lives, plan, offsets = plan_activations(graph, options.planner, options.time_limit_s, guard)
+    lives, plan, offsets, problem = plan_activations(graph, options.planner, options.time_limit_s, guard)
     memory = memory_of(graph, plan.peak)
     sram, flash = options.sram, options.flash
     if backend.board:  # a board preset's memories are the default budgets
         sram, flash = sram or backend.sram_bytes, flash or backend.flash_bytes
     check_budgets(graph, memory, sram, flash, guard)
     files = render_engine(graph, backend, lives, plan, offsets, guard, options.rtos)
+    files["report.html"] = language_model_report(graph, memory, dict(sram=sram, flash=flash), problem, plan, report,
+                                                 backend.description)
     files.update(_tokenizer_files(Path(path), options.tokenizer))
     manifest = _manifest(graph, options, memory, lives, plan, offsets, guard, report)
     to_gpt2 = _gpt2_ids(Path(path), kept)

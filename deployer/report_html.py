@@ -302,3 +302,39 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,
         planners=_planners(dep.graph.name, problem, plans, curve, timings=timings))
+
+
+# ---- a language model ---------------------------------------------------------------------
+
+def language_model_report(graph, memory: dict, budgets: dict, problem: ArenaProblem, plan: ArenaPlan,
+                          quant_report: list, target_description: str) -> str:
+    """A GPT-Neo engine: the memory against the budgets (KV cache, arena, weights), the ops of one
+    token with their live bytes, the per-matrix quantization error and every arena planner's
+    picture (the deployment's plan beside the greedy ones on the same problem). No wall times:
+    the page is byte-identical run to run."""
+    from network_parser.transformer_ir import op_summary
+
+    c, kv = graph.config, graph.kv
+    plans = [plan] + [plan_arena(problem, m) for m in GREEDY if m != plan.method]
+    curve = live_bytes(problem)
+    rows = [("SRAM", memory["sram_bytes"], budgets.get("sram")), ("  KV cache (.bss)", memory["kv_cache_bytes"], None),
+            ("  activation arena", memory["arena_bytes"], None), ("flash", memory["flash_bytes"], budgets.get("flash")),
+            ("  weights (.rodata)", memory["weights_bytes"], None),
+            ("  code (estimate)", memory["code_bytes_estimate"], None)]
+    memory_rows = [dict(name=name, need=f"{need:,}", kib=_kib(need), budget=f"{b:,}" if b is not None else "-",
+                        share=f"{100 * need / b:.1f}%" if b else "-",
+                        state="-" if b is None else ("OVER" if need > b else "OK"), elf=None)
+                   for name, need, b in rows]
+    lm = dict(
+        summary=(f"{target_description}. GPT-Neo: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, MLP "
+                 f"{c.inner}, vocabulary {c.vocab:,}, {c.max_positions} positions. Weights {graph.weight_format}, KV "
+                 f"cache {kv.format} x {kv.context} positions" + (f" (one scale per {kv.group} values)" if kv.group
+                                                                   else "") + f"; {len(graph.ops)} ops per token."),
+        memory=memory_rows,
+        ops=[dict(index=k, op=type(op).__name__, text=op_summary(op), live=f"{curve[k]:,}" if k < len(curve) else "-")
+             for k, op in enumerate(graph.ops)],
+        quant=[dict(matrix=n, rmse=f"{r:.3g}", snr="exact" if s == float("inf") else f"{s:.1f}")
+               for n, r, s in quant_report])
+    return _environment().get_template("report.html.j2").render(
+        title=f"{graph.name} on {target_description.split(' (')[0]}", deployment=None, patch_line=None,
+        language_model=lm, planners=_planners(graph.name, problem, plans, curve, timings=False))

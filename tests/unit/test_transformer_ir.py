@@ -176,3 +176,22 @@ def test_the_same_flags_give_byte_identical_files(tmp_path):
         outs.append({p.relative_to(tmp_path / f"o{k}"): p.read_bytes()
                      for p in sorted((tmp_path / f"o{k}").rglob("*")) if p.is_file()})
     assert outs[0] == outs[1] and len(outs[0]) >= 3
+
+
+def test_report_html_shows_the_memory_the_ops_and_every_planner(tmp_path):
+    """out/report.html of a language model: self-contained, the memory against the budgets,
+    one row per op, the quantization of every matrix and one picture per arena planner."""
+    from tests.unit.test_report_html import page
+    path = gb.write(tmp_path / "m", gb.config())
+    r = _deploy([path, "--weights", "q4_0", "--kv-cache", "int4", "--sram", "64K", "-q", "-o", tmp_path / "o"])
+    assert r.exit_code == 0, r.output
+    p = page((tmp_path / "o" / "report.html").read_text())
+    g = lower_gptneo(read_gptneo(path))
+    memory = {row["cells"][0]: row["cells"] for row in p.tables["memory"][1:]}
+    assert memory["SRAM"][3] == "65,536" and memory["SRAM"][5] == "OK"
+    assert len(p.tables["ops"]) == 1 + len(g.ops)
+    assert p.tables["ops"][-1]["cells"][2] == op_summary(g.ops[-1])
+    assert [row["cells"][0] for row in p.tables["quantization"][1:]] == g.matrices()
+    planners = [row["cells"][0] for row in p.tables["planner-table"][1:]]
+    assert planners == ["cpsat", "first-fit", "best-fit", "bidirectional"]
+    assert len([s for s in p.svgs if s["cls"] == "arena"]) == 4
