@@ -52,6 +52,7 @@ def fuzz_rows(readers: list[str], seconds: float, work: Path) -> tuple[list[list
 
 def run_case(case, work: Path) -> list:
     """One hostile model through the deploy command: its exit status, time, peak memory, error."""
+    work = Path(tempfile.mkdtemp(prefix="hostile-", dir=work))  # its own folder: config.json beside it
     model = write_case(case, work, "hostile")
     returncode, err, wall, peak_kib = run_deploy(model, work / "out", timeout=300)
     err = err.strip()
