@@ -21,6 +21,7 @@ import numpy as np
 
 from network_parser.errors import DeployError, UsageError
 
+from .llm_passes import KV_FORMATS, WEIGHT_FORMATS
 from .output import write_output
 from backends import BACKENDS
 
@@ -160,9 +161,9 @@ def main() -> None:
 @click.option("--debug-guards", is_flag=True,
               help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
               "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
-@click.option("--weights", "llm_weights", type=click.Choice(("q4_0", "int8", "f32")), default="q4_0", show_default=True,
+@click.option("--weights", "llm_weights", type=click.Choice(WEIGHT_FORMATS), default="q4_0", show_default=True,
               help=".safetensors language models: the matrices' format (Q4_0: blocks of 32 with a bfloat16 scale)")
-@click.option("--kv-cache", "llm_kv", type=click.Choice(("int8", "int4", "f32")), default="int8", show_default=True,
+@click.option("--kv-cache", "llm_kv", type=click.Choice(KV_FORMATS), default="int8", show_default=True,
               help=".safetensors language models: the KV cache's format")
 @click.option("--context", "llm_context", type=int, default=None,
               help=".safetensors language models: KV cache positions (default: all the model's)")
@@ -260,7 +261,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
                    f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
     click.echo(f"flash {m['flash_bytes']:,} B (weights {m['weights_bytes']:,} + code estimate "
                f"{m['code_bytes_estimate']:,}); SRAM {m['sram_bytes']:,} B (KV cache {m['kv_cache_bytes']:,} + "
-               f"arena {m['arena_bytes']:,}, {dep.planner})")
+               f"arena {m['arena_bytes']:,}, {dep.plan.method})")
     click.echo(f"wrote {len(dep.files)} files to {out_dir}/")
 
 

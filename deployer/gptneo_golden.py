@@ -44,7 +44,6 @@ class Executor:
     def __init__(self, graph: TransformerGraph):
         c, kv = graph.config, graph.kv
         self.graph, self.c, self.kv = graph, c, kv
-        self.context, self.kv_group = kv.context, kv.group
         self.position = 0
         table = graph.weights["wte"]
         self.embed = table if isinstance(table, np.ndarray) else table.dequantize()
@@ -79,7 +78,7 @@ class Executor:
         self.buffers[op.x] = (self.buffers[op.x] + self.buffers[op.y]).astype(F32)
 
     def _attention(self, op: Attention) -> None:
-        c, p, ctx = self.c, self.position, self.context
+        c, p, ctx = self.c, self.position, self.kv.context
         self._store(op.layer, p % ctx, self.buffers[op.k], self.buffers[op.v])
         first = max(0, p - ctx + 1)  # the oldest position still cached
         lo = max(first, p - op.window + 1) if op.window else first
@@ -100,8 +99,8 @@ class Executor:
             self.keys[layer, slot], self.values[layer, slot] = k, v
             return
         levels = KV_LEVELS[self.kv.format]
-        kq, ks = Q.quantize_blocks(k, levels, self.kv_group)
-        vq, vs = Q.quantize_blocks(v, levels, self.kv_group)
+        kq, ks = Q.quantize_blocks(k, levels, self.kv.group)
+        vq, vs = Q.quantize_blocks(v, levels, self.kv.group)
         self.keys[layer, slot], self.key_scales[layer, slot] = kq.reshape(-1), ks
         self.values[layer, slot], self.value_scales[layer, slot] = vq.reshape(-1), vs
 
@@ -109,8 +108,8 @@ class Executor:
         c = self.c
         keys, vals = self.keys[layer, slots].astype(F32), self.values[layer, slots].astype(F32)
         if self.kv.group:  # one scale per group of values
-            keys = (keys * np.repeat(self.key_scales[layer, slots], self.kv_group, axis=1)).astype(F32)
-            vals = (vals * np.repeat(self.value_scales[layer, slots], self.kv_group, axis=1)).astype(F32)
+            keys = (keys * np.repeat(self.key_scales[layer, slots], self.kv.group, axis=1)).astype(F32)
+            vals = (vals * np.repeat(self.value_scales[layer, slots], self.kv.group, axis=1)).astype(F32)
         return (keys.reshape(len(slots), c.heads, c.head_dim), vals.reshape(len(slots), c.heads, c.head_dim))
 
     def step(self, token: int) -> np.ndarray:

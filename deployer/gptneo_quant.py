@@ -41,6 +41,12 @@ def from_bf16(b: np.ndarray) -> np.ndarray:
     return (np.asarray(b, np.uint16).astype(np.uint32) << 16).view(F32)
 
 
+def matrix_bytes(fmt: str, rows: int, cols: int) -> int:
+    """A rows x cols matrix stored as ``fmt``: Q4_0 18 bytes per block of 32 (16 of codes and a
+    bfloat16 scale), int8 a byte each and a float32 scale per row, f32 four bytes each."""
+    return {"q4_0": rows * cols // BLOCK * 18, "int8": rows * cols + 4 * rows, "f32": 4 * rows * cols}[fmt]
+
+
 @dataclass(frozen=True)
 class Q4Matrix:
     """rows x cols weights: ``codes`` [rows, cols] in 0..15 (packed two per byte in the C),
@@ -55,7 +61,7 @@ class Q4Matrix:
 
     @property
     def nbytes(self) -> int:
-        return self.codes.size // 2 + self.scales.size * 2
+        return matrix_bytes("q4_0", *self.codes.shape)
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class Int8Matrix:
 
     @property
     def nbytes(self) -> int:
-        return self.codes.size + self.scales.size * 4
+        return matrix_bytes("int8", *self.codes.shape)
 
 
 def _codes(blocks: np.ndarray, d: np.ndarray) -> np.ndarray:

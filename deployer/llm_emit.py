@@ -19,7 +19,7 @@ from network_parser.errors import InfeasibleBudget, UsageError
 from network_parser.gptneo import GptNeo, read_gptneo
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
                                            TransformerGraph, lifetimes, lower_gptneo, op_summary)
-from solver.arena import ArenaProblem, Buffer, SolverConfig, plan_arena
+from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
 
 from . import gptneo_quant as Q
 from . import llm_passes
@@ -54,14 +54,23 @@ class LlmOptions:
 class LlmDeployment:
     graph: TransformerGraph  # after the passes
     options: LlmOptions
-    context: int
-    kv_group: int
-    offsets: dict
-    arena_bytes: int
-    planner: str
+    offsets: dict  # arena buffer -> byte offset
+    plan: ArenaPlan
     memory: dict
     quant_report: list = field(default_factory=list)  # (matrix, RMSE, SNR dB)
     files: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def context(self) -> int:
+        return self.graph.kv.context
+
+    @property
+    def kv_group(self) -> int:
+        return self.graph.kv.group
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.peak
 
 
 def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
@@ -227,8 +236,7 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     manifest["eos_token_id"] = graph.config.eos
     manifest["tokenizer"] = "tokenizer/" if "tokenizer/vocab.json" in files else None
     files["manifest.json"] = json.dumps(manifest, indent=2) + "\n"
-    return LlmDeployment(graph, options, graph.kv.context, graph.kv.group, offsets, plan.peak, plan.method, memory,
-                         report, files)
+    return LlmDeployment(graph, options, offsets, plan, memory, report, files)
 
 
 def stack_need(graph: TransformerGraph) -> dict:

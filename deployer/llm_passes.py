@@ -93,13 +93,8 @@ def weight_bytes(graph: TransformerGraph) -> int:
 
 
 def weight_bytes_as(graph: TransformerGraph, fmt: str) -> int:
-    """The weights' bytes were the matrices in ``fmt`` (Q4_0: 18 bytes per 32; int8: a byte each
-    and a float32 scale per row); the LayerNorms, biases and position embeddings stay float32."""
-    matrices, total = set(graph.matrices()), 0
-    for name, w in graph.weights.items():
-        if name not in matrices:
-            total += w.nbytes
-            continue
-        rows, cols = w.shape if isinstance(w, np.ndarray) else w.codes.shape
-        total += {"f32": 4 * rows * cols, "int8": rows * cols + 4 * rows, "q4_0": rows * cols // 32 * 18}[fmt]
-    return total
+    """The weights' bytes were the matrices in ``fmt``; the LayerNorms, biases and position
+    embeddings stay float32."""
+    matrices = set(graph.matrices())
+    return sum(Q.matrix_bytes(fmt, *(w.shape if isinstance(w, np.ndarray) else w.codes.shape)) if name in matrices
+               else w.nbytes for name, w in graph.weights.items())

@@ -272,13 +272,13 @@ def _solver_rows(manifest: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def report_plans(dep, problem: ArenaProblem) -> Comparison:
+def report_plans(plan: ArenaPlan, problem: ArenaProblem) -> Comparison:
     """The deployment's own plan and the greedy planners' on the same problem (CP-SAT runs only
     when it planned the deployment: its answer is then the one used, not solved again)."""
-    plans = [dep.plan if m == dep.plan.method else plan_arena(problem, m) for m in ("cpsat", *GREEDY)
-             if m != "cpsat" or dep.plan.method == "cpsat"]
-    skipped = {} if dep.plan.method == "cpsat" else {
-        "cpsat": f"not run (--planner {dep.plan.method}; deploy compare runs every planner)"}
+    plans = [plan if m == plan.method else plan_arena(problem, m) for m in ("cpsat", *GREEDY)
+             if m != "cpsat" or plan.method == "cpsat"]
+    skipped = {} if plan.method == "cpsat" else {
+        "cpsat": f"not run (--planner {plan.method}; deploy compare runs every planner)"}
     return Comparison(plans, skipped)
 
 
@@ -287,7 +287,7 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
     section, every arena planner's picture, the per-layer table (tiling, L3 slabs, patch
     stage), the patch grid and the solvers' statistics."""
     manifest = json.loads(dep.files["manifest.json"]) if "manifest.json" in dep.files else {}
-    plans = report_plans(dep, problem) if plans is None else plans
+    plans = report_plans(dep.plan, problem) if plans is None else plans
     curve = live_bytes(problem)
     o = dep.options
     deployment = dict(
@@ -315,7 +315,7 @@ def language_model_report(graph, memory: dict, budgets: dict, problem: ArenaProb
     from network_parser.transformer_ir import op_summary
 
     c, kv = graph.config, graph.kv
-    plans = [plan] + [plan_arena(problem, m) for m in GREEDY if m != plan.method]
+    plans = report_plans(plan, problem)
     curve = live_bytes(problem)
     rows = [("SRAM", memory["sram_bytes"], budgets.get("sram")), ("  KV cache (.bss)", memory["kv_cache_bytes"], None),
             ("  activation arena", memory["arena_bytes"], None), ("flash", memory["flash_bytes"], budgets.get("flash")),

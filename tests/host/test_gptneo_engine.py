@@ -25,6 +25,7 @@ from deployer.cli import main
 from deployer.gptneo_golden import Session
 from deployer.llm_emit import LlmOptions, deploy_gptneo
 from deployer.verify import SANITIZE_FLAGS, compile_files, write_files
+from tests.host.test_engine_build import stack_frames
 from tests.unit.test_gptneo import TALK, TINY, TOKENIZER, greedy, rel_err, shared, talk_ids
 
 HARNESS = Path(__file__).resolve().parents[2] / "deployer" / "harness" / "verify_main.c"
@@ -182,19 +183,11 @@ def test_engine_references_no_library_symbol_and_its_stack_estimate_holds(cc, ta
     shared(TINY)
     dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights=weights, kv="int4", target=target,
                                                                 debug_guards=guards, rtos="freertos"))
-    write_files(dep.files, tmp_path)
-    engine = next(tmp_path.glob("*_engine.c"))
-    flags = [*FLAGS, "-ffreestanding", "-fstack-usage", *(M7_FLAGS if target != "host" else ())]
-    subprocess.run([cc, *flags, "-c", str(engine), "-o", str(tmp_path / "e.o")], check=True, cwd=tmp_path)
+    flags = [*FLAGS, "-ffreestanding", *(M7_FLAGS if target != "host" else ())]
+    frames = stack_frames(dep.files, cc, flags, tmp_path)
     nm = "arm-none-eabi-nm" if target != "host" else "nm"
     assert subprocess.run([nm, "-u", str(tmp_path / "e.o")], capture_output=True, text=True,
                           check=True).stdout.strip() == ""
-    frames = {}
-    for line in next(tmp_path.glob("*.su")).read_text().splitlines():
-        where, size, kind = line.rsplit("\t", 2)
-        assert kind.startswith("static"), f"{where}: a dynamic stack frame"
-        name = where.rsplit(":", 1)[-1].split(".")[0]  # matvec_128x512.constprop -> matvec_128x512
-        frames[name] = max(int(size), frames.get(name, 0))
 
     def chain(*names):  # callees a compiler may have inlined are absent: they count 0
         return sum(max((v for k, v in frames.items() if k.startswith(n)), default=0) for n in names)
