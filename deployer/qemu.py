@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -17,10 +16,11 @@ import numpy as np
 
 from network_parser.errors import DeployError
 
+from . import build_cache
 from .manifest import manifest_text
 from .pipeline import Deployment, deployment_problem
 from .report_html import deployment_report
-from .verify import CACHE, BuildError, compare, files_digest, parse_output, samples_payload, write_files
+from .verify import BuildError, compare, files_digest, parse_output, samples_payload, write_files
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
 TIMEOUT_S = 600
@@ -57,41 +57,29 @@ def build_elf(dep: Deployment, trace: bool = False) -> Elf:
     require_tools(BUILD_TOOLS, "building the ELF")
     digest = files_digest(dep.files)
     digest.update(b"elf" + (b"trace" if trace else b""))
-    folder = CACHE / ("elf-" + digest.hexdigest()[:24])
-    elf = folder / "qemu" / "engine.elf"
-    if elf.exists():
-        return Elf(elf, dep.backend.qemu_machine, trace)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
-    try:
-        write_files(dep.files, tmp)
-        cmd = ["make", "-s", "-C", str(tmp / "qemu"), "all"] + (["DEFS=-DINFERENCE_TRACE"] if trace else [])
+
+    def build(folder: Path) -> None:
+        write_files(dep.files, folder)
+        cmd = ["make", "-s", "-C", str(folder / "qemu"), "all"] + (["DEFS=-DINFERENCE_TRACE"] if trace else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"arm-none-eabi-gcc failed on the generated engine:\n{(proc.stdout + proc.stderr)[-4000:]}")
-        try:
-            tmp.rename(folder)
-        except OSError:  # built concurrently
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    elf = build_cache.cached("elf-" + digest.hexdigest()[:24], "qemu/engine.elf", build)
     return Elf(elf, dep.backend.qemu_machine, trace)
 
 
 def plugin() -> Path:
     """The instruction-counting plugin, built once per source version with the host gcc."""
     digest = files_digest({"p": PLUGIN_SOURCE.read_bytes()}).hexdigest()[:16]
-    so = CACHE / f"insn_count-{digest}.so"
-    if not so.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
-        proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(tmp), str(PLUGIN_SOURCE), "-lpthread"],
-                              capture_output=True, text=True)
+
+    def build(folder: Path) -> None:
+        proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(folder / "insn_count.so"), str(PLUGIN_SOURCE),
+                               "-lpthread"], capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"cannot build the QEMU plugin:\n{proc.stderr[-2000:]}")
-        tmp.rename(so)
-    return so
+
+    return build_cache.cached(f"insn_count-{digest}", "insn_count.so", build)
 
 
 @dataclass(frozen=True)
@@ -112,7 +100,9 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
         cmd = ["qemu-system-arm", "-M", elf.machine, "-nographic", "-monitor", "none", "-serial", "none",
                "-semihosting-config", "enable=on,target=native", "-kernel", str(elf.path)]
         if count:
-            cmd += ["-plugin", f"{plugin()},out={work / 'histogram.txt'}", "-d", "plugin"]
+            # QEMU splits option values at commas (",," is a literal one): a path must not add options
+            so, out = (str(p).replace(",", ",,") for p in (plugin(), work / "histogram.txt"))
+            cmd += ["-plugin", f"{so},out={out}", "-d", "plugin"]
         try:
             proc = subprocess.run(cmd, cwd=work, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:

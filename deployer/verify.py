@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,14 +11,14 @@ import numpy as np
 from network_parser.errors import DeployError
 from network_parser.ir import Graph
 
-from . import golden
+from . import build_cache, golden
 from .golden import NP_DTYPES
 from .pipeline import Deployment
 from .reference import run_reference
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "verify_main.c"
-SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1")
-CACHE = Path(os.environ.get("DEPLOY_BUILD_CACHE", Path(tempfile.gettempdir()) / "deploy-build-cache"))
+# float-cast-overflow is not part of gcc's "undefined" group: a float reaching an integer it does not fit
+SANITIZE_FLAGS = ("-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all", "-g", "-O1")
 
 
 class BuildError(DeployError):
@@ -84,27 +81,16 @@ def compile_files(files: dict, cc: str, flags: tuple[str, ...], harness: Path,
     includes = [f[2:] or nxt for f, nxt in zip(flags, [*flags[1:], ""]) if f.startswith("-I")]
     for path in [*map(Path, extra_sources), *(f for d in includes for f in sorted(Path(d).glob("*")) if f.is_file())]:
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
-    folder = CACHE / digest.hexdigest()[:24]
-    exe = folder / "engine"
-    if exe.exists():
-        return exe
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE))
-    try:
-        write_files(files, tmp)
-        sources = [str(tmp / n) for n in files if n.endswith(".c") and "/" not in n] + [str(harness), *map(str, extra_sources)]
-        cmd = [cc, *flags, "-I", str(tmp), *sources, "-o", str(tmp / "engine")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+
+    def build(folder: Path) -> None:
+        write_files(files, folder)
+        sources = [str(folder / n) for n in files if n.endswith(".c") and "/" not in n] + [str(harness), *map(str, extra_sources)]
+        proc = subprocess.run([cc, *flags, "-I", str(folder), *sources, "-o", str(folder / "engine")],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"{cc} failed on the generated engine:\n{proc.stderr[-4000:]}")
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process built the same engine first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return exe
+
+    return build_cache.cached(digest.hexdigest()[:24], "engine", build)
 
 
 def samples_payload(graph: Graph, samples: list[list[np.ndarray]]) -> bytes:

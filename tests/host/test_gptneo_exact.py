@@ -6,13 +6,15 @@ generated engine (its functions are static) and calls them on vectors from stdin
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from deployer import build_cache
 from deployer import gptneo_quant as Q
 from deployer.llm_emit import LlmOptions, deploy_gptneo
-from deployer.verify import CACHE, files_digest, write_files
+from deployer.verify import files_digest, write_files
 from tests.unit.test_gptneo import TINY, shared
 
 PROBE = r"""
@@ -45,14 +47,13 @@ def probe(dep, c):
            .replace("ROWS", str(c.d_model)).replace("D]", f"{c.d_model}]"))
     files = {**dep.files, "probe.c": src}
     digest = files_digest(files).hexdigest()[:24]
-    exe = CACHE / f"llm-probe-{digest}"
-    if not exe.exists():
-        folder = CACHE / f"llm-probe-src-{digest}"
-        folder.mkdir(parents=True, exist_ok=True)
+
+    def build(folder: Path) -> None:
         write_files(files, folder)
         subprocess.run(["gcc", "-std=c99", "-O2", "-ffp-contract=off", "-w", "-I", str(folder), str(folder / "probe.c"),
-                        "-o", str(exe)], check=True, capture_output=True, text=True)
-    return exe
+                        "-o", str(folder / "probe")], check=True, capture_output=True, text=True)
+
+    return build_cache.cached(f"llm-probe-{digest}", "probe", build)
 
 
 @pytest.mark.parametrize("weights, kv", [("q4_0", "int4"), ("int8", "int8")])

@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from deployer import build_cache
 from deployer.pipeline import Options, deploy
-from deployer.verify import CACHE, BuildError, build_engine, files_digest, random_inputs, run_engine, write_files
+from deployer.verify import BuildError, build_engine, files_digest, random_inputs, run_engine, write_files
 from network_parser.errors import InfeasibleBudget
 from tests.host.test_models import assert_bit_exact
 from tests.host.test_tiled import smallest_l1
@@ -117,21 +117,17 @@ def cross_compile(dep) -> None:
     flags = [*dep.backend.cflags, "-c"]
     digest = files_digest(dep.files)
     digest.update(" ".join([CROSS_CC, *flags]).encode() + (EMU / "pmsis.h").read_bytes())
-    stamp = CACHE / f"rv32-{digest.hexdigest()[:24]}.ok"
-    if stamp.exists():
-        return
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="rv32-", dir=CACHE))
-    try:
-        write_files(dep.files, tmp)
+
+    def build(folder: Path) -> None:
+        write_files(dep.files, folder)
         for name in dep.files:
             if name.endswith(".c"):
-                proc = subprocess.run([CROSS_CC, *flags, "-I", str(tmp), "-I", str(EMU), str(tmp / name),
-                                       "-o", str(tmp / f"{name}.o")], capture_output=True, text=True)
+                proc = subprocess.run([CROSS_CC, *flags, "-I", str(folder), "-I", str(EMU), str(folder / name),
+                                       "-o", str(folder / f"{name}.o")], capture_output=True, text=True)
                 assert proc.returncode == 0, f"{CROSS_CC} rejects {name}:\n{proc.stderr[-4000:]}"
-        stamp.touch()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        (folder / "ok").touch()
+
+    build_cache.cached(f"rv32-{digest.hexdigest()[:24]}", "ok", build)
 
 
 @pytest.mark.parametrize("l1", [64 * K, 16 * K], ids=["64K", "16K"])
