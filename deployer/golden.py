@@ -209,9 +209,17 @@ def _requantize(k: K.Requantize, x):
 
 
 def _quantize(k: K.Quantize, x):
-    v = np.clip(x.astype(np.float32) / np.float32(k.scale), -1e6, 1e6)
-    r = np.rint(v).astype(np.int64) if k.half_even else fx.round_half_away(v)
-    return np.clip(r + k.zero_point, -128, 127).astype(np.int8)
+    """The engine's fx_quantize / fx_quantize_even, NaN and infinities included (numpy's float
+    -> int cast of those is undefined, so it only ever sees finite, in-range values)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # x / scale may overflow to inf: defined below
+        v = x.astype(np.float32) / np.float32(k.scale)
+    if k.half_even:  # onnxruntime: clamped to the output range first, NaN to its lowest value
+        lo, hi = -128 - k.zero_point, 127 - k.zero_point
+        return (np.rint(np.where(v >= lo, np.minimum(v, hi), lo)).astype(np.int64) + k.zero_point).astype(np.int8)
+    # TFLite's reference on x86-64: what int32 cannot hold becomes INT32_MIN, and + zero point wraps
+    fits = (v >= -2.0 ** 31) & (v < 2.0 ** 31)
+    t = np.where(fits, fx.round_half_away(np.where(fits, v, 0)), fx.I32_MIN)
+    return np.clip(fx.wrap32(t + k.zero_point), -128, 127).astype(np.int8)
 
 
 def _dequantize(k: K.Dequantize, x):
