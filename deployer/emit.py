@@ -1,10 +1,7 @@
 """Render a planned network into C files with jinja2 (compute here, lay out in templates)."""
 from __future__ import annotations
 
-import functools
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import jinja2
 import numpy as np
@@ -18,39 +15,13 @@ from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+from .render import (TEMPLATES, Code, c_array, c_comment_lines, c_double, c_float, c_identifier, c_int,  # noqa: F401
+                     c_int64, c_text)
+from .render import environment as template_environment
+
 CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
           "float32": "float"}
 DTYPE_SHORT = {"int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "float32": "f32"}
-
-
-# ---- C literal filters (the only place numbers become C text) ---------------
-
-def c_int(v: int) -> str:
-    v = int(v)
-    return "(-2147483647 - 1)" if v == -(1 << 31) else str(v)
-
-
-def c_float(v: float) -> str:
-    """A float32 literal that reads back to exactly the same float."""
-    text = f"{np.float32(v).item():.9g}"
-    return f"{text}f" if any(ch in text for ch in ".e") else f"{text}.0f"
-
-
-def c_double(v: float) -> str:
-    return f"{float(v):.17g}"
-
-
-def c_comment(text: str) -> str:
-    """Text safe inside a /* */ comment."""
-    return str(text).replace("*/", "* /")
-
-
-def c_array(values, per_line: int = 16) -> str:
-    flat = np.asarray(values).reshape(-1)
-    fmt = {"f4": c_float, "f8": c_double}.get(flat.dtype.str[1:], c_int)
-    items = [fmt(v) for v in flat.tolist()]
-    return ",\n".join("    " + ", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
 
 
 def core_flags(backend: Backend) -> str:
@@ -62,24 +33,7 @@ def environment(backend: Backend) -> jinja2.Environment:
     return template_environment(tuple(d for d in (backend.template_dir, backend.template_fallback) if d is not None))
 
 
-@functools.lru_cache(maxsize=None)
-def template_environment(dirs: tuple[str, ...]) -> jinja2.Environment:
-    """One environment per template path, kept: it caches the compiled templates (compiling
-    them took most of a small model's emit time)."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(TEMPLATES / d) for d in dirs]),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, autoescape=False)
-    env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_comment)
-    return env
-
-
 # ---- naming -------------------------------------------------------------------
-
-def c_identifier(name: str) -> str:
-    ident = re.sub(r"\W+", "_", name).strip("_").lower() or "model"
-    return f"m_{ident}" if ident[0].isdigit() else ident
-
 
 def _short(name: str) -> str:
     base = name.split(";")[0].rstrip("/").split("/")[-1] or name
@@ -126,10 +80,6 @@ class _Symbols:
             return self._tensor_names[t]
         qual = "" if writable else "const "
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
-
-
-def c_int64(v: int) -> str:
-    return c_int(v) if -(1 << 31) <= v < (1 << 31) else f"{int(v)}LL"
 
 
 def _int_rq_context(rq, k: int, sym: _Symbols) -> dict:
@@ -476,7 +426,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
-               l1_attribute=backend.l1_attribute, engine_note=backend.engine_note,
+               l1_attribute=backend.l1_attribute, engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=rtos, stack=stack_need(layers),
                core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,

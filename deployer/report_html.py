@@ -10,7 +10,6 @@ times (``timings=True`` adds the planners' times, for ``deploy compare``), round
 """
 from __future__ import annotations
 
-import functools
 
 import colorsys
 import hashlib
@@ -23,7 +22,8 @@ from layer_analyzer import kernels as K
 from solver.arena import GREEDY, ArenaPlan, ArenaProblem, lower_bound, plan_arena
 
 from .compare import COLUMNS, Comparison, bound_line, live_bytes, plan_rows, skipped_lines
-from .emit import TEMPLATES, shape_text
+from .emit import shape_text
+from .render import environment
 
 # One arena picture: SVG size and the margins around the plot area, in pixels.
 WIDTH, HEIGHT = 760, 280
@@ -100,12 +100,8 @@ def arena_figure(problem: ArenaProblem, plan: ArenaPlan, curve: list[int], axes:
                 peak_y=axes.y(plan.peak))
 
 
-@functools.lru_cache(maxsize=None)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES / "report")),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, autoescape=True)
+    return environment(("report",))
 
 
 def _planners(name: str, problem: ArenaProblem, plans, curve: list[int], before=None, timings=True) -> dict:
