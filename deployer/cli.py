@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -23,6 +24,7 @@ from network_parser.errors import DeployError, UsageError
 
 from .llm_passes import KV_FORMATS, WEIGHT_FORMATS
 from .output import write_output
+from .render import ERROR_CHARS, terminal_text
 from backends import BACKENDS
 
 from .pipeline import Options, deploy, emit_deployment
@@ -61,8 +63,7 @@ def parse_share(text: str) -> float:
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
              tile_objective="l1", l3=None, patch="auto", max_overhead="20%", kernels="auto",
              input_layout="nchw", output_layout="nchw", input_type=None) -> Options:
-    if time_limit <= 0:
-        raise UsageError(f"--time-limit must be positive, got {time_limit}")
+    check_time_limit(time_limit)
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
@@ -70,9 +71,16 @@ def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_pla
                    output_layout=output_layout, input_type=input_type)
 
 
+def check_time_limit(seconds: float) -> float:
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"--time-limit must be a positive number of seconds, got {seconds}")
+    return seconds
+
+
 def budget_options(f):
     for opt in reversed((
-        click.option("--target", default="host", show_default=True, help="target (see backends)"),
+        click.option("--target", type=click.Choice(sorted(BACKENDS)), default="host", show_default=True,
+                     help="target (deploy targets lists them)"),
         click.option("--l1", default=None, help="L1 scratchpad budget, e.g. 64K"),
         click.option("--sram", default=None, help="SRAM budget for the arena, e.g. 256K"),
         click.option("--flash", default=None, help="flash budget for weights and code, e.g. 1M"),
@@ -106,46 +114,73 @@ def budget_options(f):
     return f
 
 
-def _fail(error: DeployError) -> None:
-    click.echo(f"error: {error}", err=True)
-    sys.exit(2 if isinstance(error, UsageError) else 1)
+def say(text: str = "", err: bool = False) -> None:
+    """One message for people: anything a model contributed to it is shown, never obeyed by
+    the terminal."""
+    click.echo(terminal_text(text), err=err)
+
+
+def exit_status(error: DeployError) -> int:
+    return 2 if isinstance(error, UsageError) else 1
+
+
+def report_error(kind: str | None, message: str, status: int, as_json: bool) -> None:
+    """One line on stderr (``error: KIND: message``, cut to a readable length); with --json, the
+    same as ``{"error": {...}}`` on stdout too."""
+    message = terminal_text(message, ERROR_CHARS).replace("\n", " ")
+    if as_json:
+        click.echo(json.dumps({"error": {"type": kind or "Interrupted", "message": message, "exit_status": status}},
+                              indent=2))
+    click.echo(f"error: {kind}: {message}" if kind else f"error: {message}", err=True)
 
 
 class DefaultGroup(click.Group):
     """`deploy MODEL ...` runs the `build` command; `deploy verify ...` the subcommand."""
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["build", *args]
+        ctx.meta["json"] = "--json" in args
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
-        """Warnings as one ``warning:`` line each; Ctrl-C as one line and status 130 (the output
-        folder is written whole or not at all, so it is left as it was); an internal error as one
-        line and status 3, its traceback only with DEPLOY_TRACEBACK=1."""
+        """A user's error as one line and status 1 or 2; warnings as one ``warning:`` line each;
+        Ctrl-C as one line and status 130 (the output folder is written whole or not at all, so it
+        is left as it was); an internal error as one line and status 3, its traceback only with
+        DEPLOY_TRACEBACK=1. With --json, every error is also a JSON object on stdout."""
+        as_json = ctx.meta.get("json", False)
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             try:
                 return super().invoke(ctx)
+            except DeployError as e:
+                report_error(e.kind, str(e.args[0]) if e.args else "", exit_status(e), as_json)
+                sys.exit(exit_status(e))
             except KeyboardInterrupt:
-                click.echo("error: interrupted; nothing was written", err=True)
+                report_error(None, "interrupted; nothing was written", 130, as_json)
                 sys.exit(130)
-            except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            except click.exceptions.ClickException as e:
+                if as_json:  # click prints its own usage message on stderr
+                    click.echo(json.dumps({"error": {"type": "UsageError", "message": terminal_text(
+                        e.format_message(), ERROR_CHARS), "exit_status": e.exit_code}}, indent=2))
+                raise
+            except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
                 raise
             except Exception as e:  # noqa: BLE001 - a bug: say so on one line, keep the traceback on request
                 if os.environ.get("DEPLOY_TRACEBACK"):
                     raise
                 at = traceback.extract_tb(e.__traceback__)[-1]
-                click.echo(f"error: InternalError: {type(e).__name__}: {e} (at {Path(at.filename).name}:{at.lineno}; "
-                           f"a bug in the deployer: DEPLOY_TRACEBACK=1 shows the traceback)", err=True)
+                report_error("InternalError", f"{type(e).__name__}: {e} (at {Path(at.filename).name}:{at.lineno}; "
+                             f"a bug in the deployer: DEPLOY_TRACEBACK=1 shows the traceback)", 3, as_json)
                 sys.exit(3)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"warning: {message}", err=True)
+    say(f"warning: {message}".replace("\n", " "), err=True)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mcu-deployer", prog_name="deploy", message="%(prog)s %(version)s")
 def main() -> None:
     """Compile an int8 .tflite model into a self-contained C inference engine."""
 
@@ -188,36 +223,33 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
     if Path(model).suffix.lower() == ".safetensors":
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet)
-    try:
-        start = time.perf_counter()
-        options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
-        options = replace(options, rtos=rtos, debug_guards=debug_guards)
-        with _progress(quiet):
-            steps = []
-            if auto_optimize:  # its last plan is the one to emit
-                options, steps, planned = optimize(model, options)
-                dep = emit_deployment(planned)
-            else:
-                dep = deploy(model, options)
-            dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
-        if dump_ir:
-            click.echo(dump_graph(dep.graph))
-        if dump_plan:
-            click.echo(dump_arena_plan(dep))
-        write_output(dep.files, out_dir, force=force)
-        wall = time.perf_counter() - start
-        if as_json:
-            click.echo(json.dumps(build_summary(dep, out_dir, wall, steps), indent=2))
-        elif not quiet:
-            click.echo(summary_table(dep))
-            for st in steps:
-                click.echo(f"auto-optimize: {' '.join(st.recommendation.flags)} ({st.recommendation.name}): SRAM "
-                           f"{st.before['sram_bytes']:,} -> {st.after['sram_bytes']:,} B, flash "
-                           f"{st.before['flash_bytes']:,} -> {st.after['flash_bytes']:,} B")
-            click.echo(f"wrote {len(dep.files)} files to {out_dir}/ in {wall:.2f} s")
-    except DeployError as e:
-        _fail(e)
+    start = time.perf_counter()
+    options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
+                       patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+    options = replace(options, rtos=rtos, debug_guards=debug_guards)
+    with _progress(quiet):
+        steps = []
+        if auto_optimize:  # its last plan is the one to emit
+            options, steps, planned = optimize(model, options)
+            dep = emit_deployment(planned)
+        else:
+            dep = deploy(model, options)
+        dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
+    if dump_ir:
+        say(dump_graph(dep.graph))
+    if dump_plan:
+        say(dump_arena_plan(dep))
+    write_output(dep.files, out_dir, force=force)
+    wall = time.perf_counter() - start
+    if as_json:
+        click.echo(json.dumps(build_summary(dep, out_dir, wall, steps), indent=2))
+    elif not quiet:
+        say(summary_table(dep))
+        for st in steps:
+            say(f"auto-optimize: {' '.join(st.recommendation.flags)} ({st.recommendation.name}): SRAM "
+                       f"{st.before['sram_bytes']:,} -> {st.after['sram_bytes']:,} B, flash "
+                       f"{st.before['flash_bytes']:,} -> {st.after['flash_bytes']:,} B")
+        say(f"wrote {len(dep.files)} files to {out_dir}/ in {wall:.2f} s")
 
 
 QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 of Gaussian weights: about 21 dB)
@@ -230,39 +262,36 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
 
     from .llm_emit import LlmOptions, deploy_gptneo
 
-    try:
-        dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
-                                              time_limit_s=time_limit, target=target, tokenizer=tokenizer,
-                                              prune_vocab=prune, debug_guards=debug_guards, sram=parse_size(sram),
-                                              flash=parse_size(flash), rtos=rtos))
-        if dump_ir:
-            for k, op in enumerate(dep.graph.ops):
-                click.echo(f"{k:4d}  {op_summary(op)}")
-        if dump_plan:
-            for b in json.loads(dep.files["manifest.json"])["arena"]["buffers"]:
-                click.echo(f"{b['name']:8s} offset {b['offset']:8,d}  {b['size']:8,d} B  ops {b['first_op']}..{b['last_op']}")
-        write_output(dep.files, out_dir, force=force)
-    except DeployError as e:
-        _fail(e)
+    dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
+                                          time_limit_s=check_time_limit(time_limit), target=target, tokenizer=tokenizer,
+                                          prune_vocab=prune, debug_guards=debug_guards, sram=parse_size(sram),
+                                          flash=parse_size(flash), rtos=rtos))
+    if dump_ir:
+        for k, op in enumerate(dep.graph.ops):
+            say(f"{k:4d}  {op_summary(op)}")
+    if dump_plan:
+        for b in json.loads(dep.files["manifest.json"])["arena"]["buffers"]:
+            say(f"{b['name']:8s} offset {b['offset']:8,d}  {b['size']:8,d} B  ops {b['first_op']}..{b['last_op']}")
+    write_output(dep.files, out_dir, force=force)
     for name, rmse, snr in dep.quant_report:
         if snr < QUANT_SNR_WARN_DB:
-            click.echo(f"warning: {name}: {weights} weights at {snr:.1f} dB SNR (RMSE {rmse:.3g})", err=True)
+            say(f"warning: {name}: {weights} weights at {snr:.1f} dB SNR (RMSE {rmse:.3g})", err=True)
     if quiet:
         return
     c, m = dep.graph.config, dep.memory
     pruned = json.loads(dep.files["manifest.json"]).get("pruned_vocabulary")
     note = f" (pruned from {pruned['of']})" if pruned else ""
-    click.echo(f"{dep.graph.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
+    say(f"{dep.graph.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
                f"{c.vocab}{note}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.context} "
                f"positions")
     if dep.quant_report:
         worst = min(dep.quant_report, key=lambda r: r[2])
-        click.echo(f"quantization: {len(dep.quant_report)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
+        say(f"quantization: {len(dep.quant_report)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
                    f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
-    click.echo(f"flash {m['flash_bytes']:,} B (weights {m['weights_bytes']:,} + code estimate "
+    say(f"flash {m['flash_bytes']:,} B (weights {m['weights_bytes']:,} + code estimate "
                f"{m['code_bytes_estimate']:,}); SRAM {m['sram_bytes']:,} B (KV cache {m['kv_cache_bytes']:,} + "
                f"arena {m['arena_bytes']:,}, {dep.plan.method})")
-    click.echo(f"wrote {len(dep.files)} files to {out_dir}/")
+    say(f"wrote {len(dep.files)} files to {out_dir}/")
 
 
 @main.command("generate")
@@ -276,15 +305,12 @@ def generate_cmd(out_dir, prompt, max_tokens, tokenizer, as_json):
     """Build the language-model engine in OUT_DIR for this machine and continue PROMPT greedily."""
     from .generate import generate
 
-    try:
-        result = generate(out_dir, prompt, max_tokens, tokenizer)
-    except DeployError as e:
-        _fail(e)
+    result = generate(out_dir, prompt, max_tokens, tokenizer)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    click.echo(prompt + result["text"])
-    click.echo(f"{result['tokens']} tokens generated after a {result['prompt_tokens']}-token prompt: "
+    say(prompt + result["text"])
+    say(f"{result['tokens']} tokens generated after a {result['prompt_tokens']}-token prompt: "
                f"{result['tokens_per_s']:,.0f} tokens/s on this machine", err=True)
 
 
@@ -305,14 +331,14 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     on, in order of priority, each saving measured by planning it."""
     from .suggest import suggest, suggestion_json, suggestion_text
 
-    try:
-        options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
-        with _progress(quiet):
-            s = suggest(model, options)
-    except DeployError as e:
-        _fail(e)
-    click.echo(json.dumps(suggestion_json(s), indent=2) if as_json else suggestion_text(s))
+    options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
+                       patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+    with _progress(quiet):
+        s = suggest(model, options)
+    if as_json:
+        click.echo(json.dumps(suggestion_json(s), indent=2))
+    else:
+        say(suggestion_text(s))
     sys.exit(1 if s.signature.unsupported else 0)
 
 
@@ -372,7 +398,7 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--seeds", default=3, show_default=True, help="number of seeded random inputs")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
-@click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined")
+@click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined,float-cast-overflow")
 @click.option("--debug-guards", is_flag=True,
               help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
               "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
@@ -386,42 +412,39 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
     from .qemu import require_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, random_inputs, verify
 
-    try:
-        _check_verify_target(target, on_qemu, sanitize)
-        if expected_files and not inputs:
-            raise UsageError("--expected needs the --input files it belongs to")
-        if on_qemu:
-            require_tools()  # before the planner's seconds
-        with _progress(False):
-            options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                               patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
-            dep = deploy(model, replace(options, debug_guards=debug_guards))
-        samples, expected = _samples(model, dep.graph, inputs, expected_files, seeds, random_inputs)
-        result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
-            verify(dep, model, samples, sanitize=sanitize, expected=expected)
-        if per_layer:
-            trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
-            result["first_divergence"] = first_divergence(dep, model, samples[0], trace)
-    except DeployError as e:
-        _fail(e)
+    _check_verify_target(target, on_qemu, sanitize)
+    if expected_files and not inputs:
+        raise UsageError("--expected needs the --input files it belongs to")
+    if on_qemu:
+        require_tools()  # before the planner's seconds
+    with _progress(False):
+        options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
+                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+        dep = deploy(model, replace(options, debug_guards=debug_guards))
+    samples, expected = _samples(model, dep.graph, inputs, expected_files, seeds, random_inputs)
+    result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
+        verify(dep, model, samples, sanitize=sanitize, expected=expected)
+    if per_layer:
+        trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
+        result["first_divergence"] = first_divergence(dep, model, samples[0], trace)
     exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         for o in result["outputs"]:
-            click.echo(f"output {o['index']}: max |diff| = {o['max_abs_diff']:g} over {o['elements']} "
+            say(f"output {o['index']}: max |diff| = {o['max_abs_diff']:g} over {o['elements']} "
                        f"elements x {result['samples']} inputs vs {result['reference']}")
         if per_layer:
             d = result["first_divergence"]
             if d["layer"] is None:
-                click.echo("every layer matches")
+                say("every layer matches")
             else:
-                click.echo(f"first divergence: op {d['layer']} {d['op']} '{d['name']}': C vs golden "
+                say(f"first divergence: op {d['layer']} {d['op']} '{d['name']}': C vs golden "
                            f"{d['c_vs_golden']:g}, C vs reference {d['c_vs_reference']}, "
                            f"golden vs reference {d['golden_vs_reference']}")
         if on_qemu:
-            click.echo(qemu_summary(result))
-        click.echo("bit-exact" if exact else "MISMATCH")
+            say(qemu_summary(result))
+        say("bit-exact" if exact else "MISMATCH")
     sys.exit(0 if exact else 1)
 
 
@@ -468,47 +491,41 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     from .pipeline import arena_problem
     from solver.arena import SolverConfig, lower_bound
 
-    try:
-        options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
-                           patch, max_overhead, kernels, *onnx_options)
-        with _progress(False):
-            dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
-            problem, _ = arena_problem(dep.lives, dep.backend.alignment)
-            plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
-        click.echo(comparison_table(plans, lower_bound(problem)))
-        before, patch_line = None, None
-        if dep.patch is not None:
-            whole = deploy(model, replace(options, sram=None, flash=None, patch="off"))
-            c, st = dep.patch.choice, dep.patch.stage
-            patch_line = (f"Patch split: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
-                          f"arena without it {whole.memory['arena_bytes']:,} B, with it {dep.memory['arena_bytes']:,} B; "
-                          f"MAC overhead {c.macs_extra:,} ({100 * c.overhead:.1f}%).")
-            click.echo(patch_line)
-            before = live_bytes(arena_problem(whole.lives, whole.backend.alignment)[0])
-        if options.sram is not None:
-            for p in plans:
-                fits = "fits" if p.peak <= options.sram else "OVER"
-                click.echo(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
-        report.write_text(planners_report(dep.graph.name, problem, plans, live_bytes(problem), before,
-                                          patch_line))
-        click.echo(f"wrote {report}")
-    except DeployError as e:
-        _fail(e)
+    options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
+                       patch, max_overhead, kernels, *onnx_options)
+    with _progress(False):
+        dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
+        problem, _ = arena_problem(dep.lives, dep.backend.alignment)
+        plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
+    say(comparison_table(plans, lower_bound(problem)))
+    before, patch_line = None, None
+    if dep.patch is not None:
+        whole = deploy(model, replace(options, sram=None, flash=None, patch="off"))
+        c, st = dep.patch.choice, dep.patch.stage
+        patch_line = (f"Patch split: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
+                      f"arena without it {whole.memory['arena_bytes']:,} B, with it {dep.memory['arena_bytes']:,} B; "
+                      f"MAC overhead {c.macs_extra:,} ({100 * c.overhead:.1f}%).")
+        say(patch_line)
+        before = live_bytes(arena_problem(whole.lives, whole.backend.alignment)[0])
+    if options.sram is not None:
+        for p in plans:
+            fits = "fits" if p.peak <= options.sram else "OVER"
+            say(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
+    report.write_text(planners_report(dep.graph.name, problem, plans, live_bytes(problem), before,
+                                      patch_line))
+    say(f"wrote {report}")
 
 
 def _compare_tiling(model, options) -> None:
     from .compare import tiling_table
     from .pipeline import tile_layers
 
-    try:
-        if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
-            raise UsageError("--tiling needs an L1 budget: pass --l1")
-        greedy = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
-        cpsat = tile_layers(greedy.graph, greedy.kernels, replace(options, tiler="cpsat"))
-    except DeployError as e:
-        _fail(e)
+    if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
+        raise UsageError("--tiling needs an L1 budget: pass --l1")
+    greedy = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
+    cpsat = tile_layers(greedy.graph, greedy.kernels, replace(options, tiler="cpsat"))
     rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
-    click.echo(tiling_table(rows))
+    say(tiling_table(rows))
 
 
 @main.command("targets")

@@ -3,56 +3,197 @@
 The files go to a hidden sibling folder first; when all are written, it takes the output's
 name in one step (Linux's renameat2 RENAME_EXCHANGE swaps the two folders, so there is no
 moment without an output folder), and the previous contents are removed. A run killed on the
-way leaves its hidden folder behind; the next run into the same output removes it.
+way leaves its hidden folder behind; the next run into the same output removes it. Of two runs
+into one folder, the last to finish wins and neither fails.
+
+Only our own output is ever replaced: every folder we write holds ``.deploy-output``, a marker
+listing its files with their digests. A folder without it (or a marker that does not match its
+files), or one where someone added or changed files since, is replaced only with ``--force``;
+the refusal names the files that would be lost. Folders written before the marker existed are
+recognised by their manifest and file names.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
+import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from network_parser.errors import UsageError
 
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+MARKER = ".deploy-output"
+GENERATOR = "mcu-deployer"
+# What the engine's own qemu/Makefile writes into the folder: rebuilt at will, never a user's work.
+BUILD_PRODUCTS = frozenset({"qemu/engine.elf", "qemu/engine.map", "qemu/output.bin"})
+SHOWN = 8  # files named in a refusal
+_ACTIVE: set[Path] = set()  # hidden folders of writes under way in this process (not stale)
 
 
-def is_deploy_output(folder: Path) -> bool:
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def marker_text(files: dict[str, str | bytes]) -> str:
+    """The marker of a folder holding ``files``: the generator and each file's digest."""
+    listing = {name: _digest(data if isinstance(data, bytes) else data.encode()) for name, data in sorted(files.items())}
+    return json.dumps({"generator": GENERATOR, "files": listing}, indent=1, sort_keys=True) + "\n"
+
+
+def _present(folder: Path) -> list[str]:
+    """Every file and link under ``folder`` (relative, '/'-separated), the marker excepted."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            rel = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            if rel != MARKER:
+                found.append(rel)
+    return sorted(found)
+
+
+def _read_marker(folder: Path) -> dict | None:
+    path = folder / MARKER
     try:
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > 1 << 20:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(data, dict) and data.get("generator") == GENERATOR and isinstance(data.get("files"), dict)):
+        return None
+    return data
+
+
+def _legacy_names(library: str) -> set[str]:
+    """The files an output folder written before the marker could hold."""
+    engine = {f"{library}_engine.c", f"{library}_engine.h", f"{library}_fixedpoint.h", f"{library}_dma.h",
+              f"{library}_l3_weights.bin"}
+    qemu = {f"qemu/{n}" for n in ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")}
+    return engine | qemu | {"inference_api.h", "inference_task.c", "inference_task.h", "CMakeLists.txt",
+                            "manifest.json", "report.html", "tokenizer/vocab.json", "tokenizer/merges.txt",
+                            "token_ids.json"}
+
+
+def would_lose(folder: Path) -> list[str] | None:
+    """The files that replacing ``folder`` would lose: [] for our own unchanged output (or an
+    empty folder), the added or changed files of our output, None when it is not our output."""
+    present = _present(folder)
+    if not present:
+        return []
+    marker = _read_marker(folder)
+    if marker is not None:
+        ours = marker["files"]
+        lost = []
+        for name in present:
+            if name in BUILD_PRODUCTS:
+                continue
+            path = folder / name
+            if name not in ours or path.is_symlink() or not path.is_file():
+                lost.append(name)
+            elif _digest(path.read_bytes()) != ours[name]:
+                lost.append(f"{name} (changed)")
+        return lost
+    try:  # an output written before the marker: its manifest and nothing but our file names
         manifest = json.loads((folder / "manifest.json").read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and "manifest_version" in manifest
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("library"), str) or \
+            ("manifest_version" not in manifest and manifest.get("kind") != "gpt_neo"):
+        return None
+    return [n for n in present if n not in _legacy_names(manifest["library"]) and n not in BUILD_PRODUCTS]
+
+
+def _refuse_unless_ours(out_dir: Path, shown: str, force: bool) -> None:
+    if force or not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UsageError(f"-o {shown}: exists and is not a folder")
+    lost = would_lose(out_dir)
+    if lost is None:
+        raise UsageError(f"-o {shown}: folder exists and is not a deploy output; choose another folder or "
+                         f"pass --force to replace it (its {len(_present(out_dir))} files would be lost)")
+    if lost:
+        names = ", ".join(lost[:SHOWN]) + (f" and {len(lost) - SHOWN} more" if len(lost) > SHOWN else "")
+        raise UsageError(f"-o {shown}: replacing this deploy output would lose {len(lost)} file"
+                         f"{'s' if len(lost) > 1 else ''} it did not write or that changed since: {names}; move "
+                         f"them away or pass --force")
+
+
+def resolve_output(out_dir: Path) -> Path:
+    """The folder ``-o`` names: symbolic links followed (the folder they point to is replaced,
+    the link stays); a link to nothing, and a folder holding the current one, refused."""
+    given = Path(out_dir)
+    if given.is_symlink() and not given.exists():
+        raise UsageError(f"-o {given}: a symbolic link to {os.readlink(given)}, which does not exist; create that "
+                         f"folder or choose another -o")
+    target = given.resolve()
+    if target == Path(target.anchor):
+        raise UsageError(f"-o {given}: the root folder cannot be an output folder")
+    cwd = Path.cwd().resolve()
+    if cwd == target or target in cwd.parents:
+        raise UsageError(f"-o {given}: the output folder is replaced whole, so it must not be the current folder "
+                         f"or hold it; choose a subfolder (e.g. -o out)")
+    return target
+
+
+def _hidden_stem(name: str) -> str:
+    """The part of the hidden sibling folders' names that says which output they belong to,
+    short enough that a long output name still leaves room for the rest."""
+    if len(name.encode()) <= 100:
+        return name
+    return f"{name[:40]}~{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
 
 
 def write_output(files: dict[str, str | bytes], out_dir: Path, force: bool = False) -> None:
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise UsageError(f"-o {out_dir}: exists and is not a folder")
-        if any(out_dir.iterdir()) and not is_deploy_output(out_dir) and not force:
-            raise UsageError(f"-o {out_dir}: folder exists and is not a deploy output; "
-                             f"choose another folder or pass --force to replace it")
-    parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(parent, out_dir.name)
-    tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    old = parent / f".{out_dir.name}.old-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    shown = str(out_dir)
+    target = resolve_output(out_dir)
+    _refuse_unless_ours(target, shown, force)
+    parent, stem = target.parent, _hidden_stem(target.name)
     try:
-        tmp.mkdir()
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(parent, stem, target.name)
+        _write_and_swap(files, target, parent, stem, shown, force)
+    except OSError as e:
+        raise UsageError(f"-o {shown}: cannot write the output folder ({e.strerror or e})") from e
+
+
+def _write_and_swap(files, target: Path, parent: Path, stem: str, shown: str, force: bool) -> None:
+    # unique per run, and tagged with our pid so that a later run can tell whether we died
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.tmp-{os.getpid()}-", dir=parent))
+    old = tmp.with_name(tmp.name.replace(".tmp-", ".old-", 1))
+    _ACTIVE.update((tmp, old))
+    try:
         for name, text in sorted(files.items()):
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(text if isinstance(text, bytes) else text.encode())
-        if not out_dir.exists():
-            tmp.rename(out_dir)
-        elif not _exchange(tmp, out_dir):  # not Linux, or a file system without the exchange
-            out_dir.rename(old)
-            tmp.rename(out_dir)
+        (tmp / MARKER).write_text(marker_text(files))
+        for _ in range(8):  # another run may take the name between our look and our move
+            if not target.exists():
+                try:
+                    tmp.rename(target)
+                    return
+                except OSError as e:
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+                    continue  # another run wrote it first: ours replaces it, below
+            _refuse_unless_ours(target, shown, force)  # what is there now must still be ours
+            if _exchange(tmp, target):
+                return
+            try:  # not Linux, or a file system without the exchange
+                target.rename(old)
+            except FileNotFoundError:
+                continue
+            tmp.rename(target)
+            return
+        raise UsageError(f"-o {shown}: other runs keep replacing the output folder; try again")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # after the exchange: the previous contents
         shutil.rmtree(old, ignore_errors=True)
+        _ACTIVE.difference_update((tmp, old))
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -64,17 +205,24 @@ def _exchange(a: Path, b: Path) -> bool:
     return fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0
 
 
-def _remove_stale(parent: Path, name: str) -> None:
-    """Hidden folders of earlier runs into ``name`` that were killed before they finished; a
-    previous output set aside by a run killed between its two renames is put back."""
-    for p in sorted(parent.glob(f".{name}.*-*")):
-        kind, _, pid = p.name[len(name) + 2:].partition("-")
-        if kind not in ("tmp", "old") or not pid.isdigit() or _alive(int(pid)):
+def _remove_stale(parent: Path, stem: str, name: str | None = None) -> None:
+    """Hidden folders of earlier runs into the output (``stem``: the hidden folders' tag for it)
+    that were killed before they finished; a previous output set aside by a run killed between
+    its two renames is put back."""
+    name = stem if name is None else name
+    for p in sorted(parent.glob(f".{_glob_escape(stem)}.*-*")):
+        kind, _, rest = p.name[len(stem) + 2:].partition("-")
+        pid = rest.split("-")[0]
+        if kind not in ("tmp", "old") or not pid.isdigit() or _alive(int(pid)) or p.is_symlink() or p in _ACTIVE:
             continue
         if kind == "old" and not (parent / name).exists():
             p.rename(parent / name)
         else:
             shutil.rmtree(p, ignore_errors=True)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def _alive(pid: int) -> bool:

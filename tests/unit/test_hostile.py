@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fuzz.harness import ROOT
+from tests.cli_output import messages
 from tests.hostile import CASES, run_deploy, write_case
 
 
@@ -14,7 +15,7 @@ def test_hostile_model(case, tmp_path):
     status, stderr, _, _ = run_deploy(model, tmp_path / "out")
     assert status == 1, stderr
     assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
+    lines = messages(stderr)
     assert len(lines) == 1 and lines[0].startswith(f"error: {case.kind}: "), stderr
     assert case.where in lines[0]
     assert not (tmp_path / "out").exists()

@@ -17,6 +17,7 @@ from network_parser.errors import InfeasibleBudget
 from solver import cpsat
 from solver.alloc_bench import read_alloc_bench
 from solver.arena import SolverConfig, plan_arena
+from tests.cli_output import messages
 from tests.fuzz.harness import ROOT
 
 EXAMPLE = ROOT / "examples" / "tiny_kws.tflite"
@@ -73,7 +74,7 @@ def test_arena_solver_raising_is_one_warning_line_on_the_cli(example, monkeypatc
     monkeypatch.setattr(arena, "METHODS", {**arena.METHODS, "cpsat": always_search})
     result = CliRunner().invoke(main, [str(example), "-o", str(tmp_path / "out"), "-q", "--patch", "off"])
     assert result.exit_code == 0, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln]
+    lines = messages(result.stderr)
     assert lines and all(ln.startswith("warning: ") for ln in lines), result.stderr
     assert any("arena planner: CP-SAT failed (RuntimeError: injected solver fault)" in ln for ln in lines)
     assert (tmp_path / "out" / "manifest.json").exists()
