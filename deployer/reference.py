@@ -46,17 +46,38 @@ def run_tflm(model: Path, inputs: list[np.ndarray]):
     return [it.get_output(i).copy() for i in range(n_outputs)], None
 
 
+def onnxruntime_options():
+    """The session options of the reference: onnxruntime's quantized kernels with exact int32
+    products, the same on every CPU.
+
+    Every graph optimization stays on: the quantized ONNX lowering repeats the kernels onnxruntime
+    fuses QDQ groups into (QLinearConv, QGemm, QLinearAveragePool, ...), not the float ops of an
+    unfused QDQ graph. On x86 without VNNI (AVX2, AVX-512 without VNNI) onnxruntime multiplies
+    uint8 activations by int8 weights with VPMADDUBSW, which saturates the sum of each pair of
+    products to int16 (a 255 * 127 + 255 * 127 pair gives 32767, not 64770): its outputs then
+    depend on the CPU, and a layer whose inputs reach those values is off by tens of steps.
+    ``session.x64quantprecision`` is onnxruntime's documented switch for this: on those CPUs
+    only, an optimization pass stores the int8 weights as uint8 (w + 128, zero point + 128, the
+    same values) so that the exact uint8 x uint8 kernels run. Elsewhere it changes nothing."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.x64quantprecision", "1")
+    return options
+
+
 def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | None = None):
-    """Outputs of onnxruntime's CPU provider (inputs and outputs in the model's own layout);
-    ``outputs`` names the values to return when they are not the graph's (the input of a float op
-    the engine leaves to the application)."""
+    """Outputs of onnxruntime's CPU provider with ``onnxruntime_options`` (inputs and outputs in
+    the model's own layout); ``outputs`` names the values to return when they are not the graph's
+    (the input of a float op the engine leaves to the application)."""
     import onnx
     import onnxruntime as ort
 
     from network_parser.errors import UnsupportedOperator
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = 1
+    options = onnxruntime_options()
     source: str | bytes = str(model)
     proto = onnx.load(str(model))
     declared = [o.name for o in proto.graph.output]
