@@ -2,36 +2,58 @@
 this machine, tokenize the prompt with the GPT-2 BPE files, decode greedily, time it."""
 from __future__ import annotations
 
-import json
+import re
 import struct
 import subprocess
 import time
 from pathlib import Path
 
 from network_parser.errors import DeployError, UsageError
+from network_parser.side_files import (ENGINE_SOURCE_BYTES, MANIFEST_BYTES, MAX_ID, TOKEN_IDS_BYTES, brief, is_id,
+                                       read_json, read_json_object, read_side_file, token_ids)
 
 from .tokenizer import Gpt2Tokenizer
 from .verify import BuildError, compile_files
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "generate_main.c"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 
 
 def _manifest(out_dir: Path) -> dict:
-    try:
-        manifest = json.loads((out_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        raise UsageError(f"{out_dir}: not a deploy output folder (no readable manifest.json)") from None
+    path = out_dir / "manifest.json"
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(f"{out_dir}: not a deploy output folder (no manifest.json)")
+    manifest = read_json_object(path, what="the output folder's manifest", max_bytes=MANIFEST_BYTES, error=UsageError)
     if manifest.get("kind") != "gpt_neo":
-        raise UsageError(f"{out_dir}: holds a {manifest.get('kind', 'CNN')} engine; deploy generate runs language "
-                         f"models (deploy MODEL.safetensors -o {out_dir})")
+        raise UsageError(f"{out_dir}: holds a {brief(manifest.get('kind', 'CNN'), 16)} engine (says its manifest.json); "
+                         f"deploy generate runs language models (deploy MODEL.safetensors -o {out_dir})")
+    config, eos = manifest.get("config"), manifest.get("eos_token_id")
+    # what the harness is built from and fed: a C identifier (it names files), positive sizes
+    if not (isinstance(manifest.get("library"), str) and _IDENTIFIER.fullmatch(manifest["library"])
+            and isinstance(config, dict)
+            and all(is_id(config.get(k)) and 0 < config[k] <= MAX_ID for k in ("vocab", "max_positions"))
+            and (eos is None or is_id(eos) and 0 <= eos < config["vocab"])):
+        raise UsageError(f"{path}: not a manifest deploy wrote (library, config.vocab, config.max_positions or "
+                         f"eos_token_id is missing or wrong)")
     return manifest
+
+
+def _token_ids(out_dir: Path, vocab: int, gpt2_vocab: int) -> list[int] | None:
+    """token_ids.json: engine id i is GPT-2 id map[i], one for each of the engine's ``vocab`` ids."""
+    path = out_dir / "token_ids.json"
+    if not path.exists() and not path.is_symlink():
+        return None
+    ids = read_json(path, what="the engine's GPT-2 token ids", max_bytes=TOKEN_IDS_BYTES)
+    return token_ids(ids, where=str(path), what="GPT-2 token ids", vocab=gpt2_vocab, length=vocab)
 
 
 def build(out_dir: Path, manifest: dict) -> Path:
     """The engine and the generation harness compiled with the host gcc (cached by their sources)."""
     names = (f"{manifest['library']}_engine.c", "inference_api.h")
-    return compile_files({n: (out_dir / n).read_bytes() for n in names}, "gcc", CFLAGS, HARNESS)
+    sources = {n: read_side_file(out_dir / n, what="the engine's source", max_bytes=ENGINE_SOURCE_BYTES,
+                                 error=UsageError) for n in names}
+    return compile_files(sources, "gcc", CFLAGS, HARNESS)
 
 
 def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None = None) -> dict:
@@ -39,8 +61,8 @@ def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None
     manifest = _manifest(out_dir)
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be positive, got {max_tokens}")
-    tok = Gpt2Tokenizer(tokenizer or out_dir / "tokenizer")
-    to_gpt2 = json.loads((out_dir / "token_ids.json").read_text()) if (out_dir / "token_ids.json").exists() else None
+    tok = Gpt2Tokenizer(tokenizer or out_dir / "tokenizer", given=tokenizer is not None)
+    to_gpt2 = _token_ids(out_dir, manifest["config"]["vocab"], tok.size)
     to_model = {g: i for i, g in enumerate(to_gpt2)} if to_gpt2 is not None else None
     gpt2_ids = tok.encode(prompt)
     if not gpt2_ids:
@@ -50,6 +72,10 @@ def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None
     except KeyError as e:
         raise DeployError(f"the prompt's GPT-2 token {e.args[0]} ({tok.decode([e.args[0]])!r}) is not in the "
                           f"model's pruned vocabulary") from None
+    outside = [i for i in ids if i >= manifest["config"]["vocab"]]
+    if outside:
+        raise UsageError(f"the prompt's token {outside[0]} is outside the model's vocabulary of "
+                         f"{manifest['config']['vocab']} (a pruned vocabulary needs its token_ids.json)")
     positions = manifest["config"]["max_positions"]
     if len(ids) >= positions:
         raise UsageError(f"the prompt has {len(ids)} tokens; the model has {positions} positions")

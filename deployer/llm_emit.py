@@ -17,6 +17,7 @@ import numpy as np
 from backends import BACKENDS
 from network_parser.errors import InfeasibleBudget, UsageError
 from network_parser.gptneo import GptNeo, read_gptneo
+from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
                                            TransformerGraph, lifetimes, lower_gptneo, op_summary)
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
@@ -27,6 +28,7 @@ from .emit import (GUARD_BYTES, STACK_LAYER_BYTES, STACK_RUN_BYTES, TASK_EXTRA_B
                    core_flags, environment, qemu_files, template_environment)
 from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
 from .report_html import language_model_report
+from .tokenizer import present as gpt2_files_present, read_gpt2_files
 
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
@@ -81,13 +83,10 @@ def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
 
 
 def _read_ids(file: Path) -> list[int]:
-    try:
-        ids = json.loads(Path(file).read_text())
-    except (OSError, ValueError) as e:
-        raise UsageError(f"--prune-vocab {file}: not a readable JSON list of token ids ({e})") from None
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise UsageError(f"--prune-vocab {file}: expected a non-empty JSON list of integer token ids")
-    return ids
+    """--prune-vocab's JSON list of token ids (prune_vocabulary checks them against the vocabulary)."""
+    where = f"--prune-vocab {file}"
+    ids = read_json(file, what="the token ids to keep", max_bytes=TOKEN_IDS_BYTES, error=UsageError, name=where)
+    return token_ids(ids, where=where, what="integer token ids", error=UsageError)
 
 
 def c_weight(name: str) -> str:
@@ -228,7 +227,7 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
                                                  backend.description)
     files.update(_tokenizer_files(Path(path), options.tokenizer))
     manifest = _manifest(graph, options, memory, lives, plan, offsets, guard, report)
-    to_gpt2 = _gpt2_ids(Path(path), kept)
+    to_gpt2 = _gpt2_ids(Path(path), kept, model.config.vocab)
     if kept is not None:
         manifest["pruned_vocabulary"] = dict(kept=len(kept), of=model.config.vocab)
     if to_gpt2 is not None:
@@ -309,19 +308,22 @@ def _manifest(graph: TransformerGraph, options: LlmOptions, memory: dict, lives,
 
 def _tokenizer_files(path: Path, tokenizer: Path | None) -> dict:
     """The GPT-2 BPE files, so that the folder runs `deploy generate` alone."""
-    folder = tokenizer or path.parent
-    if (folder / "vocab.json").exists() and (folder / "merges.txt").exists():
-        return {f"tokenizer/{name}": (folder / name).read_bytes() for name in ("vocab.json", "merges.txt")}
-    if tokenizer is not None:
-        raise UsageError(f"--tokenizer {folder}: needs vocab.json and merges.txt")
-    return {}
+    if tokenizer is None and not gpt2_files_present(path.parent):
+        return {}
+    # copied only once checked: what lands in the output is a tokenizer, whatever the folder held
+    files = read_gpt2_files(tokenizer or path.parent, given=tokenizer is not None)
+    return {f"tokenizer/{name}": data for name, data in files.raw.items()}
 
 
-def _gpt2_ids(path: Path, kept: list[int] | None) -> list[int] | None:
+def _gpt2_ids(path: Path, kept: list[int] | None, vocab: int | None = None) -> list[int] | None:
     """Engine token id -> GPT-2 id: a pruned_to_gpt2_ids.json beside the model (model id i is GPT-2
-    id map[i]), composed with --prune-vocab's kept ids (engine id i is the checkpoint's kept[i])."""
+    id map[i], one for each of the model's ``vocab`` ids), composed with --prune-vocab's kept ids
+    (engine id i is the checkpoint's kept[i])."""
     id_map = path.with_name("pruned_to_gpt2_ids.json")
-    to_gpt2 = json.loads(id_map.read_text()) if id_map.exists() else None
+    to_gpt2 = None
+    if id_map.exists() or id_map.is_symlink():
+        to_gpt2 = token_ids(read_json(id_map, what="the model's GPT-2 token ids", max_bytes=TOKEN_IDS_BYTES),
+                            where=str(id_map), what="GPT-2 token ids", length=vocab)
     if kept is not None:
         to_gpt2 = [to_gpt2[k] for k in kept] if to_gpt2 is not None else kept
     return to_gpt2

@@ -16,8 +16,11 @@ import numpy as np
 
 from network_parser.errors import ModelFormatError
 from network_parser.ir import Graph
+from network_parser.side_files import VECTOR_BYTES, VECTOR_TEXT_BYTES, read_npz, read_text
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_STRAY = re.compile(r"[^\s,\\]")  # DORY writes commas and line continuations between the values
+_DUMP = re.compile(r"out_layer(\d+)\.txt")
 
 
 @dataclass(frozen=True)
@@ -33,14 +36,23 @@ class TestVectors:
 
 
 def read_dory_txt(path: Path) -> np.ndarray:
-    """The values of a DORY dump (its header line names the tensor; the values follow)."""
-    text = Path(path).read_text()
+    """The values of a DORY dump (its header line names the tensor; numbers only follow)."""
+    text = read_text(path, what="a DORY test vector", max_bytes=VECTOR_TEXT_BYTES)
     _, _, body = text.partition("\n")
-    return np.array([float(v) for v in _NUMBER.findall(body)], dtype=np.float64)
+    stray = _STRAY.search(_NUMBER.sub(lambda m: " " * len(m.group()), body))  # same length: same positions
+    if stray:
+        line = 2 + body.count("\n", 0, stray.start())
+        raise ModelFormatError(f"{path}: line {line} holds something other than numbers")
+    values = np.array([float(v) for v in _NUMBER.findall(body)], dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ModelFormatError(f"{path}: a value is out of the floating-point range")
+    return values
 
 
-def _layer_number(p: Path) -> int:
-    return int(re.findall(r"(\d+)", p.stem)[-1])
+def _dumps(folder: Path) -> list[Path]:
+    """out_layerN.txt in the order of N (names that only look like one are not dumps)."""
+    found = [(int(m.group(1)), p) for p in folder.glob("out_layer*.txt") if (m := _DUMP.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
 
 
 def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
@@ -50,8 +62,8 @@ def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
     if src is None or not src.input_shapes:
         return None
     if (folder / "inputs.npz").exists() and (folder / "outputs.npz").exists():
-        with np.load(folder / "inputs.npz") as zin, np.load(folder / "outputs.npz") as zout:
-            ins, outs = [zin[k] for k in zin.files], [zout[k] for k in zout.files]
+        ins = list(read_npz(folder / "inputs.npz", what="the model's test inputs").values())
+        outs = list(read_npz(folder / "outputs.npz", what="the model's expected outputs").values())
         if len(ins) < len(graph.inputs) or len(outs) < len(graph.outputs):
             raise ModelFormatError(f"{folder}: inputs.npz / outputs.npz hold {len(ins)} / {len(outs)} arrays for "
                                    f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
@@ -60,8 +72,12 @@ def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
             if x.size != int(np.prod(shape)):
                 raise ModelFormatError(f"{folder / 'inputs.npz'}: {x.size} values for an input of shape {list(shape)}")
             shaped.append(x.reshape(shape))
+        for y, shape in zip(outs, src.output_shapes):
+            if y.size != int(np.prod(shape)):
+                raise ModelFormatError(f"{folder / 'outputs.npz'}: {y.size} values for an output of shape "
+                                       f"{list(shape)}")
         return TestVectors("deeploy", shaped, [o.reshape(s) for o, s in zip(outs, src.output_shapes)], [])
-    dumps = sorted(folder.glob("out_layer*.txt"), key=_layer_number)
+    dumps = _dumps(folder)
     if (folder / "input.txt").exists() and dumps and len(graph.inputs) == 1:
         shape = src.input_shapes[0]
         x = read_dory_txt(folder / "input.txt")
@@ -69,7 +85,12 @@ def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
             raise ModelFormatError(f"{folder / 'input.txt'}: {x.size} values for an input of shape {list(shape)}")
         # DORY writes activations channels last: (H, W, C) of an (N, C, H, W) input
         x = np.moveaxis(x.reshape(*shape[2:], shape[1]), -1, 0).reshape(shape) if len(shape) > 2 else x.reshape(shape)
-        layers = [read_dory_txt(p) for p in dumps]
+        layers, total = [], 0
+        for p in dumps:  # each dump is capped; so are all of them together
+            layers.append(read_dory_txt(p))
+            total += layers[-1].nbytes
+            if total > VECTOR_BYTES:
+                raise ModelFormatError(f"{folder}: the out_layerN.txt dumps hold over {VECTOR_BYTES:,} bytes of values")
         last = layers[-1]
         out_shape = src.output_shapes[0]
         if last.size != int(np.prod(out_shape)):
@@ -126,8 +147,8 @@ def vector_input_range(model: Path) -> str | None:
     folder = Path(model).parent
     x = None
     if (folder / "inputs.npz").exists():
-        with np.load(folder / "inputs.npz") as z:
-            x = z[z.files[0]] if z.files else None
+        arrays = list(read_npz(folder / "inputs.npz", what="the model's test inputs").values())
+        x = arrays[0] if arrays else None
     elif (folder / "input.txt").exists():
         x = read_dory_txt(folder / "input.txt")
     if x is None or x.size == 0:

@@ -8,7 +8,6 @@ record: the configuration and every weight, checked against it.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .safetensors_reader import read_safetensors
+from .side_files import CONFIG_BYTES, brief, is_id, read_json_object
 
 
 @dataclass(frozen=True)
@@ -62,40 +62,36 @@ class GptNeo:
 
 def _config(path: Path) -> GptNeoConfig:
     cfg_path = path.with_name("config.json")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except OSError:
-        raise ModelFormatError(f"{path}: a GPT-Neo model needs its config.json beside it ({cfg_path} is missing)") from None
-    except ValueError as e:
-        raise ModelFormatError(f"{cfg_path}: not JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise ModelFormatError(f"{cfg_path}: not a JSON object")
+    if not cfg_path.exists() and not cfg_path.is_symlink():
+        raise ModelFormatError(f"{path}: a GPT-Neo model needs its config.json beside it ({cfg_path} is missing)")
+    cfg = read_json_object(cfg_path, what="the model's configuration", max_bytes=CONFIG_BYTES)
     if cfg.get("model_type") != "gpt_neo":
-        raise UnsupportedOperator(f"{cfg_path}: model_type {cfg.get('model_type')!r}; only gpt_neo is supported")
+        raise UnsupportedOperator(f"{cfg_path}: model_type {brief(cfg.get('model_type'))}; only gpt_neo is supported")
     if cfg.get("activation_function", "gelu_new") != "gelu_new":
-        raise UnsupportedOperator(f"{cfg_path}: activation {cfg.get('activation_function')!r}; only gelu_new")
+        raise UnsupportedOperator(f"{cfg_path}: activation {brief(cfg.get('activation_function'))}; only gelu_new")
 
     def integer(key, default=None):
         value = cfg.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ModelFormatError(f"{cfg_path}: {key} must be a positive integer, got {value!r}")
+        if not is_id(value) or value <= 0:
+            raise ModelFormatError(f"{cfg_path}: {key} must be a positive integer, got {brief(value)}")
         return value
     d, heads, layers = integer("hidden_size"), integer("num_heads"), integer("num_layers")
     if d % heads:
         raise ModelFormatError(f"{cfg_path}: hidden_size {d} is not a multiple of num_heads {heads}")
-    inner = cfg.get("intermediate_size") or 4 * d
+    inner = integer("intermediate_size") if cfg.get("intermediate_size") is not None else 4 * d
     attention = cfg.get("attention_layers")
-    if not isinstance(attention, list) or len(attention) != layers or not set(attention) <= {"global", "local"}:
+    if not isinstance(attention, list) or len(attention) != layers or \
+            not all(a in ("global", "local") for a in attention):
         raise ModelFormatError(f"{cfg_path}: attention_layers must list 'global' or 'local' for each of the "
-                               f"{layers} layers, got {attention!r}")
+                               f"{layers} layers, got {brief(attention)}")
     eps = cfg.get("layer_norm_epsilon", 1e-5)
-    if not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ModelFormatError(f"{cfg_path}: layer_norm_epsilon {eps!r} must be in (0, 1)")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
+        raise ModelFormatError(f"{cfg_path}: layer_norm_epsilon {brief(eps)} must be in (0, 1)")
     if cfg.get("tie_word_embeddings", True) is not True:
         raise UnsupportedOperator(f"{cfg_path}: an untied output head is not supported")
     vocab = integer("vocab_size")
     eos = cfg.get("eos_token_id")
-    eos = eos if isinstance(eos, int) and not isinstance(eos, bool) and 0 <= eos < vocab else None
+    eos = eos if is_id(eos) and 0 <= eos < vocab else None
     return GptNeoConfig(vocab, d, heads, layers, int(inner), integer("max_position_embeddings"),
                         integer("window_size", 256), tuple(attention), float(eps), eos)
 

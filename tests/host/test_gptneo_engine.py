@@ -158,7 +158,7 @@ def test_prune_vocab_errors_are_named(tmp_path):
     shared(TINY)
     keep = tmp_path / "keep.json"
     for content, message in (("[1, 2, 99999]", "token 99999 is outside the vocabulary of 512"),
-                             ("{}", "expected a non-empty JSON list"), ("[", "not a readable JSON list")):
+                             ("{}", "expected a non-empty JSON list"), ("[", "not JSON")):
         keep.write_text(content)
         r = CliRunner().invoke(main, [str(TINY / "model.safetensors"), "-o", str(tmp_path / "o"), "--prune-vocab",
                                       str(keep)])
