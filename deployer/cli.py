@@ -21,6 +21,7 @@ import click
 import numpy as np
 
 from network_parser.errors import DeployError, UsageError
+from network_parser.side_files import load_npy
 
 from .llm_passes import KV_FORMATS, WEIGHT_FORMATS
 from .output import write_output
@@ -348,10 +349,8 @@ def _load_arrays(paths: tuple[Path, ...], tensors: list, flag: str) -> list[np.n
         raise UsageError(f"the model has {len(tensors)} {flag[2:]}s, {len(paths)} {flag} files given")
     arrays = []
     for p, tt in zip(paths, tensors):
-        try:
-            a = np.load(p)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"{flag} {p}: cannot load .npy ({e})") from None
+        # any float, NaN and infinities included: each has a defined result at a float input
+        a = load_npy(p, "an .npy array", error=UsageError, name=f"{flag} {p}", finite=False)
         if a.size != tt.elements:
             raise UsageError(f"{flag} {p}: {a.size} values, '{tt.name}' {list(tt.shape)} needs {tt.elements}")
         arrays.append(a)

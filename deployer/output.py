@@ -23,7 +23,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from network_parser.errors import UsageError
+from network_parser.errors import DeployError, UsageError
+from network_parser.side_files import MANIFEST_BYTES, read_json
 
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
 MARKER = ".deploy-output"
@@ -36,6 +37,11 @@ _ACTIVE: set[Path] = set()  # hidden folders of writes under way in this process
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def marker_text(files: dict[str, str | bytes]) -> str:
@@ -57,11 +63,11 @@ def _present(folder: Path) -> list[str]:
 
 def _read_marker(folder: Path) -> dict | None:
     path = folder / MARKER
+    if path.is_symlink():
+        return None
     try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > 1 << 20:
-            return None
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read_json(path, what="marker", max_bytes=MANIFEST_BYTES)
+    except DeployError:
         return None
     if not (isinstance(data, dict) and data.get("generator") == GENERATOR and isinstance(data.get("files"), dict)):
         return None
@@ -94,12 +100,12 @@ def would_lose(folder: Path) -> list[str] | None:
             path = folder / name
             if name not in ours or path.is_symlink() or not path.is_file():
                 lost.append(name)
-            elif _digest(path.read_bytes()) != ours[name]:
+            elif _file_digest(path) != ours[name]:
                 lost.append(f"{name} (changed)")
         return lost
     try:  # an output written before the marker: its manifest and nothing but our file names
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = read_json(folder / "manifest.json", what="manifest", max_bytes=MANIFEST_BYTES)
+    except DeployError:
         return None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("library"), str) or \
             ("manifest_version" not in manifest and manifest.get("kind") != "gpt_neo"):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from network_parser.side_files import read_model_file
+
 
 def run_litert(model: Path, inputs: list[np.ndarray], preserve: bool = False):
     """Outputs of LiteRT's BUILTIN_REF kernels, one thread; with ``preserve`` also every tensor."""
@@ -35,7 +37,7 @@ def run_tflm(model: Path, inputs: list[np.ndarray]):
     import tflite
     from tflite_micro import runtime
 
-    buf = Path(model).read_bytes()
+    buf = read_model_file(model)
     n_outputs = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0).OutputsLength()
     # Its default arena (10x the file size) is too small for small files with large activations.
     it = runtime.Interpreter.from_file(str(model), arena_size=max(10 * len(buf), 4 << 20))
@@ -79,7 +81,7 @@ def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | 
     from network_parser.errors import UnsupportedOperator
     options = onnxruntime_options()
     source: str | bytes = str(model)
-    proto = onnx.load(str(model))
+    proto = onnx.load_model_from_string(read_model_file(model))  # never a file the model names
     declared = [o.name for o in proto.graph.output]
     if outputs is not None and outputs != declared:
         inferred = onnx.shape_inference.infer_shapes(proto)

@@ -11,6 +11,7 @@ import numpy as np
 
 from .errors import ModelFormatError
 from .ir import DTYPE_BYTES
+from .side_files import read_model_file
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def _tflite(path: Path) -> Inventory:
     import tflite
     from .tflite_reader import _OP_NAMES, _TYPE_NAMES
 
-    buf = path.read_bytes()
+    buf = read_model_file(path)
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise ModelFormatError(f"{path}: not a TFLite flatbuffer (no 'TFL3' identifier)")
     model = tflite.Model.GetRootAsModel(buf, 0)
@@ -78,8 +79,9 @@ def _onnx(path: Path) -> Inventory:
     import onnx
     from onnx import helper
 
+    data = read_model_file(path)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = onnx.load_model_from_string(data)
     except Exception as e:  # noqa: BLE001 - any decoding failure is a format error
         raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__})") from None
     g = model.graph

@@ -14,6 +14,7 @@ from layer_analyzer import geometry as geo
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import Conv2D, DepthwiseConv2D, Layer, NoAttrs, Quant, Tensor, Transpose
+from .side_files import read_model_file
 
 UNIT = Quant((1.0,), (0,))
 # Inputs every node of an op needs (present and named), before any reader looks at it.
@@ -23,8 +24,9 @@ ARITY = {"Conv": 2, "Gemm": 2, "MatMul": 2, "Add": 2, "Mul": 2, "Div": 2, "Resha
 
 
 def load_onnx(path: Path) -> onnx.ModelProto:
+    data = read_model_file(path)
     try:
-        model = onnx.load(str(path), load_external_data=False)  # never a file the model names
+        model = onnx.load_model_from_string(data)  # from bytes: never a file the model names
     except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
         raise ModelFormatError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from None
     if not model.graph.node:

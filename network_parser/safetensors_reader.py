@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelFormatError
+from .side_files import read_model_file
 
 MAX_HEADER_BYTES = 100 << 20  # the format's own limit
 DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "F64": np.dtype("<f8"),
@@ -26,10 +27,7 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str,
     """(tensors as float32 for the float dtypes, integers as stored; each tensor's stored dtype;
     the header's ``__metadata__``)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ModelFormatError(f"{path}: cannot read ({e.strerror})") from None
+    data = read_model_file(path)
     if len(data) < 8:
         raise ModelFormatError(f"{path}: not a safetensors file ({len(data)} bytes, no header length)")
     n = int.from_bytes(data[:8], "little")

@@ -35,6 +35,7 @@ MANIFEST_BYTES = 64 * MiB  # an output folder's manifest.json (one entry per op 
 ENGINE_SOURCE_BYTES = 1024 * MiB  # an output folder's engine C file (the weights as C arrays)
 VECTOR_TEXT_BYTES = 64 * MiB  # one DORY input.txt / out_layerN.txt
 VECTOR_BYTES = 256 * MiB  # inputs.npz / outputs.npz, a .npy, all of a model's DORY dumps together
+MODEL_BYTES = 2048 * MiB - 1  # the model file itself (a protobuf cannot exceed 2 GiB either)
 NPZ_MEMBERS = 4096  # arrays in one .npz
 MAX_ID = 2**31 - 1  # token ids are int32 in the engine
 
@@ -68,6 +69,18 @@ def _link_target(path: Path) -> str | None:
         return None
 
 
+def _read_capped(f, limit: int, chunk: int = 16 * MiB) -> bytes:
+    """Up to ``limit`` bytes, in chunks (one read of ``limit`` would reserve that much memory first)."""
+    parts, size = [], 0
+    while size < limit:
+        part = f.read(min(chunk, limit - size))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
 def read_side_file(path: str | Path, *, what: str, max_bytes: int, error: type[DeployError] = ModelFormatError,
                    name: str | None = None) -> bytes:
     """The bytes of the regular file ``path`` (at most ``max_bytes``). ``what`` says what the file
@@ -86,7 +99,7 @@ def read_side_file(path: str | Path, *, what: str, max_bytes: int, error: type[D
                 if kind is None:
                     if st.st_size > max_bytes:
                         raise error(f"{where}: {what} is {st.st_size:,} bytes, over the limit of {max_bytes:,}")
-                    data = f.read(max_bytes + 1)  # never more, whatever the file claims or becomes
+                    data = _read_capped(f, max_bytes + 1)  # never more, whatever the file claims or becomes
     except FileNotFoundError:
         target = _link_target(path)
         note = f" (a link to {target}, which does not exist)" if target else ""
@@ -166,7 +179,7 @@ def token_ids(value: Any, *, where: str, what: str, vocab: int | None = None, le
 
 # ---- arrays: .npy, and .npz archives of them ---------------------------------------------
 
-def _npy(data: bytes, where: str, what: str, error: type[DeployError]) -> np.ndarray:
+def _npy(data: bytes, where: str, what: str, error: type[DeployError], finite: bool = True) -> np.ndarray:
     """One .npy (allow_pickle=False: numbers only), its header checked against its bytes before
     numpy allocates anything for it."""
     fmt = np.lib.format
@@ -197,16 +210,21 @@ def _npy(data: bytes, where: str, what: str, error: type[DeployError]) -> np.nda
         array = fmt.read_array(f, allow_pickle=False)
     except ValueError as e:
         raise error(f"{where}: {what}: not a .npy array ({brief(str(e))})") from None
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
+    if finite and array.dtype.kind == "f" and not np.isfinite(array).all():
         raise error(f"{where}: {what}: holds NaN or infinite values")
     return array
 
 
 def load_npy(path: str | Path, what: str, max_bytes: int = VECTOR_BYTES, *,
-             error: type[DeployError] = ModelFormatError, name: str | None = None) -> np.ndarray:
-    """A .npy file of numbers."""
+             error: type[DeployError] = ModelFormatError, name: str | None = None, finite: bool = True) -> np.ndarray:
+    """A .npy file of numbers (``finite``: no NaN or infinity either)."""
     data = read_side_file(path, what=what, max_bytes=max_bytes, error=error, name=name)
-    return _npy(data, name or str(path), what, error)
+    return _npy(data, name or str(path), what, error, finite)
+
+
+def read_model_file(path: str | Path) -> bytes:
+    """The model file's bytes: a regular file (a link to one is fine), read up to MODEL_BYTES."""
+    return read_side_file(path, what="the model", max_bytes=MODEL_BYTES)
 
 
 def read_npz(path: str | Path, *, what: str, max_bytes: int = VECTOR_BYTES, error: type[DeployError] = ModelFormatError,

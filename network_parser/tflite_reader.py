@@ -11,6 +11,7 @@ import tflite
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, Mean, NoAttrs, Pad, Pool2D, Quant, Softmax, Tensor, Transpose)
+from .side_files import read_model_file
 
 _OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 _TYPE_NAMES = {v: k.lower() for k, v in vars(tflite.TensorType).items() if not k.startswith("_")}
@@ -125,10 +126,7 @@ _OPS = {
 
 def read_tflite(path: str | Path) -> Graph:
     path = Path(path)
-    try:
-        buf = path.read_bytes()
-    except OSError as e:
-        raise ModelFormatError(f"{path}: cannot read ({e.strerror})") from None
+    buf = read_model_file(path)
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise ModelFormatError(f"{path}: not a TFLite flatbuffer (no 'TFL3' identifier)")
     try:
