@@ -233,3 +233,21 @@ def test_an_error_quotes_a_bounded_amount(tmp_path):
 
 def test_progress_lines_never_count_as_messages():
     assert messages("deploy: tiling: 3/9 (1.2 s)\nerror: X: y\ndeploy: emit: done in 1.1 s\n") == ["error: X: y"]
+
+
+@pytest.mark.parametrize("suffix", [".tflite", ".onnx", ".safetensors"])
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "folder"])
+def test_a_model_that_is_no_regular_file_is_refused_unread(tmp_path, suffix, kind):
+    model = tmp_path / f"model{suffix}"
+    if kind == "dev_zero":
+        model.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(model)
+    else:
+        model.mkdir()
+    if suffix == ".safetensors":
+        (tmp_path / "config.json").write_text("{}")
+    proc = subprocess.run([sys.executable, "-m", "deployer.cli", str(model), "-o", str(tmp_path / "out")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "must be a regular file" in one_error(proc.stderr)
+    assert not (tmp_path / "out").exists()
