@@ -8,61 +8,99 @@ import warnings
 from dataclasses import dataclass, replace
 
 from layer_analyzer import kernels as K
-from layer_analyzer.receptive_field import AxisPlan, Stage, axis_plan, patch_buffers, stage_macs, stages
+from layer_analyzer.receptive_field import AxisPlan, Stage, Stages, axis_extents, axis_plan, patch_buffers, stage_macs
 from network_parser.errors import UsageError
 from network_parser.ir import Graph
 from network_parser.lifetimes import Lifetime, live_bytes_per_op, scratch_key
-from solver.patching import SplitChoice, StageTable, _key, evaluate, exhaustive, plan_split_cpsat
+from solver.patching import Candidate, SplitChoice, StageTable, _key, evaluate, exhaustive, plan_split_cpsat, search
 
+from . import progress
 from .placement import data_inputs
 
 MAX_PARTS = 8  # patches per axis considered
+# Stage ops whose tables the split search may build per second of time limit, and those CP-SAT
+# may pose models for: counts, so the same stage ends are searched on any machine. A table
+# costs ~0.07 ms per op of its stage (its receptive fields for every patch count, every grid
+# scored), a CP-SAT model ~0.5 ms (building and presolve). Real networks need up to ~1,000:
+# the floors prune most stage ends; a long chain meets the budget.
+SPLIT_WORK_PER_S = 5_000
+CPSAT_SPLIT_WORK_PER_S = 2_000
 
 
-def stage_table(stage: Stage, graph: Graph, live: list[int]) -> StageTable:
+def stage_table(stage: Stage, graph: Graph, live: list[int], grid: tuple[AxisPlan, AxisPlan] | None = None
+                ) -> StageTable:
+    """The numbers the split solvers score a stage's grids by: every grid up to MAX_PARTS
+    patches per axis, or just ``grid`` (a forced split's, which may have more)."""
     full = sum(graph.tensors[t].nbytes for t in (*stage.inputs, stage.output))
     rest = max(live[stage.end + 1:], default=0)
     patch = stage.patch_tensors
-
-    def axis(name, extent):
-        options = {}
-        for parts in range(1, min(MAX_PARTS, extent) + 1):
-            plan = axis_plan(stage, parts, name)
-            if plan.parts in options:
-                continue
-            options[plan.parts] = ({t: plan.largest(t) for t in patch}, {t: plan.total(t) for t in patch}, plan.size)
-        return options
-
+    if grid is None:
+        rows, cols = axis_extents(stage, "rows", MAX_PARTS), axis_extents(stage, "cols", MAX_PARTS)
+    else:
+        rows, cols = ({a.parts: ({t: a.largest(t) for t in patch}, {t: a.total(t) for t in patch}, a.size)}
+                      for a in grid)
     return StageTable(stage.end, full, rest, stage_macs(stage), {t: stage.channels[t] for t in patch},
                       {t: stage.span[t] for t in patch}, tuple((s.layer, s.output, s.macs_per_pixel) for s in stage.layers),
-                      axis("rows", stage.out_h), axis("cols", stage.out_w))
+                      rows, cols)
 
 
 def split_tables(graph: Graph, kernels, lives: list[Lifetime]) -> tuple[list[StageTable], int]:
-    """Tables of every candidate stage and the unsplit peak (live bytes, the arena's lower bound)."""
+    """Tables of every candidate stage and the unsplit peak (live bytes, the arena's lower bound).
+    Every stage end: quadratic in a long chain's length (the split search builds fewer)."""
     live = live_bytes_per_op(lives, len(graph.layers))
-    return [stage_table(s, graph, live) for s in stages(graph, kernels, data_inputs)], max(live, default=0)
+    found = Stages(graph, kernels, data_inputs)
+    return [stage_table(found.stage(e.end), graph, live) for e in found.ends], max(live, default=0)
+
+
+def _candidates(graph: Graph, found: Stages, live: list[int]) -> list[Candidate]:
+    """Every stage end with its floor: the bytes of its full tensors (inputs and output), or the
+    largest live bytes after it when more (suffix maxima: O(ops) for all of them)."""
+    after = [0] * (len(live) + 1)  # after[k]: the largest live bytes at ops >= k
+    for k in range(len(live) - 1, -1, -1):
+        after[k] = max(live[k], after[k + 1])
+    nbytes: dict[tuple, int] = {}  # the stage ends share a few input tuples
+    out = []
+    for e in found.ends:
+        if e.inputs not in nbytes:
+            nbytes[e.inputs] = sum(graph.tensors[t].nbytes for t in e.inputs)
+        full = nbytes[e.inputs] + graph.tensors[e.output].nbytes
+        out.append(Candidate(e.end, max(full, after[min(e.end + 1, len(live))]), e.length))
+    return out
 
 
 def plan_split(graph: Graph, kernels, lives: list[Lifetime], method: str = "cpsat", max_overhead: float = 0.2,
                sram: int | None = None, time_limit_s: float = 1.0) -> SplitChoice:
-    tables, unsplit = split_tables(graph, kernels, lives)
+    """The split: tables for the stage ends worth one (``solver.patching.search``, within a work
+    budget of ``SPLIT_WORK_PER_S`` per second of ``time_limit_s``), then CP-SAT over them,
+    checked and settled by the exhaustive twin."""
+    live = live_bytes_per_op(lives, len(graph.layers))
+    unsplit = max(live, default=0)
     macs = max(sum(K.macs(k) for k in kernels), 1)
+    found = Stages(graph, kernels, data_inputs)
+    candidates = _candidates(graph, found, live)
+    with progress.step("patch split: stage ends", total=len(candidates)) as step:
+        tried = search(candidates, lambda end: stage_table(found.stage(end), graph, live), macs, unsplit,
+                       max_overhead, sram, int(SPLIT_WORK_PER_S * time_limit_s), step.advance)
+    tables = list(tried.tables)
+    status = "OPTIMAL" if tried.complete else "FEASIBLE"  # FEASIBLE: the budget left stage ends untried
     if method == "exhaustive":
-        return exhaustive(tables, macs, unsplit, max_overhead, sram)
+        return replace(exhaustive(tables, macs, unsplit, max_overhead, sram), status=status)
     try:
-        choice = plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s)
+        with progress.step("patch split (CP-SAT)", total=len(tables)) as step:
+            choice = plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s, step.advance,
+                                      int(CPSAT_SPLIT_WORK_PER_S * time_limit_s))
     except Exception as e:  # noqa: BLE001 - any solver failure: the exhaustive twin's split, with a warning
         warnings.warn(f"patch split: CP-SAT failed ({type(e).__name__}: {e}); using the exhaustive search's split",
                       RuntimeWarning, stacklevel=2)
         return replace(exhaustive(tables, macs, unsplit, max_overhead, sram), status="FALLBACK")
-    # The exhaustive twin (every grid of every stage end, cheap to score) checks the answer and
-    # settles it: it completes a search the time limit cut short, and among splits that score
-    # the same it takes the first, so the output never depends on how fast the solver ran.
+    # The exhaustive twin (every grid of every stage end tried, cheap to score) checks the
+    # answer and settles it: it completes a search the time limit cut short, and among splits
+    # that score the same it takes the first, so the output never depends on how fast the
+    # solver ran.
     other = exhaustive(tables, macs, unsplit, max_overhead, sram)
     if _key(choice, sram) < _key(other, sram):  # cannot happen: the exhaustive search is complete
         return choice
-    return replace(other, method=choice.method, status="OPTIMAL", wall_s=choice.wall_s + other.wall_s)
+    return replace(other, method=choice.method, status=status, wall_s=choice.wall_s + other.wall_s)
 
 
 @dataclass(frozen=True)
@@ -81,7 +119,7 @@ class PatchPlan:
 
 def _grid_at(graph: Graph, kernels, end: int, r: int, c: int) -> tuple[Stage, AxisPlan, AxisPlan]:
     """The stage ending at op ``end`` and its r x c grid, axis by axis."""
-    stage = next(s for s in stages(graph, kernels, data_inputs) if s.end == end)
+    stage = Stages(graph, kernels, data_inputs).stage(end)
     return stage, axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
 
 
@@ -100,14 +138,24 @@ def parse_patch(text: str) -> tuple[int, int, int] | None:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
+def _listed(ends: list[int], most: int = 12) -> str:
+    """Stage ends for a message: all of them, or the first and last of a long run."""
+    if len(ends) > most:
+        return ", ".join(map(str, ends[:most - 2])) + f", ... ({len(ends) - most + 1} more), {ends[-1]}"
+    return ", ".join(map(str, ends)) or "none"
+
+
 def forced_plan(graph: Graph, kernels, lives, grid_at: tuple[int, int, int]) -> PatchPlan:
     r, c, end = grid_at
-    tables, unsplit = split_tables(graph, kernels, lives)
-    table = next((t for t in tables if t.end == end), None)
-    if table is None:
-        ends = ", ".join(str(t.end) for t in tables) or "none"
-        raise UsageError(f"--patch {r}x{c}@{end}: op {end} cannot end a patch stage (possible ends: {ends})")
-    stage, rows, cols = _grid_at(graph, kernels, end, r, c)
+    found = Stages(graph, kernels, data_inputs)
+    if all(e.end != end for e in found.ends):
+        raise UsageError(f"--patch {r}x{c}@{end}: op {end} cannot end a patch stage (possible ends: "
+                         f"{_listed([e.end for e in found.ends])})")
+    live = live_bytes_per_op(lives, len(graph.layers))
+    unsplit = max(live, default=0)
+    stage = found.stage(end)
+    rows, cols = axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
+    table = stage_table(stage, graph, live, (rows, cols))
     if (rows.parts, cols.parts) == (1, 1):
         raise UsageError(f"--patch {r}x{c}@{end}: a 1x1 grid is no split")
     macs = max(sum(K.macs(k) for k in kernels), 1)

@@ -228,9 +228,9 @@ def split_choice(graph: Graph, kernels, options: Options, sram_target: int | Non
     """The split CP-SAT picks within --max-overhead: the least peak (no ``sram_target``), or the
     least recompute that fits it."""
     lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
-    with progress.step("patch split (CP-SAT)", limit_s=min(options.time_limit_s, 1.0)):
-        return plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
-                          min(options.time_limit_s, 1.0))
+    # plan_split reports its steps (stage ends tried, CP-SAT models) and bounds them by counts
+    return plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
+                      min(options.time_limit_s, 1.0))
 
 
 def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | None = None) -> dict:
@@ -401,9 +401,11 @@ def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
 
 def plan_level(lives: list[Lifetime], options: Options, backend: Backend, guard: int = 0) -> tuple[ArenaPlan, dict[int, int]]:
     """Offsets for one memory level's tensors, checked tensor by tensor."""
+    from solver.cpsat import watchdog_s
     problem, owners = arena_problem(lives, backend.alignment, guard)
+    # CP-SAT's limit is deterministic time; the wall clock's bound is its watchdog
     with progress.step(f"arena ({options.planner}, {len(problem.buffers)} buffers)",
-                       limit_s=options.time_limit_s if options.planner == "cpsat" else None):
+                       limit_s=watchdog_s(options.time_limit_s) if options.planner == "cpsat" else None):
         plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
     offsets = tensor_offsets(lives, owners, plan, guard)
     check_tensor_plan(tensor_rows(lives, offsets), plan.peak, backend.alignment)

@@ -16,7 +16,10 @@ sum of cols x MACs per output pixel).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import kernels as K
 
@@ -119,39 +122,84 @@ class AxisPlan:
         return sum(iv[t][1] - iv[t][0] for iv in self.intervals)
 
 
+@dataclass(frozen=True, slots=True)
+class StageEnd:
+    """A stage before it is built: what the split search ranks it by."""
+    end: int
+    inputs: tuple[int, ...]  # full tensors the stage reads
+    output: int
+    length: int  # its ops
+
+
+class Stages:
+    """Every prefix of the network that can run patch by patch, found in one pass over the ops
+    (O(ops + edges)); a ``Stage`` and its per-tensor tables are built only for the ends asked
+    for, in O(its ops): a network of n ops has n stage ends but their stages hold ~n^2 / 2
+    tensors together. ``data_inputs(layer, kernel)`` gives a layer's activation operands."""
+
+    def __init__(self, graph, kernels, data_inputs):
+        self.graph = graph
+        self.readers: dict[int, list[int]] = {}  # tensor -> the ops reading it, in order
+        for k, layer in enumerate(graph.layers):
+            for t in layer.inputs:
+                self.readers.setdefault(t, []).append(k)
+        outputs = set(graph.outputs)
+        views = [spatial_layer(kern, k, tuple(data_inputs(layer, kern)), layer.outputs[0],
+                               graph.tensors[layer.outputs[0]].shape) if len(layer.outputs) == 1 else None
+                 for k, (layer, kern) in enumerate(zip(graph.layers, kernels))]
+        # the stage starts at the first op that can run patch by patch; the ops before it run whole
+        self.start = next((k for k, v in enumerate(views) if v is not None), len(views))
+        before = {t for layer in graph.layers[:self.start] for t in layer.outputs} | set(graph.inputs)
+        self.spatial: list[SpatialLayer] = []
+        self.ends: list[StageEnd] = []
+        produced: set[int] = set()
+        inputs: list[int] = []  # full inputs so far, in first-read order
+        seen: set[int] = set()
+        inputs_sorted: tuple[int, ...] = ()
+        # produced tensors still read after the current op (or read by the caller); a stage
+        # ends where that is exactly the op's own output
+        leaving: set[int] = set()
+        last_read = {t: r[-1] for t, r in self.readers.items()}
+        closing: dict[int, list[int]] = {}  # op -> produced tensors it reads last
+        for k in range(self.start, len(views)):
+            view = views[k]
+            if view is None or any(t not in produced and t not in before for t in view.inputs):
+                break
+            self.spatial.append(view)
+            for t in view.inputs:
+                if t not in produced and t not in seen:
+                    seen.add(t)
+                    inputs.append(t)
+                    inputs_sorted = tuple(sorted(inputs))
+            produced.add(view.output)
+            if view.output in outputs or last_read.get(view.output, -1) > k:
+                leaving.add(view.output)
+                if view.output not in outputs:
+                    closing.setdefault(last_read[view.output], []).append(view.output)
+            for t in closing.pop(k, ()):
+                leaving.discard(t)
+            if len(leaving) == 1 and view.output in leaving:
+                self.ends.append(StageEnd(k, inputs_sorted, view.output, k - self.start + 1))
+        self._at = {e.end: e for e in self.ends}
+
+    def stage(self, end: int) -> Stage:
+        """The stage ending at op ``end`` (one of ``ends``)."""
+        info = self._at[end]
+        layers = tuple(self.spatial[:end - self.start + 1])
+        channels = {s.output: self.graph.tensors[s.output].shape[-1] for s in layers}
+        span = {}
+        for s in layers:
+            readers = self.readers.get(s.output, [])
+            last = readers[bisect_right(readers, end) - 1] if readers and readers[0] <= end else end
+            span[s.output] = (s.layer, max(last, s.layer))
+        return Stage(self.start, end, layers, info.inputs, info.output, channels, span)
+
+
 def stages(graph, kernels, data_inputs) -> list[Stage]:
     """Every prefix of the network that can run patch by patch, shortest first.
     ``data_inputs(layer, kernel)`` gives a layer's activation operands."""
-    result, spatial = [], []
-    produced: dict[int, int] = {}
-    readers: dict[int, list[int]] = {}
-    for k, layer in enumerate(graph.layers):
-        for t in layer.inputs:
-            readers.setdefault(t, []).append(k)
-    outputs = set(graph.outputs)
-    views = [spatial_layer(kern, k, tuple(data_inputs(layer, kern)), layer.outputs[0],
-                           graph.tensors[layer.outputs[0]].shape) if len(layer.outputs) == 1 else None
-             for k, (layer, kern) in enumerate(zip(graph.layers, kernels))]
-    # the stage starts at the first op that can run patch by patch; the ops before it run whole
-    first = next((k for k, v in enumerate(views) if v is not None), len(views))
-    before = {t for layer in graph.layers[:first] for t in layer.outputs} | set(graph.inputs)
-    for k in range(first, len(views)):
-        view = views[k]
-        if view is None or any(t not in produced and t not in before for t in view.inputs):
-            break
-        spatial.append(view)
-        produced[view.output] = k
-        leaving = [t for t in produced if t in outputs or any(r > k for r in readers.get(t, ()))]
-        if len(leaving) != 1 or leaving[0] != view.output:
-            continue
-        full_inputs = tuple(sorted({t for s in spatial for t in s.inputs if t not in produced}))
-        channels = {t: graph.tensors[t].shape[-1] for t in produced}
-        span = {}
-        for s in spatial:
-            last = max((r for r in readers.get(s.output, ()) if r <= k), default=k)
-            span[s.output] = (s.layer, max(last, s.layer))
-        result.append(Stage(first, k, tuple(spatial), full_inputs, view.output, channels, span))
-    return result
+    found = Stages(graph, kernels, data_inputs)
+    return [found.stage(e.end) for e in found.ends]
 
 
 def axis_plan(stage: Stage, parts: int, axis: str) -> AxisPlan:
@@ -172,6 +220,41 @@ def axis_plan(stage: Stage, parts: int, axis: str) -> AxisPlan:
                 need[t] = (a, b) if old is None else (min(old[0], a), max(old[1], b))
         intervals.append(need)
     return AxisPlan(parts, size, tuple(intervals))
+
+
+def axis_extents(stage: Stage, axis: str, max_parts: int) -> dict[int, tuple[dict, dict, int]]:
+    """What ``axis_plan`` gives for every number of patches up to ``max_parts`` along ``axis``
+    (those that differ), in one backward walk over the stage: parts -> (every patch tensor's
+    largest extent, its total extent over the patches, the stage-output extent of a patch).
+    The walk carries every patch of every count at once as arrays (the same arithmetic as
+    ``Window.need``), so a stage of n ops costs n steps, not n times the patches."""
+    extent = stage.out_h if axis == "rows" else stage.out_w
+    counts: list[tuple[int, int]] = []  # (parts, rows or columns per patch)
+    for asked in range(1, min(max_parts, extent) + 1):
+        size = -(-extent // asked)
+        parts = -(-extent // size)
+        if all(parts != p for p, _ in counts):
+            counts.append((parts, size))
+    if not counts:
+        return {}
+    lo0 = np.concatenate([np.arange(parts, dtype=np.int64) * size for parts, size in counts])
+    hi0 = np.concatenate([np.minimum((np.arange(parts, dtype=np.int64) + 1) * size, extent) for parts, size in counts])
+    need = {stage.output: (lo0, hi0)}
+    for s in reversed(stage.layers):
+        lo, hi = need[s.output]
+        w = s.rows if axis == "rows" else s.cols
+        a = np.maximum(lo * w.stride - w.pad, 0)
+        b = np.minimum((hi - 1) * w.stride - w.pad + (w.k - 1) * w.dil + 1, w.in_size)
+        for t in s.inputs:
+            old = need.get(t)
+            need[t] = (a, b) if old is None else (np.minimum(old[0], a), np.maximum(old[1], b))
+    patch = stage.patch_tensors
+    widths = np.stack([need[t][1] - need[t][0] for t in patch])
+    starts = np.cumsum([0] + [parts for parts, _ in counts[:-1]])
+    largest = np.maximum.reduceat(widths, starts, axis=1).tolist()
+    total = np.add.reduceat(widths, starts, axis=1).tolist()
+    return {parts: ({t: largest[i][n] for i, t in enumerate(patch)}, {t: total[i][n] for i, t in enumerate(patch)},
+                    size) for n, (parts, size) in enumerate(counts)}
 
 
 def patch_buffers(stage: Stage, rows: AxisPlan, cols: AxisPlan) -> dict[int, int]:

@@ -9,7 +9,9 @@ lives as long as any of them. Scratch buffers live for their one layer and are k
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
+from itertools import accumulate
 
 from .inplace import Reuse, plan_in_place
 from .ir import Graph
@@ -82,8 +84,22 @@ def lifetimes(graph: Graph, reuses: tuple[Reuse, ...] | None = None) -> list[Lif
 def live_bytes_per_op(lives: list[Lifetime], n_ops: int) -> list[int]:
     """Bytes live at every op (the arena's lower bound is the largest): per owner of bytes, the
     largest of the tensors sharing them that is alive."""
-    live = [0] * n_ops
+    # Per owner, its height only changes where a member is born or dies: a sweep over those
+    # ops (a heap of the members alive, the dead dropped lazily) gives each constant stretch,
+    # added to a difference array over the ops.
+    diff = [0] * (n_ops + 1)
     for members in owner_groups(lives).values():
-        for k in range(min(m.first_op for m in members), max(m.last_op for m in members) + 1):
-            live[k] += max((m.size for m in members if m.first_op <= k <= m.last_op), default=0)
-    return live
+        born = sorted(members, key=lambda m: m.first_op)
+        cuts = sorted({m.first_op for m in members} | {m.last_op + 1 for m in members})
+        alive: list[tuple[int, int]] = []  # (-size, last op)
+        i = 0
+        for a, b in zip(cuts, cuts[1:]):
+            while i < len(born) and born[i].first_op <= a:
+                heapq.heappush(alive, (-born[i].size, born[i].last_op))
+                i += 1
+            while alive and alive[0][1] < a:
+                heapq.heappop(alive)
+            if alive:
+                diff[a] -= alive[0][0]
+                diff[b] += alive[0][0]
+    return list(accumulate(diff[:n_ops]))

@@ -22,10 +22,16 @@ first_fit_decreasing = first_fit
 
 
 def lower_bound(problem: ArenaProblem) -> int:
-    """Largest total of (aligned) bytes live at any one op: no plan can beat it."""
-    pieces = [seg for b in problem.buffers for seg in b.segments()]
-    return max((sum(align(size, problem.alignment) for first, last, size in pieces if first <= k <= last)
-                for k in {p[0] for p in pieces}), default=0)
+    """Largest total of (aligned) bytes live at any one op: no plan can beat it. A sweep over
+    births and deaths (deaths first at one op: a piece ending at op k - 1 is gone at op k)."""
+    events = sorted((k, delta) for b in problem.buffers for first, last, size in b.segments()
+                    for k, delta in ((first, align(size, problem.alignment)),
+                                     (last + 1, -align(size, problem.alignment))))
+    live = best = 0
+    for _, delta in events:
+        live += delta
+        best = max(best, live)
+    return best
 
 
 def _greedy_plan(problem: ArenaProblem, method: str, config: SolverConfig) -> ArenaPlan:
@@ -38,18 +44,20 @@ def _greedy_plan(problem: ArenaProblem, method: str, config: SolverConfig) -> Ar
 
 
 def _cpsat_plan(problem: ArenaProblem, method: str, config: SolverConfig) -> ArenaPlan:
+    from . import cpsat
     from .arena_cpsat import plan_cpsat
     start = time.perf_counter()
+    deadline = time.monotonic() + cpsat.watchdog_s(config.time_limit_s)  # the whole planner's watchdog
     greedy = {m: _greedy_plan(problem, m, config) for m in GREEDY}
     if not any(b.steps for b in problem.buffers):
-        return plan_cpsat(problem, config, greedy)
+        return plan_cpsat(problem, config, greedy, deadline)
     # Buffers whose height changes over time: CP-SAT plans each at its largest height (sound,
     # maybe not optimal); the greedy planners and the bound know the steps.
     bound = lower_bound(problem)
     best = min(greedy.values(), key=lambda p: (p.peak, p.method))
     if best.peak > bound:
         flat = replace(problem, buffers=tuple(replace(b, steps=()) for b in problem.buffers))
-        solved = plan_cpsat(flat, config, {m: _greedy_plan(flat, m, config) for m in GREEDY})
+        solved = plan_cpsat(flat, config, {m: _greedy_plan(flat, m, config) for m in GREEDY}, deadline)
         if solved.peak < best.peak:
             best = solved
     note = ("" if best.method == "cpsat" else f"{best.method} plan meets the lower bound" if best.peak <= bound

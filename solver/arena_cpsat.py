@@ -20,13 +20,21 @@ What makes it strong on MiniMalloc's benchmark (see bench/arena_bench.py):
 * a "fits at the lower bound" pass first (MiniMalloc's decision mode) with a bottom-up
   fixed search (lowest possible offset first, placed there), then minimisation;
 * identical buffers (same size and lifetime) placed in index order.
+
+Reproducible: every search runs one CP-SAT worker on deterministic time (solver.cpsat), and
+the time limit is shared between sections and searches by what each search is charged in
+deterministic time, never by the clock, so the plan is the same on a fast or a busy machine.
+``SolverConfig.workers`` is how many of the portfolio's single-worker searches run side by
+side. The wall clock only bounds the whole planner (a watchdog, ``cpsat.watchdog_s``).
 """
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import time
 import warnings
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from functools import reduce
 from itertools import pairwise
@@ -71,6 +79,7 @@ class SolveResult:
     wall_s: float
     offsets: tuple[int, ...] | None  # in units, per item
     note: str = ""
+    spent_s: float = 0.0  # the time limit this search is charged for, deterministic (see solve)
 
 
 # --------------------------------------------------------------------------- geometry
@@ -100,17 +109,26 @@ def sections(items) -> list[list[Item]]:
 
 
 def maximal_cliques(items) -> list[list[int]]:
-    """Positions of the buffers live at each op where the live set is maximal (interval graph)."""
+    """Positions of the buffers live at each op where the live set is maximal (interval graph):
+    a sweep over the starts, the live buffers in a heap by end."""
     starts = sorted({it.start for it in items})
-    live_sets = [[k for k, it in enumerate(items) if it.start <= t < it.end] for t in starts]
-    cliques = []
-    for n, live in enumerate(live_sets):
+    by_start = sorted(range(len(items)), key=lambda k: items[k].start)
+    ends: list[tuple[int, int]] = []  # (end, position) of the live buffers
+    live: set[int] = set()
+    cliques, j = [], 0
+    for n, t in enumerate(starts):
+        while ends and ends[0][0] <= t:
+            live.discard(heapq.heappop(ends)[1])
+        while j < len(by_start) and items[by_start[j]].start <= t:
+            live.add(by_start[j])
+            heapq.heappush(ends, (items[by_start[j]].end, by_start[j]))
+            j += 1
         nxt = starts[n + 1] if n + 1 < len(starts) else None
         # live ⊆ next live set exactly when nobody in it ends before the next start
-        if nxt is not None and all(items[k].end > nxt for k in live):
+        if nxt is not None and (not ends or ends[0][0] > nxt):
             continue
         if len(live) > 1:
-            cliques.append(live)
+            cliques.append(sorted(live))
     return cliques
 
 
@@ -186,13 +204,17 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.
 
 
 def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None, fixed_search: bool = False,
-          on_solver=None, **params) -> SolveResult:
-    """Run CP-SAT under the config (time limit, workers, seed) and read the answer back.
+          on_solver=None, deadline: float | None = None, **params) -> SolveResult:
+    """Run CP-SAT under the config (time limit, seed; one worker) and read the answer back.
 
     ``fixed_search`` follows the model's decision strategy alone; ``on_solver`` receives the
-    CpSolver before the search starts (to stop it from another thread); ``params`` override
-    SatParameters fields."""
-    solver = new_solver(config.time_limit_s if time_limit_s is None else time_limit_s, config.workers, config.seed)
+    CpSolver before the search starts (to stop it from another thread); ``deadline``
+    (time.monotonic) ends the search's watchdog no later; ``params`` override SatParameters
+    fields. The search is charged its deterministic time when it decided (a plan found or none
+    possible), else its whole limit: the same charge however and whenever it was stopped."""
+    limit = config.time_limit_s if time_limit_s is None else time_limit_s
+    solver = new_solver(limit, 1, config.seed, deadline,
+                        cpsat.FIXED_SEARCH_DTIME_PER_S if fixed_search else cpsat.DTIME_PER_S)
     p = solver.parameters
     if fixed_search:
         p.search_branching = cp_model.FIXED_SEARCH
@@ -201,9 +223,10 @@ def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None,
     if on_solver is not None:
         on_solver(solver)
     start = time.perf_counter()
-    code = cpsat.solve(solver, v.model)
+    code = cpsat.solve(solver, v.model, what="arena planner")
     wall = time.perf_counter() - start
     status = _STATUS.get(code, "UNKNOWN")
+    spent = cpsat.spent_s(solver, limit) if status in ("OPTIMAL", "INFEASIBLE") else max(0.0, limit)
     lower = v.peak.proto.domain[0]
     if status in ("OPTIMAL", "FEASIBLE"):
         offsets = tuple(solver.value(y) for y in v.offsets)
@@ -211,22 +234,25 @@ def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None,
         bound = objective if status == "OPTIMAL" else max(lower, math.ceil(solver.best_objective_bound - 1e-6))
         if not v.model.has_objective():
             bound = lower  # a decision model proves nothing about lower peaks
-        return SolveResult(status, objective, min(bound, objective), wall, offsets)
+        return SolveResult(status, objective, min(bound, objective), wall, offsets, spent_s=spent)
     if status == "INFEASIBLE":  # nothing fits under the peak's upper end
-        return SolveResult(status, None, v.peak.proto.domain[-1] + 1, wall, None)
-    return SolveResult(status, None, lower, wall, None)
+        return SolveResult(status, None, v.peak.proto.domain[-1] + 1, wall, None, spent_s=spent)
+    return SolveResult(status, None, lower, wall, None, spent_s=spent)
 
 
 # --------------------------------------------------------------------------- fits: a portfolio
 
 def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
-         orders=tuple(ORDERS)) -> SolveResult:
+         orders=tuple(ORDERS), deadline: float | None = None) -> SolveResult:
     """Is there a plan with peak <= capacity? One single-worker bottom-up search per tie-break
     order, ``config.workers`` of them at a time in threads.
 
-    Deterministic: each search is single-threaded with a fixed seed, and the answer is the
-    success of the first order in ``orders`` that succeeds (a later order's success waits for
-    the earlier ones to finish or time out). INFEASIBLE from any of them is a proof."""
+    Deterministic: each search is single-threaded with a fixed seed and its own share of the
+    limit in deterministic time, and the answer is the success of the first order in ``orders``
+    that succeeds (a later order's success waits for the earlier ones to finish or time out).
+    INFEASIBLE from any of them is a proof. The portfolio is charged the shares of the orders
+    before the one that succeeded plus what that one used (spread over the searches run side by
+    side), or its whole limit when none succeeded."""
     start = time.perf_counter()
     results: dict[int, SolveResult] = {}
     solvers: dict[int, cp_model.CpSolver] = {}
@@ -246,8 +272,7 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
                     solvers[k] = solver
                     if k in stopped:
                         solver.stop_search()
-            remaining = min(slice_s, time_limit_s - (time.perf_counter() - start))
-            res = solve(v, replace(config, workers=1), remaining, fixed_search=True, on_solver=register)
+            res = solve(v, config, slice_s, fixed_search=True, on_solver=register, deadline=deadline)
         except Exception as exc:  # noqa: BLE001 - reported through the status and note
             res = SolveResult("MODEL_INVALID", None, 0, 0.0, None, note=f"{type(exc).__name__}: {exc}")
         with lock:
@@ -278,7 +303,8 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
                 return res
         return results[len(orders) - 1] if len(results) == len(orders) else None
 
-    slice_s = time_limit_s * min(max(1, config.workers), len(orders)) / len(orders)
+    side_by_side = min(max(1, config.workers), len(orders))
+    slice_s = max(0.0, time_limit_s) * side_by_side / len(orders)
     threads: list[threading.Thread] = []
     pending = list(enumerate(orders))
     with lock:
@@ -306,7 +332,12 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
     wall = time.perf_counter() - start
     if answer is None:
         answer = SolveResult("UNKNOWN", None, 0, wall, None)
-    return replace(answer, wall_s=wall)
+    if answer.offsets is not None:
+        k = next(k for k in range(len(orders)) if results.get(k) is answer)
+        spent = (k * slice_s + answer.spent_s) / side_by_side
+    else:
+        spent = max(0.0, time_limit_s)
+    return replace(answer, wall_s=wall, spent_s=spent)
 
 
 # --------------------------------------------------------------------------- the planner
@@ -322,17 +353,62 @@ def _items(problem: ArenaProblem, unit: int) -> list[Item]:
             for i, b in enumerate(problem.buffers) if b.size > 0]
 
 
+class _Skyline:
+    """The top of the buffers dropped so far, over time: the highest top over [a, b), and [a, b)
+    raised to a new top (at least the highest there). A segment tree over the ops' coordinates
+    with lazy assignment: O(log n) per buffer."""
+
+    def __init__(self, coords: list[int]):
+        self.coords = coords
+        self.n = max(1, len(coords) - 1)
+        self.top = [0] * (4 * self.n)
+        self.pending: list[int | None] = [None] * (4 * self.n)
+
+    def _push(self, node: int) -> None:
+        value = self.pending[node]
+        if value is not None:
+            for child in (2 * node, 2 * node + 1):
+                self.top[child], self.pending[child] = value, value
+            self.pending[node] = None
+
+    def highest(self, a: int, b: int, node: int = 1, lo: int = 0, hi: int | None = None) -> int:
+        hi = self.n if hi is None else hi
+        if node == 1:
+            a, b = bisect_left(self.coords, a), bisect_left(self.coords, b)
+        if b <= lo or hi <= a:
+            return 0
+        if a <= lo and hi <= b:
+            return self.top[node]
+        self._push(node)
+        mid = (lo + hi) // 2
+        return max(self.highest(a, b, 2 * node, lo, mid), self.highest(a, b, 2 * node + 1, mid, hi))
+
+    def raise_to(self, a: int, b: int, value: int, node: int = 1, lo: int = 0, hi: int | None = None) -> None:
+        hi = self.n if hi is None else hi
+        if node == 1:
+            a, b = bisect_left(self.coords, a), bisect_left(self.coords, b)
+        if b <= lo or hi <= a:
+            return
+        if a <= lo and hi <= b:
+            self.top[node], self.pending[node] = value, value
+            return
+        self._push(node)
+        mid = (lo + hi) // 2
+        self.raise_to(a, b, value, 2 * node, lo, mid)
+        self.raise_to(a, b, value, 2 * node + 1, mid, hi)
+        self.top[node] = max(self.top[2 * node], self.top[2 * node + 1])
+
+
 def canonical(items, offsets_bytes, unit: int) -> tuple[int, ...]:
     """Drop every buffer as low as it goes, keeping the plan's vertical order (gravity): the peak
     never grows and every offset lands on a multiple of ``unit``. Returns offsets in units."""
     order = sorted(range(len(items)), key=lambda k: (offsets_bytes[items[k].index], k))
-    placed: list[int] = []
+    sky = _Skyline(sorted({it.start for it in items} | {it.end for it in items}))
     out = [0] * len(items)
     for k in order:
         it = items[k]
-        out[k] = max((out[j] + items[j].size for j in placed
-                      if items[j].start < it.end and it.start < items[j].end), default=0)
-        placed.append(k)
+        out[k] = sky.highest(it.start, it.end)  # the highest top among those live at the same time
+        sky.raise_to(it.start, it.end, out[k] + it.size)
     return tuple(out)
 
 
@@ -353,71 +429,83 @@ class _Section:
         return _peak(self.items, self.offsets)
 
 
-def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: float, decision: bool) -> None:
+def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: float, decision: bool,
+                     deadline: float | None = None) -> float:
     """Fit the section under ``goal`` (its lower bound, or the capacity); failing that, and only
-    when minimising, fit it under ever lower capacities between goal and its best peak."""
-    start = time.perf_counter()
-    res = fits(sec.items, goal, config, budget_s * (1.0 if decision else 0.45), orders=("start", "length"))
+    when minimising, fit it under ever lower capacities between goal and its best peak. Returns
+    the share of the limit the searches were charged (deterministic)."""
+    res = fits(sec.items, goal, config, budget_s * (1.0 if decision else 0.45), orders=("start", "length"),
+               deadline=deadline)
+    spent = res.spent_s
     if res.note:
         sec.notes.append(res.note)
     if res.offsets is not None:
         sec.offsets, sec.solved = res.offsets, True
-        return
+        return spent
     if res.status == "INFEASIBLE":
         sec.bound = max(sec.bound, goal + 1)
     if decision:
-        return
+        return spent
     # One round of bottom-up searches under lower capacities (one per worker), then CP-SAT's
     # own minimisation from the best plan so far for the time left.
     lo, hi = max(sec.bound, goal + 1), sec.peak - 1
-    remaining = budget_s - (time.perf_counter() - start)
+    remaining = budget_s - spent
     if lo <= hi and remaining > 1.0:
         caps = sorted({lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3}) if config.workers > 1 else [lo + (hi - lo) // 2]
-        for cap, res in zip(caps, _fits_many(sec.items, caps, config, 0.5 * remaining)):
+        results = _fits_many(sec.items, caps, config, 0.5 * remaining, deadline)
+        spent += max(r.spent_s for r in results)  # side by side
+        for cap, res in zip(caps, results):
             if res.offsets is not None and _peak(sec.items, res.offsets) < sec.peak:
                 sec.offsets, sec.solved = res.offsets, True
                 break  # the lowest capacity that fitted
             if res.status == "INFEASIBLE":
                 sec.bound = max(sec.bound, cap + 1)
-    remaining = budget_s - (time.perf_counter() - start)
+    remaining = budget_s - spent
     if remaining <= 0.1 or sec.peak <= sec.bound:
-        return
+        return spent
     v = build_arena_model(sec.items, sec.peak, sec.bound)
     add_redundant_constraints(v)
     add_symmetry_breaking(v)
     add_hint(v, sec.offsets)
-    res = solve(v, config, remaining)
+    res = solve(v, config, remaining, deadline=deadline)
+    spent += res.spent_s
     if res.note:
         sec.notes.append(res.note)
     if res.offsets is not None and _peak(sec.items, res.offsets) <= sec.peak:
         sec.offsets, sec.solved = res.offsets, True
     sec.bound = max(sec.bound, res.best_bound)
+    return spent
 
 
-def _fits_many(items, caps, config: SolverConfig, time_limit_s: float) -> list[SolveResult]:
+def _fits_many(items, caps, config: SolverConfig, time_limit_s: float,
+               deadline: float | None = None) -> list[SolveResult]:
     """One bottom-up search (order "start") per capacity, in parallel threads."""
     out: list[SolveResult | None] = [None] * len(caps)
 
     def run(k: int) -> None:
-        out[k] = fits(items, caps[k], replace(config, workers=1), time_limit_s, orders=("start",))
+        out[k] = fits(items, caps[k], replace(config, workers=1), time_limit_s, orders=("start",), deadline=deadline)
     threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(caps))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return [r or SolveResult("UNKNOWN", None, 0, 0.0, None) for r in out]
+    return [r or SolveResult("UNKNOWN", None, 0, 0.0, None, spent_s=time_limit_s) for r in out]
 
 
 def _with_method(plan: ArenaPlan, **changes) -> ArenaPlan:
     return replace(plan, method="cpsat", **changes)
 
 
-def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, ArenaPlan]) -> ArenaPlan:
+def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, ArenaPlan],
+               deadline: float | None = None) -> ArenaPlan:
     """The best plan CP-SAT finds within ``config.time_limit_s``, never worse than ``greedy``'s best.
 
     Without ``problem.capacity``: minimise the peak. With it: find any plan within the capacity
-    (status INFEASIBLE, with the best greedy plan's offsets, when none exists)."""
+    (status INFEASIBLE, with the best greedy plan's offsets, when none exists). Every search
+    ends by ``deadline`` (time.monotonic; default: the watchdog of the limit from now)."""
     start = time.perf_counter()
+    if deadline is None:
+        deadline = time.monotonic() + cpsat.watchdog_s(config.time_limit_s)
 
     def elapsed() -> float:
         return time.perf_counter() - start
@@ -434,7 +522,7 @@ def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, Ar
         return _with_method(best, lower_bound=max(best.lower_bound, bound),
                             status="OPTIMAL" if best.peak <= bound else "FEASIBLE", wall_s=elapsed())
     try:
-        secs = _plan_sections(items, best, unit, bound_units, None if cap is None else cap // unit, config, start)
+        secs = _plan_sections(items, best, unit, bound_units, None if cap is None else cap // unit, config, deadline)
     except Exception as exc:  # noqa: BLE001 - any solver failure falls back to the greedy plan
         return _fallback(best, bound, elapsed(), f"CP-SAT failed ({type(exc).__name__}: {exc})")
     notes = [n for s in secs for n in s.notes]
@@ -469,18 +557,20 @@ def _fallback(best: ArenaPlan, lower: int, wall_s: float, why: str) -> ArenaPlan
 
 
 def _plan_sections(items, best: ArenaPlan, unit: int, bound_units: int, cap_units: int | None,
-                   config: SolverConfig, start: float) -> list[_Section]:
-    """Solve every independent section, the most crowded first, sharing the time left fairly."""
+                   config: SolverConfig, deadline: float | None = None) -> list[_Section]:
+    """Solve every independent section, the most crowded first, sharing the time left fairly
+    (what the searches so far were charged, not the clock: the same shares on any machine)."""
     secs = [_Section(part, canonical(part, best.offsets, unit), max_live(part))
             for part in sections(items)]
     todo = sorted(secs, key=lambda s: (-s.bound, -len(s.items)))
     reached = bound_units  # a section below the peak already reached elsewhere needs no work
+    spent = 0.0
     for n, sec in enumerate(todo):
         goal = cap_units if cap_units is not None else max(reached, sec.bound)
         if sec.peak > goal:
-            left = config.time_limit_s - (time.perf_counter() - start)
-            weight = len(sec.items) / sum(len(s.items) for s in todo[n:] if s.peak > goal) if left > 0 else 0
+            left = config.time_limit_s - spent
             if left > 0:
-                _improve_section(sec, goal, config, left * weight, decision=cap_units is not None)
+                weight = len(sec.items) / sum(len(s.items) for s in todo[n:] if s.peak > goal)
+                spent += _improve_section(sec, goal, config, left * weight, cap_units is not None, deadline)
         reached = max(reached, sec.peak) if cap_units is None else reached
     return secs

@@ -1,13 +1,120 @@
 """An independent proof that an arena plan is sound.
 
-Deliberately shares no code with the planners: a sweep over op indices, not
-pairwise interval logic, so a bug in one is unlikely to hide in the other.
+Deliberately shares no code with the planners: a sweep over op indices, not pairwise interval
+logic, so a bug in one is unlikely to hide in the other. It runs in O(n log n): op by op, the
+pieces that die leave and the pieces born there are checked, then join, against the live ones
+in a segment tree over the plan's byte coordinates (``_Live``). Once the sweep has found the
+first op where two pieces collide, that op's live set is sorted by offset and the collision is
+named exactly as a reader walking the arena upwards at that op would find it first.
 """
 from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import groupby
 
 
 class PlanError(AssertionError):
     """A plan violates a constraint: a bug in a planner, never a user error."""
+
+
+_EMPTY, _MIXED = object(), object()  # summaries besides "one group": no piece / pieces of several groups
+
+
+def _merge(a, b):
+    if a is _EMPTY:
+        return b
+    if b is _EMPTY or a is b or a == b:
+        return a
+    return _MIXED
+
+
+class _Live:
+    """The live pieces over compressed byte coordinates, each piece tagged with its group.
+
+    A segment tree: a piece is recorded (count per group) at the O(log n) nodes that tile its
+    byte range; every node keeps a summary of the groups recorded in its subtree (empty, one
+    group, or mixed), so "does a live piece of another group overlap [a, b)" walks two root to
+    leaf paths."""
+
+    def __init__(self, coords: list[int]):
+        self.coords = coords  # sorted distinct byte coordinates; leaf i is [coords[i], coords[i + 1])
+        self.leaves = max(1, len(coords) - 1)
+        size = 4 * self.leaves
+        self.here: list[dict | None] = [None] * size  # group -> count of pieces recorded at the node
+        self.summary: list = [_EMPTY] * size
+
+    def _span(self, start: int, end: int) -> tuple[int, int]:
+        return bisect_left(self.coords, start), bisect_left(self.coords, end)
+
+    def _own(self, node: int):
+        here = self.here[node]
+        if not here:
+            return _EMPTY
+        return next(iter(here)) if len(here) == 1 else _MIXED
+
+    def change(self, start: int, end: int, group, delta: int) -> None:
+        lo, hi = self._span(start, end)
+        self._change(1, 0, self.leaves, lo, hi, group, delta)
+
+    def _change(self, node: int, nlo: int, nhi: int, lo: int, hi: int, group, delta: int) -> None:
+        if lo <= nlo and nhi <= hi:
+            here = self.here[node]
+            if here is None:
+                here = self.here[node] = {}
+            count = here.get(group, 0) + delta
+            if count:
+                here[group] = count
+            else:
+                del here[group]
+        else:
+            mid = (nlo + nhi) // 2
+            if lo < mid:
+                self._change(2 * node, nlo, mid, lo, hi, group, delta)
+            if hi > mid:
+                self._change(2 * node + 1, mid, nhi, lo, hi, group, delta)
+        own = self._own(node)
+        if nhi - nlo > 1:
+            own = _merge(own, _merge(self.summary[2 * node], self.summary[2 * node + 1]))
+        self.summary[node] = own
+
+    def foreign(self, start: int, end: int, group) -> bool:
+        """Whether a live piece of a group other than ``group`` shares a byte with [start, end)."""
+        lo, hi = self._span(start, end)
+        return self._foreign(1, 0, self.leaves, lo, hi, group)
+
+    def _foreign(self, node: int, nlo: int, nhi: int, lo: int, hi: int, group) -> bool:
+        if lo <= nlo and nhi <= hi:
+            s = self.summary[node]
+            return s is not _EMPTY and (s is _MIXED or s != group)
+        own = self._own(node)  # pieces covering this whole node cover the part of it asked about
+        if own is not _EMPTY and (own is _MIXED or own != group):
+            return True
+        mid = (nlo + nhi) // 2
+        return ((lo < mid and self._foreign(2 * node, nlo, mid, lo, hi, group))
+                or (hi > mid and self._foreign(2 * node + 1, mid, nhi, lo, hi, group)))
+
+
+def _first_collision(pieces) -> int | None:
+    """The first op at which two live pieces of different groups share a byte, or None.
+
+    ``pieces``: (first, last, start, end, group) with end > start. Op by op: the pieces that
+    died leave, then each piece born at the op is checked against the live ones (and the ones
+    born before it at that op) and joins them."""
+    if not pieces:
+        return None
+    live = _Live(sorted({p[2] for p in pieces} | {p[3] for p in pieces}))
+    deaths = sorted(pieces, key=lambda p: p[1])
+    d = 0
+    for op, born in groupby(sorted(pieces, key=lambda p: p[0]), key=lambda p: p[0]):
+        while d < len(deaths) and deaths[d][1] < op:
+            _, _, start, end, group = deaths[d]
+            live.change(start, end, group, -1)
+            d += 1
+        for _, _, start, end, group in born:
+            if live.foreign(start, end, group):
+                return op
+            live.change(start, end, group, +1)
+    return None
 
 
 def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None) -> int:
@@ -22,16 +129,19 @@ def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None)
         end = max(end, o + b.size)
     if arena_bytes is not None and end > arena_bytes:
         raise PlanError(f"plan reaches byte {end}, beyond the arena of {arena_bytes}")
-    # Sweep: at each op, the live pieces sorted by offset must not overlap their neighbour.
     pieces = [(first, last, o, o + size, b.name) for b, o in zip(buffers, offsets)
               for first, last, size in (b.steps or ((b.first, b.last, b.size),)) if size > 0]
-    for op in sorted({p[0] for p in pieces}):
-        live = sorted((start, end, name) for first, last, start, end, name in pieces if first <= op <= last)
-        for (s0, e0, n0), (s1, e1, n1) in zip(live, live[1:]):
-            if s1 < e0:
-                raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "
-                                f"are live at op {op}")
-    return end
+    # every piece is its own group: no two pieces may share a byte while both are live
+    op = _first_collision([(first, last, s, e, k) for k, (first, last, s, e, _) in enumerate(pieces)])
+    if op is None:
+        return end
+    # at that op, sorted by offset, some piece starts below the end of the one before it
+    live = sorted((start, stop, name) for first, last, start, stop, name in pieces if first <= op <= last)
+    for (s0, e0, n0), (s1, e1, n1) in zip(live, live[1:]):
+        if s1 < e0:
+            raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "
+                            f"are live at op {op}")
+    raise AssertionError(f"the sweep found a collision at op {op} that the ordered walk does not")
 
 
 def check_tensor_plan(tensors, arena_bytes: int, alignment: int) -> None:
@@ -45,13 +155,24 @@ def check_tensor_plan(tensors, arena_bytes: int, alignment: int) -> None:
         if offset < 0 or offset % alignment or offset + size > arena_bytes:
             raise PlanError(f"tensor {name}: bytes [{offset}, {offset + size}) misaligned or outside "
                             f"the {arena_bytes}-byte arena")
-    for op in sorted({t[2] for t in tensors}):
-        live = sorted((t[4], t[4] + t[5], t[1], t[0]) for t in tensors if t[2] <= op <= t[3] and t[5] > 0)
-        reach: dict = {}  # the furthest byte reached so far, per group, among lower offsets
-        for start, end, group, name in live:
-            for other, (other_end, other_name) in reach.items():
+    op = _first_collision([(t[2], t[3], t[4], t[4] + t[5], t[1]) for t in tensors if t[5] > 0])
+    if op is None:
+        return
+    # at that op, walking up the arena: the first tensor that starts below the furthest byte
+    # another group's tensors reach
+    live = sorted((t[4], t[4] + t[5], t[1], t[0]) for t in tensors if t[2] <= op <= t[3] and t[5] > 0)
+    reach: dict = {}  # the furthest byte reached so far, per group, among lower offsets
+    top = [(0, None), (0, None)]  # the two furthest reaches of different groups: (end, group)
+    for start, end, group, name in live:
+        if start < (top[0][0] if top[0][1] != group else top[1][0]):  # some other group reaches past it
+            for other, (other_end, other_name) in reach.items():  # the first such group, as recorded
                 if other != group and start < other_end:
                     raise PlanError(f"tensors {other_name} and {name} share bytes from {start} while both "
                                     f"are live at op {op}")
-            if end > reach.get(group, (0, ""))[0]:
-                reach[group] = (end, name)
+        if end > reach.get(group, (0, ""))[0]:
+            reach[group] = (end, name)
+            if group == top[0][1] or end > top[0][0]:
+                top = [(end, group), top[1] if group == top[0][1] else top[0]]
+            elif end > top[1][0]:
+                top[1] = (end, group)
+    raise AssertionError(f"the sweep found a collision at op {op} that the ordered walk does not")

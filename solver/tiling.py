@@ -22,8 +22,8 @@ class TilingConfig:
     objective: str = "l1"  # "l1": use L1 well (plus target heuristics); "cycles": the cost model
     heuristics: dict = field(default_factory=dict)  # e.g. {"tile_c_multiple": 4, "tile_h_multiple": 8}
     cost: dict = field(default_factory=dict)  # the backend's cost model parameters
-    time_limit_s: float = 2.0
-    workers: int = 2
+    time_limit_s: float = 2.0  # CP-SAT's deterministic time for it (solver.cpsat): the same tile on any machine
+    workers: int = 1  # CP-SAT workers; more than one run interleaved (deterministic, not faster on small models)
     seed: int = 0
 
 

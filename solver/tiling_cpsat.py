@@ -39,10 +39,11 @@ Shaped like OR-Tools' samples:
     variables, so the geometric model still vets every choice. Greedy's tile is always a
     candidate: the result is never slower than greedy's.
 
-Always: greedy's tile as the hint, the config's time limit / workers / seed; after solving,
-``g.l1_bytes(*tile)`` is recomputed and must equal the model's L1 and fit; the answer must
-score at least greedy's. An UNKNOWN / INFEASIBLE status or any exception returns greedy's
-tiling with status FALLBACK (and a warning).
+Always: greedy's tile as the hint, the config's time limit (as deterministic time, see
+solver.cpsat) / workers / seed; after solving, ``g.l1_bytes(*tile)`` is recomputed and must
+equal the model's L1 and fit; the answer must score at least greedy's. An UNKNOWN /
+INFEASIBLE status or any exception returns greedy's tiling with status FALLBACK (and a
+warning).
 """
 from __future__ import annotations
 
@@ -386,7 +387,7 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.
 def solve(v: TilingVars, config: TilingConfig) -> SolveResult:
     solver = new_solver(config.time_limit_s, config.workers, config.seed)
     start = time.perf_counter()
-    code = cpsat.solve(solver, v.model)
+    code = cpsat.solve(solver, v.model, what=f"layer {v.g.layer}: CP-SAT tiling")
     wall = time.perf_counter() - start
     status = _STATUS.get(code, "UNKNOWN")
     if status not in ("OPTIMAL", "FEASIBLE"):
