@@ -135,7 +135,10 @@ def parse_patch(text: str) -> tuple[int, int, int] | None:
     m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*@\s*(\d+)\s*", text)
     if m is None:
         raise UsageError(f"--patch '{text}': expected auto, off or RxC@LAYER (e.g. 4x4@12)")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+    r, c, end = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    if r < 1 or c < 1:
+        raise UsageError(f"--patch '{text}': a grid has at least one patch per axis (e.g. 2x2@{end})")
+    return r, c, end
 
 
 def _listed(ends: list[int], most: int = 12) -> str:
@@ -154,6 +157,9 @@ def forced_plan(graph: Graph, kernels, lives, grid_at: tuple[int, int, int]) -> 
     live = live_bytes_per_op(lives, len(graph.layers))
     unsplit = max(live, default=0)
     stage = found.stage(end)
+    if r > stage.out_h or c > stage.out_w:
+        raise UsageError(f"--patch {r}x{c}@{end}: the stage output is {stage.out_h}x{stage.out_w}, so at most "
+                         f"{stage.out_h}x{stage.out_w} patches")
     rows, cols = axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
     table = stage_table(stage, graph, live, (rows, cols))
     if (rows.parts, cols.parts) == (1, 1):

@@ -121,12 +121,14 @@ def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tupl
         group = members[lt.tensor]
         first, last = min(m.first_op for m in group), max(m.last_op for m in group)
         steps: list[list[int]] = []
-        for k in range(first, last + 1):
+        # the height changes only where a member's life begins or ends: one step per span between
+        bounds = sorted({first, last + 1} | {m.first_op for m in group} | {m.last_op + 1 for m in group})
+        for k, nxt in zip(bounds, bounds[1:]):
             height = max((m.size for m in group if m.first_op <= k <= m.last_op), default=0)
             if steps and steps[-1][2] == height:
-                steps[-1][1] = k
+                steps[-1][1] = nxt - 1
             else:
-                steps.append([k, k, height])
+                steps.append([k, nxt - 1, height])
         if guard:
             steps = [[first, last, max(s[2] for s in steps) + 2 * guard]]
         buffers.append(Buffer(lt.name, max(s[2] for s in steps), first, last,

@@ -81,6 +81,7 @@ RULES: tuple[tuple[str, object], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def rule_for(template_name: str):
     for pattern, rule in RULES:
         if re.fullmatch(pattern, template_name):

@@ -5,23 +5,28 @@ checks and scores the plan.
 """
 from __future__ import annotations
 
-from .arena_types import ArenaProblem, Buffer, align, overlaps_in_time
+import heapq
+
+import numpy as np
+
+from .arena_types import ArenaProblem, Buffer, align
 
 
-def _busy(problem: ArenaProblem, b: Buffer, offsets: dict[int, int]) -> list[tuple[int, int]]:
-    """Byte ranges taken by already-placed buffers live at the same time as b, by start."""
-    return sorted((offsets[j], offsets[j] + problem.buffers[j].size) for j in offsets
-                  if overlaps_in_time(b, problem.buffers[j]))
+class _Placed:
+    """The buffers placed so far, as arrays: the ones live during [first, last] are found with
+    one vectorized comparison instead of a Python loop over every placed buffer."""
 
+    def __init__(self, n: int):
+        self.first = np.empty(n, np.int64)
+        self.last = np.empty(n, np.int64)
+        self.start = np.empty(n, np.int64)
+        self.end = np.empty(n, np.int64)
+        self.count = 0
 
-def _gaps(busy: list[tuple[int, int]], alignment: int):
-    """(start, length) of every free aligned gap below the top, then the open space above."""
-    cursor = 0
-    for start, end in busy:
-        if start > cursor:
-            yield cursor, start - cursor
-        cursor = max(cursor, align(end, alignment))
-    yield cursor, None  # unbounded
+    def add(self, b: Buffer, offset: int) -> None:
+        k = self.count
+        self.first[k], self.last[k], self.start[k], self.end[k] = b.first, b.last, offset, offset + b.size
+        self.count += 1
 
 
 def _size_order(problem: ArenaProblem) -> list[int]:
@@ -56,21 +61,42 @@ def _stepped(problem: ArenaProblem) -> bool:
     return any(b.steps for b in problem.buffers)
 
 
-def _gap_place(problem: ArenaProblem, i: int, offsets: dict[int, int], best: bool) -> int:
-    """The lowest gap that holds the buffer (first-fit), or the smallest one (best-fit)."""
-    b = problem.buffers[i]
-    gaps = list(_gaps(_busy(problem, b, offsets), problem.alignment))
-    fitting = [(length, start) for start, length in gaps if length is not None and length >= b.size]
+def _gap_place(problem: ArenaProblem, i: int, placed: _Placed, best: bool) -> int:
+    """The lowest gap that holds the buffer (first-fit), or the smallest one (best-fit), else the
+    aligned top. The gaps lie between the byte ranges of the placed buffers live at the same
+    time, taken by start: below each range, from the aligned end of all before it."""
+    b, a = problem.buffers[i], problem.alignment
+    n = placed.count
+    live = (placed.first[:n] <= b.last) & (b.first <= placed.last[:n])
+    start, end = placed.start[:n][live], placed.end[:n][live]
+    if start.size == 0:
+        return 0
+    order = np.lexsort((end, start))
+    start, end = start[order], -(-end[order] // a) * a
+    reach = np.maximum.accumulate(end)  # the aligned top of everything before and at each range
+    cursor = np.concatenate(([0], np.maximum(reach[:-1], 0)))
+    length = start - cursor
+    fitting = (length >= b.size) & (length > 0)
+    top = int(max(reach[-1], 0))
+    if not fitting.any():
+        return top
     if best:
-        return min(fitting)[1] if fitting else gaps[-1][0]
-    return min([start for _, start in fitting] + [gaps[-1][0]])
+        lengths, starts = length[fitting], cursor[fitting]
+        k = np.lexsort((starts, lengths))[0]
+        return int(starts[k])
+    return int(cursor[fitting].min())
 
 
 def _decreasing(problem: ArenaProblem, best: bool) -> list[int]:
-    place = _stepped_place if _stepped(problem) else _gap_place
     offsets: dict[int, int] = {}
-    for i in _size_order(problem):
-        offsets[i] = place(problem, i, offsets, best)
+    if _stepped(problem):
+        for i in _size_order(problem):
+            offsets[i] = _stepped_place(problem, i, offsets, best)
+    else:
+        placed = _Placed(len(problem.buffers))
+        for i in _size_order(problem):
+            offsets[i] = _gap_place(problem, i, placed, best)
+            placed.add(problem.buffers[i], offsets[i])
     return [offsets[i] for i in range(len(problem.buffers))]
 
 
@@ -95,21 +121,28 @@ def bidirectional(problem: ArenaProblem) -> list[int]:
                    key=lambda i: (problem.buffers[i].first, -problem.buffers[i].last, i))
     side: dict[int, int] = {}
     height: dict[int, int] = {}  # offset from the stack's own end
+    stacks: tuple[list, list] = ([], [])  # per stack, a max-heap of (-top, last op) of its buffers
     last_side = 1
     for i in order:
         b = problem.buffers[i]
         s = 1 - last_side
-        live = [j for j in side if side[j] == s and problem.buffers[j].last >= b.first]
-        height[i] = align(max((height[j] + problem.buffers[j].size for j in live), default=0),
-                          problem.alignment)
+        heap = stacks[s]
+        while heap and heap[0][1] < b.first:  # buffers come by first op: one that died stays dead
+            heapq.heappop(heap)
+        height[i] = align(-heap[0][0] if heap else 0, problem.alignment)
+        heapq.heappush(heap, (-(height[i] + b.size), b.last))
         side[i] = last_side = s
     # Smallest arena where no bottom buffer meets a top buffer alive at the same time.
     ends = [(i, align(height[i] + problem.buffers[i].size, problem.alignment)) for i in order]
     arena = max((e for _, e in ends), default=0)
-    for i, ei in ends:
-        if side[i] == 0:
-            for j, ej in ends:
-                if side[j] == 1 and overlaps_in_time(problem.buffers[i], problem.buffers[j]):
-                    arena = max(arena, ei + ej)
+    top = [(problem.buffers[j].first, problem.buffers[j].last, ej) for j, ej in ends if side[j] == 1]
+    if top:
+        t_first, t_last, t_end = (np.array(v, np.int64) for v in zip(*top))
+        for i, ei in ends:
+            if side[i] == 0:
+                b = problem.buffers[i]
+                live = (t_first <= b.last) & (b.first <= t_last)
+                if live.any():
+                    arena = max(arena, ei + int(t_end[live].max()))
     return [height[i] if side[i] == 0 else arena - align(height[i] + problem.buffers[i].size, problem.alignment)
             for i in range(len(problem.buffers))]

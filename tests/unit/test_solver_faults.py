@@ -112,7 +112,7 @@ def test_the_watchdog_stops_a_search_that_would_overrun():
     assert status in (cp_model.FEASIBLE, cp_model.UNKNOWN)  # stopped, not finished
 
 
-def test_the_arena_planner_keeps_its_time_limit():
+def test_the_arena_planner_keeps_its_time_limit(monkeypatch):
     instances = sorted(p for p in ALLOC_BENCH.rglob("*") if p.is_file()) if ALLOC_BENCH.is_dir() else []
     problems = []
     for path in instances:
@@ -123,11 +123,21 @@ def test_the_arena_planner_keeps_its_time_limit():
     problems = sorted((p for p in problems if len(p.buffers) >= 100), key=lambda p: -len(p.buffers))[:2]
     if not problems:
         pytest.skip(f"no alloc-bench instance of 100+ buffers under {ALLOC_BENCH}")
+    made = []
+    real = cpsat.new_solver
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+    from solver import arena_cpsat
+    monkeypatch.setattr(arena_cpsat, "new_solver", recording)
     for problem in problems:
-        start = time.perf_counter()
         plan = plan_arena(problem, "cpsat", SolverConfig(time_limit_s=1.0))
-        assert time.perf_counter() - start < 1.0 + cpsat.WATCHDOG_MARGIN_S + 2.0, len(problem.buffers)
         assert plan.peak >= plan.lower_bound
+    # every search is bounded by deterministic time (the plan) and by a wall-clock watchdog (the run):
+    # no timing assertion here, which a busy machine could fail
+    assert made and all(0 < s.parameters.max_deterministic_time <= 1.0 for s in made)
+    assert all(0 < s.parameters.max_time_in_seconds <= 2 * 1.0 + cpsat.WATCHDOG_MARGIN_S for s in made)
 
 
 def test_an_infeasible_budget_names_the_smallest_that_works(example):

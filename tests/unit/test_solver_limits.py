@@ -340,3 +340,51 @@ def test_two_thousand_branches_into_one_concat_are_checked():
     assert lower_bound(ArenaProblem(tuple(buffers), 16)) == most
     lives = [Lifetime(k, name, size, first, last, None) for k, (name, _, first, last, _, size) in enumerate(rows)]
     assert max(live_bytes_per_op(lives, 2003)) == most
+
+
+# ---- the greedy planners at scale --------------------------------------------------------------
+
+def _reference_greedy(problem, best: bool) -> list[int]:
+    """The greedy planners written plainly: every placed buffer compared in Python, the gaps walked."""
+    from solver.arena_types import align
+    offsets: dict[int, int] = {}
+    order = sorted(range(len(problem.buffers)), key=lambda i: (-problem.buffers[i].size,
+                                                              -(problem.buffers[i].last - problem.buffers[i].first), i))
+    for i in order:
+        b = problem.buffers[i]
+        busy = sorted((offsets[j], offsets[j] + problem.buffers[j].size) for j in offsets
+                      if b.first <= problem.buffers[j].last and problem.buffers[j].first <= b.last)
+        gaps, cursor = [], 0
+        for start, end in busy:
+            if start > cursor:
+                gaps.append((cursor, start - cursor))
+            cursor = max(cursor, align(end, problem.alignment))
+        fitting = [(length, start) for start, length in gaps if length >= b.size]
+        offsets[i] = (min(fitting)[1] if fitting else cursor) if best else \
+            min([start for _, start in fitting] + [cursor])
+    return [offsets[i] for i in range(len(problem.buffers))]
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 12), st.integers(0, 6)), min_size=1, max_size=40),
+       st.sampled_from([1, 4, 16]))
+def test_greedy_planners_equal_their_plain_reference(raw, alignment):
+    from solver.arena_types import ArenaProblem, Buffer
+    from solver.greedy_arena import best_fit, first_fit
+    problem = ArenaProblem(tuple(Buffer(f"b{i}", size, first, first + span) for i, (size, first, span)
+                                 in enumerate(raw)), alignment)
+    assert first_fit(problem) == _reference_greedy(problem, best=False)
+    assert best_fit(problem) == _reference_greedy(problem, best=True)
+
+
+def test_two_thousand_branches_into_one_concat_deploy(tmp_path):
+    """Every pass of a deploy stays near n log n: the whole command finishes (no timing assertion:
+    the subprocess's timeout only keeps a quadratic regression from hanging the suite)."""
+    mb = ModelBuilder(0)
+    x = mb.input((1, 1, 1, 4))
+    mb.output(mb.concat([mb.relu(x) for _ in range(2000)], axis=3))
+    model = tmp_path / "branches.tflite"
+    mb.save(model)
+    proc = subprocess.run([sys.executable, "-m", "deployer.cli", str(model), "-o", str(tmp_path / "out"),
+                           "--time-limit", "1", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
