@@ -30,6 +30,7 @@ from deployer.tokenizer import Gpt2Tokenizer
 from network_parser import side_files as sf
 from network_parser.errors import DeployError, ModelFormatError, UsageError
 from network_parser.gptneo import read_gptneo
+from tests.cli_output import messages
 from tests import gptneo_builder as gb
 from tests.hostile import run_deploy
 
@@ -391,7 +392,7 @@ def test_brief_keeps_error_lines_short():
 
 def _one_line_error(status: int, stderr: str, kind: str, where: str) -> str:
     assert status == 1, stderr
-    lines = stderr.strip().splitlines()
+    lines = messages(stderr)
     assert len(lines) == 1 and lines[0].startswith(f"error: {kind}: ") and where in lines[0], stderr
     return lines[0]
 
