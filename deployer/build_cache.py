@@ -77,15 +77,19 @@ def cached(key: str, artifact: str, build: Callable[[Path], None]) -> Path:
     found = _reuse(entry, artifact)
     if found is not None:
         return found
-    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=base))  # 0700, ours
     try:
-        build(tmp)
-        made = tmp / artifact
-        made.with_name(made.name + RECORD).write_text(_sha256(made) + "\n")
-        _install(tmp, entry, artifact)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp = Path(tempfile.mkdtemp(prefix="build-", dir=base))  # 0700, ours
+        try:
+            build(tmp)
+            made = tmp / artifact
+            made.with_name(made.name + RECORD).write_text(_sha256(made) + "\n")
+            _install(tmp, entry, artifact)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except OSError as e:  # a full or read-only file system under the cache
+        raise CacheError(f"cannot write the build cache {base}: {e.strerror or e}; free space there or set {ENV} "
+                         f"to another folder") from None
     return entry / artifact
 
 

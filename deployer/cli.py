@@ -25,7 +25,7 @@ from network_parser.side_files import load_npy
 
 from .llm_passes import KV_FORMATS, WEIGHT_FORMATS
 from .output import write_output
-from .render import ERROR_CHARS, terminal_text
+from .render import ERROR_CHARS, display, terminal_text
 from backends import BACKENDS
 
 from .pipeline import Options, deploy, emit_deployment
@@ -56,8 +56,8 @@ def parse_share(text: str) -> float:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise UsageError(f"--max-overhead '{text}': expected a share such as 20% or 0.2") from None
-    if value < 0:
-        raise UsageError(f"--max-overhead '{text}': must not be negative")
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"--max-overhead '{text}': must be a share of at least 0")
     return value
 
 
@@ -72,9 +72,13 @@ def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_pla
                    output_layout=output_layout, input_type=input_type)
 
 
+TIME_LIMIT_MAX_S = 1e6  # about 11 days: beyond it a limit is no limit (and timers overflow)
+
+
 def check_time_limit(seconds: float) -> float:
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UsageError(f"--time-limit must be a positive number of seconds, got {seconds}")
+    if not math.isfinite(seconds) or not 0 < seconds <= TIME_LIMIT_MAX_S:
+        raise UsageError(f"--time-limit must be a number of seconds above 0 and at most {TIME_LIMIT_MAX_S:g}, "
+                         f"got {seconds}")
     return seconds
 
 
@@ -160,11 +164,11 @@ class DefaultGroup(click.Group):
             except KeyboardInterrupt:
                 report_error(None, "interrupted; nothing was written", 130, as_json)
                 sys.exit(130)
-            except click.exceptions.ClickException as e:
-                if as_json:  # click prints its own usage message on stderr
-                    click.echo(json.dumps({"error": {"type": "UsageError", "message": terminal_text(
-                        e.format_message(), ERROR_CHARS), "exit_status": e.exit_code}}, indent=2))
-                raise
+            except click.exceptions.ClickException as e:  # a flag or argument click refused: one line too
+                command = f" {ctx.invoked_subcommand}" if ctx.invoked_subcommand not in (None, "build") else ""
+                report_error("UsageError", f"{e.format_message()} (deploy{command} --help lists the options)",
+                             e.exit_code, as_json)
+                sys.exit(e.exit_code)
             except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
                 raise
             except Exception as e:  # noqa: BLE001 - a bug: say so on one line, keep the traceback on request
@@ -177,7 +181,7 @@ class DefaultGroup(click.Group):
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    say(f"warning: {message}".replace("\n", " "), err=True)
+    click.echo(f"warning: {terminal_text(message, ERROR_CHARS)}".replace("\n", " "), err=True)
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -343,6 +347,9 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     sys.exit(1 if s.signature.unsupported else 0)
 
 
+INTEGER_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
 def _load_arrays(paths: tuple[Path, ...], tensors: list, flag: str) -> list[np.ndarray]:
     """.npy files, one per tensor (in the model's own layout), checked for size."""
     if len(paths) != len(tensors):
@@ -352,7 +359,12 @@ def _load_arrays(paths: tuple[Path, ...], tensors: list, flag: str) -> list[np.n
         # any float, NaN and infinities included: each has a defined result at a float input
         a = load_npy(p, "an .npy array", error=UsageError, name=f"{flag} {p}", finite=False)
         if a.size != tt.elements:
-            raise UsageError(f"{flag} {p}: {a.size} values, '{tt.name}' {list(tt.shape)} needs {tt.elements}")
+            raise UsageError(f"{flag} {p}: {a.size} values, '{display(tt.name)}' {list(tt.shape)} needs {tt.elements}")
+        if tt.dtype in INTEGER_RANGES:  # integers within the tensor's type, whatever the array's dtype
+            lo, hi = INTEGER_RANGES[tt.dtype]
+            if a.size and not (np.all(np.isfinite(a)) and np.all(a == np.floor(a)) and a.min() >= lo and a.max() <= hi):
+                raise UsageError(f"{flag} {p}: '{display(tt.name)}' is {tt.dtype}: its values must be whole numbers "
+                                 f"from {lo} to {hi}")
         arrays.append(a)
     return arrays
 
@@ -394,7 +406,7 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--expected", "expected_files", multiple=True, type=click.Path(path_type=Path),
               help=".npy expected output (one per model output) of the --input files; default: the reference "
               "interpreter")
-@click.option("--seeds", default=3, show_default=True, help="number of seeded random inputs")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1), help="number of seeded random inputs")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined,float-cast-overflow")
@@ -438,7 +450,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
             if d["layer"] is None:
                 say("every layer matches")
             else:
-                say(f"first divergence: op {d['layer']} {d['op']} '{d['name']}': C vs golden "
+                say(f"first divergence: op {d['layer']} {d['op']} '{display(d['name'])}': C vs golden "
                            f"{d['c_vs_golden']:g}, C vs reference {d['c_vs_reference']}, "
                            f"golden vs reference {d['golden_vs_reference']}")
         if on_qemu:
@@ -510,8 +522,11 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         for p in plans:
             fits = "fits" if p.peak <= options.sram else "OVER"
             say(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
-    report.write_text(planners_report(dep.graph.name, problem, plans, live_bytes(problem), before,
-                                      patch_line))
+    html = planners_report(dep.graph.name, problem, plans, live_bytes(problem), before, patch_line)
+    try:
+        report.write_text(html)
+    except OSError as e:
+        raise UsageError(f"--report {report}: cannot write it ({e.strerror or e})") from None
     say(f"wrote {report}")
 
 

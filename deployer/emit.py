@@ -15,8 +15,8 @@ from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
-from .render import (TEMPLATES, Code, c_array, c_comment_lines, c_double, c_float, c_identifier, c_int,  # noqa: F401
-                     c_int64, c_text)
+from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
+                     c_int64)
 from .render import environment as template_environment
 
 CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
@@ -371,7 +371,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         data = [i for i in layer.inputs if i >= 0 and not (isinstance(kern, (K.Conv, K.FullyConnected))
                                                             and i in (kern.weights, kern.bias))]
         L = dict(index=k, kind=type(kern).__name__, k=kern, func=f"op{k}_{layer.op.lower()}",
-                 title=f"{layer.op} '{layer.name}' -> {shape_text(out_t)}",
+                 title=f"{layer.op} `{layer.name}` -> {shape_text(out_t)}",
                  y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,
                  out_ctype=CTYPES[out_t.dtype], in_ctype=CTYPES[graph.tensors[data[0]].dtype] if data else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
@@ -380,7 +380,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         if k in in_place:
             L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
-            L["alias"] = f"'{out_t.name}' shares the bytes of '{graph.tensors[data[0]].name}'"
+            L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
         streams_w = l3 is not None and k in l3.weights
         s_choice = None
         if k not in plain_layers:
@@ -417,7 +417,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
 
     def io(ts):
         return [dict(macro=macro[t], bytes=graph.tensors[t].nbytes,
-                     comment=f"'{graph.tensors[t].name}' {shape_text(graph.tensors[t])} "
+                     comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} "
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
     guards = dict(bytes=guard, regions=guard_regions(lives, offsets, guard, macro, patch)) if guard else None
@@ -426,7 +426,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
-               l1_attribute=backend.l1_attribute, engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
+               l1_attribute=Code(backend.l1_attribute), engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=rtos, stack=stack_need(layers),
                core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,

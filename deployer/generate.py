@@ -12,12 +12,24 @@ from network_parser.errors import DeployError, UsageError
 from network_parser.side_files import (ENGINE_SOURCE_BYTES, MANIFEST_BYTES, MAX_ID, TOKEN_IDS_BYTES, brief, is_id,
                                        read_json, read_json_object, read_side_file, token_ids)
 
+from .output import MARKER, would_lose
 from .tokenizer import Gpt2Tokenizer
 from .verify import BuildError, compile_files
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "generate_main.c"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
+
+
+def _check_ours(out_dir: Path) -> None:
+    """What is compiled and run here must be what deploy wrote: its marker present, nothing
+    added or changed since."""
+    if not out_dir.is_dir() or (out_dir / "manifest.json").exists() and not (out_dir / MARKER).is_file():
+        raise UsageError(f"{out_dir}: not a deploy output as deploy wrote it (no {MARKER}); deploy generate builds "
+                         f"only what deploy wrote: run deploy again")
+    if (out_dir / MARKER).is_file() and would_lose(out_dir):
+        raise UsageError(f"{out_dir}: not a deploy output as deploy wrote it (files added or changed since); deploy "
+                         f"generate builds only what deploy wrote: run deploy again")
 
 
 def _manifest(out_dir: Path) -> dict:
@@ -58,6 +70,7 @@ def build(out_dir: Path, manifest: dict) -> Path:
 
 def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None = None) -> dict:
     out_dir = Path(out_dir)
+    _check_ours(out_dir)
     manifest = _manifest(out_dir)
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be positive, got {max_tokens}")

@@ -19,7 +19,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -51,14 +50,57 @@ def marker_text(files: dict[str, str | bytes]) -> str:
 
 
 def _present(folder: Path) -> list[str]:
-    """Every file and link under ``folder`` (relative, '/'-separated), the marker excepted."""
-    found = []
-    for root, dirs, names in os.walk(folder):
-        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            rel = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
-            if rel != MARKER:
-                found.append(rel)
+    """Every file, link and unreadable folder under ``folder`` (relative, '/'-separated), the
+    marker excepted. Walked with a stack, not recursion: a folder nested thousands deep is
+    listed like any other."""
+    found, stack = [], [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(folder / rel if rel else folder) as entries:
+                for e in entries:
+                    name = f"{rel}/{e.name}" if rel else e.name
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(name)
+                    elif name != MARKER:
+                        found.append(name)
+        except OSError:  # a folder we cannot read: whatever it holds would be lost
+            found.append(f"{rel}/" if rel else "./")
     return sorted(found)
+
+
+def remove_tree(path: Path) -> None:
+    """``path`` and everything under it, links removed and never followed, without recursion
+    (shutil.rmtree recurses: a deep enough folder would stop it half way); what cannot be
+    removed is left."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return
+    folders, stack = [], [path]
+    while stack:
+        d = stack.pop()
+        folders.append(d)
+        try:
+            with os.scandir(d) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+                    else:
+                        try:
+                            os.unlink(e.path)
+                        except OSError:
+                            pass
+        except OSError:
+            continue
+    for d in reversed(folders):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 
 
 def _read_marker(folder: Path) -> dict | None:
@@ -100,9 +142,17 @@ def would_lose(folder: Path) -> list[str] | None:
             path = folder / name
             if name not in ours or path.is_symlink() or not path.is_file():
                 lost.append(name)
-            elif _file_digest(path) != ours[name]:
-                lost.append(f"{name} (changed)")
+                continue
+            try:
+                if _file_digest(path) != ours[name]:
+                    lost.append(f"{name} (changed)")
+            except FileNotFoundError:  # gone since the listing (another run's swap): nothing to lose
+                pass
+            except OSError:  # cannot be read, so cannot be shown to be ours
+                lost.append(f"{name} (unreadable)")
         return lost
+    if (folder / MARKER).exists() or (folder / MARKER).is_symlink():
+        return None  # a marker we did not write (or no longer can read): not ours
     try:  # an output written before the marker: its manifest and nothing but our file names
         manifest = read_json(folder / "manifest.json", what="manifest", max_bytes=MANIFEST_BYTES)
     except DeployError:
@@ -133,10 +183,13 @@ def resolve_output(out_dir: Path) -> Path:
     """The folder ``-o`` names: symbolic links followed (the folder they point to is replaced,
     the link stays); a link to nothing, and a folder holding the current one, refused."""
     given = Path(out_dir)
-    if given.is_symlink() and not given.exists():
-        raise UsageError(f"-o {given}: a symbolic link to {os.readlink(given)}, which does not exist; create that "
-                         f"folder or choose another -o")
-    target = given.resolve()
+    try:
+        if given.is_symlink() and not given.exists():
+            raise UsageError(f"-o {given}: a symbolic link to {os.readlink(given)}, which does not exist; create "
+                             f"that folder or choose another -o")
+        target = given.resolve()
+    except (RuntimeError, OSError) as e:  # a loop of links, a name too long, a folder we may not enter
+        raise UsageError(f"-o {given}: cannot resolve the path ({getattr(e, 'strerror', None) or e})") from None
     if target == Path(target.anchor):
         raise UsageError(f"-o {given}: the root folder cannot be an output folder")
     cwd = Path.cwd().resolve()
@@ -149,17 +202,18 @@ def resolve_output(out_dir: Path) -> Path:
 def _hidden_stem(name: str) -> str:
     """The part of the hidden sibling folders' names that says which output they belong to,
     short enough that a long output name still leaves room for the rest."""
-    if len(name.encode()) <= 100:
+    raw = os.fsencode(name)  # a name that is not UTF-8 keeps its bytes (surrogate escapes)
+    if len(raw) <= 100:
         return name
-    return f"{name[:40]}~{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
+    return f"{os.fsdecode(raw[:40])}~{hashlib.sha256(raw).hexdigest()[:16]}"
 
 
 def write_output(files: dict[str, str | bytes], out_dir: Path, force: bool = False) -> None:
     shown = str(out_dir)
     target = resolve_output(out_dir)
-    _refuse_unless_ours(target, shown, force)
     parent, stem = target.parent, _hidden_stem(target.name)
     try:
+        _refuse_unless_ours(target, shown, force)
         parent.mkdir(parents=True, exist_ok=True)
         _remove_stale(parent, stem, target.name)
         _write_and_swap(files, target, parent, stem, shown, force)
@@ -177,6 +231,7 @@ def _write_and_swap(files, target: Path, parent: Path, stem: str, shown: str, fo
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(text if isinstance(text, bytes) else text.encode())
         (tmp / MARKER).write_text(marker_text(files))
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp made it private; an output folder is an ordinary one
         for _ in range(8):  # another run may take the name between our look and our move
             if not target.exists():
                 try:
@@ -197,9 +252,15 @@ def _write_and_swap(files, target: Path, parent: Path, stem: str, shown: str, fo
             return
         raise UsageError(f"-o {shown}: other runs keep replacing the output folder; try again")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # after the exchange: the previous contents
-        shutil.rmtree(old, ignore_errors=True)
+        remove_tree(tmp)  # after the exchange: the previous contents
+        remove_tree(old)
         _ACTIVE.difference_update((tmp, old))
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -224,7 +285,7 @@ def _remove_stale(parent: Path, stem: str, name: str | None = None) -> None:
         if kind == "old" and not (parent / name).exists():
             p.rename(parent / name)
         else:
-            shutil.rmtree(p, ignore_errors=True)
+            remove_tree(p)
 
 
 def _glob_escape(text: str) -> str:

@@ -58,12 +58,9 @@ def _candidates(graph: Graph, found: Stages, live: list[int]) -> list[Candidate]
     after = [0] * (len(live) + 1)  # after[k]: the largest live bytes at ops >= k
     for k in range(len(live) - 1, -1, -1):
         after[k] = max(live[k], after[k + 1])
-    nbytes: dict[tuple, int] = {}  # the stage ends share a few input tuples
     out = []
     for e in found.ends:
-        if e.inputs not in nbytes:
-            nbytes[e.inputs] = sum(graph.tensors[t].nbytes for t in e.inputs)
-        full = nbytes[e.inputs] + graph.tensors[e.output].nbytes
+        full = e.input_bytes + graph.tensors[e.output].nbytes
         out.append(Candidate(e.end, max(full, after[min(e.end + 1, len(live))]), e.length))
     return out
 

@@ -1,6 +1,7 @@
 """The whole compiler on one screen: read -> lower -> lifetimes -> arena -> budgets -> emit."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -121,10 +122,17 @@ def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tupl
         group = members[lt.tensor]
         first, last = min(m.first_op for m in group), max(m.last_op for m in group)
         steps: list[list[int]] = []
-        # the height changes only where a member's life begins or ends: one step per span between
+        # the height changes only where a member's life begins or ends: one step per span between,
+        # its height the largest member alive (a heap of the members begun, the ended ones dropped)
         bounds = sorted({first, last + 1} | {m.first_op for m in group} | {m.last_op + 1 for m in group})
+        by_first, alive, i = sorted(group, key=lambda m: m.first_op), [], 0
         for k, nxt in zip(bounds, bounds[1:]):
-            height = max((m.size for m in group if m.first_op <= k <= m.last_op), default=0)
+            while i < len(by_first) and by_first[i].first_op <= k:
+                heapq.heappush(alive, (-by_first[i].size, by_first[i].last_op))
+                i += 1
+            while alive and alive[0][1] < k:
+                heapq.heappop(alive)
+            height = -alive[0][0] if alive else 0
             if steps and steps[-1][2] == height:
                 steps[-1][1] = nxt - 1
             else:
@@ -243,11 +251,13 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
     if options.l1 is None:
         return {}
     backend = BACKENDS[options.target]
+    tileable = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(kernels)) if g is not None]
+    # the layers share --time-limit (deterministic time): the whole step keeps to it
     config = TilingConfig(objective=options.tile_objective, heuristics=dict(backend.tile_heuristics),
-                          cost=dict(backend.cost_model), time_limit_s=min(options.time_limit_s, 2.0))
+                          cost=dict(backend.cost_model),
+                          time_limit_s=min(2.0, options.time_limit_s / max(1, len(tileable))))
     result, worst = {}, None
-    todo = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(kernels))
-            if g is not None and k not in skip]
+    todo = [(k, g) for k, g in tileable if k not in skip]
     with progress.step(f"tiling ({options.tiler})", total=sum(1 for k, _ in todo if k not in cache)) as s:
         for k, g in todo:
             try:

@@ -20,7 +20,7 @@ from . import build_cache
 from .manifest import manifest_text
 from .pipeline import Deployment, deployment_problem
 from .report_html import deployment_report
-from .verify import BuildError, compare, files_digest, parse_output, samples_payload, write_files
+from .verify import BuildError, build_run, compare, files_digest, parse_output, samples_payload, write_files
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
 TIMEOUT_S = 600
@@ -61,7 +61,7 @@ def build_elf(dep: Deployment, trace: bool = False) -> Elf:
     def build(folder: Path) -> None:
         write_files(dep.files, folder)
         cmd = ["make", "-s", "-C", str(folder / "qemu"), "all"] + (["DEFS=-DINFERENCE_TRACE"] if trace else [])
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = build_run(cmd, "make (arm-none-eabi-gcc)")
         if proc.returncode != 0:
             raise BuildError(f"arm-none-eabi-gcc failed on the generated engine:\n{(proc.stdout + proc.stderr)[-4000:]}")
 

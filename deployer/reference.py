@@ -13,7 +13,7 @@ def run_litert(model: Path, inputs: list[np.ndarray], preserve: bool = False):
     """Outputs of LiteRT's BUILTIN_REF kernels, one thread; with ``preserve`` also every tensor."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_path=str(model), num_threads=1,
+    it = Interpreter(model_content=read_model_file(model), num_threads=1,  # the bytes the readers checked
                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
                      experimental_preserve_all_tensors=preserve)
     it.allocate_tensors()
@@ -40,7 +40,7 @@ def run_tflm(model: Path, inputs: list[np.ndarray]):
     buf = read_model_file(model)
     n_outputs = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0).OutputsLength()
     # Its default arena (10x the file size) is too small for small files with large activations.
-    it = runtime.Interpreter.from_file(str(model), arena_size=max(10 * len(buf), 4 << 20))
+    it = runtime.Interpreter.from_bytes(buf, arena_size=max(10 * len(buf), 4 << 20))
     for i, x in enumerate(inputs):
         d = it.get_input_details(i)
         it.set_input(np.asarray(x).reshape(d["shape"]).astype(d["dtype"]), i)
@@ -80,8 +80,8 @@ def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | 
 
     from network_parser.errors import UnsupportedOperator
     options = onnxruntime_options()
-    source: str | bytes = str(model)
-    proto = onnx.load_model_from_string(read_model_file(model))  # never a file the model names
+    source = read_model_file(model)  # parsed from bytes: never a file the model names
+    proto = onnx.load_model_from_string(source)
     declared = [o.name for o in proto.graph.output]
     if outputs is not None and outputs != declared:
         inferred = onnx.shape_inference.infer_shapes(proto)

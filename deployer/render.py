@@ -46,11 +46,11 @@ _C_BREAKS = (("/*", "/ *"), ("*/", "* /"), ("//", "/ /"), ("??", "?-?"))
 
 
 def c_text(text: str) -> str:
-    """Text safe anywhere in C source (a block or line comment, between tokens, a header guard's
-    comment): printable ASCII without backslashes, comment delimiters or trigraphs; every other
-    character is shown as <U+XXXX> (so newlines, NUL, ESC and bidirectional controls never reach
-    the compiler)."""
-    out = "".join(ch if " " <= ch <= "~" and ch != "\\" else _visible(ch) for ch in str(text))
+    """Text safe anywhere in C source (a block or line comment, a string or character literal,
+    between tokens): printable ASCII without backslashes, quotes, comment delimiters or
+    trigraphs; every other character is shown as <U+XXXX> (so newlines, NUL, ESC and
+    bidirectional controls never reach the compiler)."""
+    out = "".join(ch if " " <= ch <= "~" and ch not in "\\\"'" else _visible(ch) for ch in str(text))
     return _until_stable(out, _C_BREAKS)
 
 
@@ -108,34 +108,46 @@ def _finalize(context: jinja2.runtime.Context, value):
 # ---- C literal filters (the only place numbers become C text) -----------------
 
 def c_int(v: int) -> Code:
-    v = int(v)
-    return Code("(-2147483647 - 1)" if v == -(1 << 31) else str(v))
+    return Code(_int_text(int(v)))
 
 
 def c_int64(v: int) -> Code:
     return c_int(v) if -(1 << 31) <= v < (1 << 31) else Code(f"{int(v)}LL")
 
 
+def _float_text(v: float) -> str:
+    text = f"{np.float32(v).item():.9g}"
+    return f"{text}f" if any(ch in text for ch in ".e") else f"{text}.0f"
+
+
+def _double_text(v: float) -> str:
+    return f"{float(v):.17g}"
+
+
 def c_float(v: float) -> Code:
     """A float32 literal that reads back to exactly the same float."""
-    text = f"{np.float32(v).item():.9g}"
-    return Code(f"{text}f" if any(ch in text for ch in ".e") else f"{text}.0f")
+    return Code(_float_text(v))
 
 
 def c_double(v: float) -> Code:
-    return Code(f"{float(v):.17g}")
+    return Code(_double_text(v))
+
+
+def _int_text(v: int) -> str:
+    return "(-2147483647 - 1)" if v == -(1 << 31) else str(v)
 
 
 def c_array(values, per_line: int = 16) -> Code:
     flat = np.asarray(values).reshape(-1)
-    fmt = {"f4": c_float, "f8": c_double}.get(flat.dtype.str[1:], c_int)
+    fmt = {"f4": _float_text, "f8": _double_text}.get(flat.dtype.str[1:], _int_text)
     items = [fmt(v) for v in flat.tolist()]
     return Code(",\n".join("    " + ", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)))
 
 
 def c_comment_lines(text: str, width: int = 92, prefix: str = " * ") -> Code:
-    """Text for a block comment, wrapped at ``width`` columns, each further line led by ``prefix``."""
-    words, lines, line = c_text(text).split(), [], ""
+    """Our own text (never a model's) for a block comment, wrapped at ``width`` columns, each
+    further line led by ``prefix``."""
+    words, lines, line = _until_stable(str(text), _C_BREAKS).split(), [], ""
     for w in words:
         if line and len(line) + 1 + len(w) > width:
             lines.append(line)
@@ -153,8 +165,7 @@ def environment(dirs: tuple[str, ...]) -> jinja2.Environment:
         loader=jinja2.FileSystemLoader([str(TEMPLATES / d) for d in dirs]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=True, finalize=_finalize)
-    env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_text,
-                       code=Code)
+    env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_text)
     return env
 
 
@@ -208,4 +219,10 @@ def terminal_text(text: str, limit: int | None = None) -> str:
 def _unsafe_on_terminal(ch: str) -> bool:
     o = ord(ch)
     return o < 0x20 or 0x7F <= o < 0xA0 or 0x200B <= o <= 0x200F or 0x202A <= o <= 0x202E \
-        or 0x2066 <= o <= 0x2069 or o in (0x061C, 0xFEFF)
+        or 0x2066 <= o <= 0x2069 or o in (0x061C, 0xFEFF) or 0xD800 <= o <= 0xDFFF  # and undecodable bytes
+
+
+def display(name: str) -> str:
+    """A name from a model inside a line for people: like terminal_text, and a newline or tab it
+    holds is shown as \\n or \\t (it must not start a line that reads as ours)."""
+    return terminal_text(str(name).replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t"))

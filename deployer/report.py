@@ -6,6 +6,7 @@ import json
 from layer_analyzer import kernels as K
 
 from .emit import shape_text
+from .render import display
 from .qemu import BUILD_TOOLS, INSTALL, missing_tools
 
 ABSENT = object()  # a manifest without an ``elf`` key: the target has no QEMU board
@@ -69,7 +70,7 @@ def summary_table(dep) -> str:
         tiles = sum(t.tiles for _, t in dep.tilings.values())
         rows.append(f"{'L1':<8} {_kib(used):>12} {_kib(dep.options.l1):>12}   ({len(dep.tilings)} layers in "
                     f"{tiles} double-buffered tiles)")
-    rows += [f"note: {n}" for n in dep.notes]  # what the reader and the rewrites decided
+    rows += [f"note: {display(n)}" for n in dep.notes]  # what the reader and the rewrites decided
     return "\n".join(rows)
 
 
@@ -81,7 +82,7 @@ def dump_graph(graph) -> str:
         x = graph.tensors[t]
         q = f" q({x.quant.scale[0]:.6g},{x.quant.zero_point[0]})" if x.quant and not x.quant.per_channel else ""
         return f"t{t}:{shape_text(x)}:{x.dtype}{' const' if x.is_const else ''}{q}"
-    lines = [f"graph {graph.name}: inputs {[tensor(t) for t in graph.inputs]} outputs "
+    lines = [f"graph {display(graph.name)}: inputs {[tensor(t) for t in graph.inputs]} outputs "
              f"{[tensor(t) for t in graph.outputs]}"]
     for k, layer in enumerate(graph.layers):
         lines.append(f"{k:>4} {layer.op:<18} {layer.attrs} ({', '.join(tensor(t) for t in layer.inputs)}) -> "
@@ -100,7 +101,7 @@ def dump_arena_plan(dep) -> str:
     for lt in sorted(dep.lives, key=lambda lt: (dep.offsets[lt.tensor], lt.first_op)):
         alias = f" alias of t{lt.alias_of}" if lt.alias_of is not None else ""
         lines.append(f"  [{dep.offsets[lt.tensor]:>9}, {dep.offsets[lt.tensor] + lt.size:>9}) ops "
-                     f"{lt.first_op:>3}..{lt.last_op:<3} {lt.name}{alias}")
+                     f"{lt.first_op:>3}..{lt.last_op:<3} {display(lt.name)}{alias}")
     for k, (_, t) in sorted(dep.tilings.items()):
         lines.append(f"  tiles: op {k} {t.label} x{t.tiles}, {t.l1_bytes} B of L1, "
                      f"{t.solver} {t.status}, {t.modeled_cycles} modeled cycles")
@@ -111,7 +112,7 @@ def dump_arena_plan(dep) -> str:
             lines.append(f"  [{addr:>9}, ...) weights of op {k}")
         for lt in sorted(l3.lives, key=lambda lt: l3.offsets[lt.tensor]):
             lines.append(f"  [{l3.offsets[lt.tensor]:>9}, {l3.offsets[lt.tensor] + lt.size:>9}) ops "
-                         f"{lt.first_op:>3}..{lt.last_op:<3} {lt.name}")
+                         f"{lt.first_op:>3}..{lt.last_op:<3} {display(lt.name)}")
         for k, s in sorted(l3.placement.slabs.items()):
             lines.append(f"  slabs: op {k} streams {'+'.join(s.streamed)} in {s.slabs} slabs of {s.rows} rows x "
                          f"{s.chans} channels, {s.l2_bytes} B of L2 staging, {s.l3_traffic} B moved")

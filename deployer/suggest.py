@@ -20,6 +20,7 @@ from network_parser.lifetimes import live_bytes_per_op
 from solver.arena import GREEDY, SolverConfig, plan_arena
 
 from . import progress
+from .render import display
 from .pipeline import (Deployment, Options, arena_problem, over_budget, plan_deployment, resolve_options,
                        split_choice)
 
@@ -434,7 +435,7 @@ def suggestion_json(s: Suggestion) -> dict:
 
 def suggestion_text(s: Suggestion) -> str:
     sig, inv = s.signature, s.signature.inventory
-    lines = [f"{s.model} ({inv.format}) on {s.target}",
+    lines = [f"{display(s.model)} ({inv.format}) on {s.target}",
              f"  operators     {', '.join(f'{op} x{n}' for op, n in inv.ops)}"]
     if sig.macs is not None:
         kinds = ", ".join(f"{k} {n} ({100 * macs / max(sig.macs, 1):.0f}% of MACs)"
@@ -442,10 +443,10 @@ def suggestion_text(s: Suggestion) -> str:
         lines += [f"  compute       {kinds or 'no convolution or fully connected layer'}",
                   f"  MACs          {sig.macs:,}"]
     lines += [f"  parameters    {inv.parameters:,} ({inv.parameter_bytes:,} B)"]
-    lines += [f"  {kind:<13} {p.name} {'x'.join(map(str, p.shape)) or 'scalar'} {p.dtype}"
+    lines += [f"  {kind:<13} {display(p.name)} {'x'.join(map(str, p.shape)) or 'scalar'} {p.dtype}"
               for kind, ports in (("input", inv.inputs), ("output", inv.outputs)) for p in ports]
     if sig.unsupported:
-        return "\n".join([*lines, "", f"deploy stops on this model: {sig.unsupported}"])
+        return "\n".join([*lines, "", f"deploy stops on this model: {display(sig.unsupported)}"])
     m, st = s.memory, _status(s)
     needs = [("SRAM", m["sram_bytes"], s.options.sram, st["sram"]), ("flash", m["flash_bytes"], s.options.flash,
                                                                       st["flash"])]

@@ -85,12 +85,24 @@ def compile_files(files: dict, cc: str, flags: tuple[str, ...], harness: Path,
     def build(folder: Path) -> None:
         write_files(files, folder)
         sources = [str(folder / n) for n in files if n.endswith(".c") and "/" not in n] + [str(harness), *map(str, extra_sources)]
-        proc = subprocess.run([cc, *flags, "-I", str(folder), *sources, "-o", str(folder / "engine")],
-                              capture_output=True, text=True)
+        proc = build_run([cc, *flags, "-I", str(folder), *sources, "-o", str(folder / "engine")], cc)
         if proc.returncode != 0:
             raise BuildError(f"{cc} failed on the generated engine:\n{proc.stderr[-4000:]}")
 
     return build_cache.cached(digest.hexdigest()[:24], "engine", build)
+
+
+BUILD_TIMEOUT_S = 1800  # a compiler that runs longer is stuck (an #include of a device, say)
+
+
+def build_run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    """A compiler or make run: its output decoded whatever bytes it holds, bounded in time."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{what} did not finish within {BUILD_TIMEOUT_S} s") from None
+    except OSError as e:
+        raise BuildError(f"cannot run {cmd[0]} ({e.strerror or e})") from None
 
 
 def samples_payload(graph: Graph, samples: list[list[np.ndarray]]) -> bytes:

@@ -126,7 +126,8 @@ class AxisPlan:
 class StageEnd:
     """A stage before it is built: what the split search ranks it by."""
     end: int
-    inputs: tuple[int, ...]  # full tensors the stage reads
+    input_count: int  # full tensors the stage reads: the first this many of Stages.inputs
+    input_bytes: int  # ... and their bytes
     output: int
     length: int  # its ops
 
@@ -155,7 +156,7 @@ class Stages:
         produced: set[int] = set()
         inputs: list[int] = []  # full inputs so far, in first-read order
         seen: set[int] = set()
-        inputs_sorted: tuple[int, ...] = ()
+        input_bytes = 0
         # produced tensors still read after the current op (or read by the caller); a stage
         # ends where that is exactly the op's own output
         leaving: set[int] = set()
@@ -170,7 +171,7 @@ class Stages:
                 if t not in produced and t not in seen:
                     seen.add(t)
                     inputs.append(t)
-                    inputs_sorted = tuple(sorted(inputs))
+                    input_bytes += graph.tensors[t].nbytes
             produced.add(view.output)
             if view.output in outputs or last_read.get(view.output, -1) > k:
                 leaving.add(view.output)
@@ -179,7 +180,8 @@ class Stages:
             for t in closing.pop(k, ()):
                 leaving.discard(t)
             if len(leaving) == 1 and view.output in leaving:
-                self.ends.append(StageEnd(k, inputs_sorted, view.output, k - self.start + 1))
+                self.ends.append(StageEnd(k, len(inputs), input_bytes, view.output, k - self.start + 1))
+        self.inputs = inputs
         self._at = {e.end: e for e in self.ends}
 
     def stage(self, end: int) -> Stage:
@@ -192,7 +194,8 @@ class Stages:
             readers = self.readers.get(s.output, [])
             last = readers[bisect_right(readers, end) - 1] if readers and readers[0] <= end else end
             span[s.output] = (s.layer, max(last, s.layer))
-        return Stage(self.start, end, layers, info.inputs, info.output, channels, span)
+        return Stage(self.start, end, layers, tuple(sorted(self.inputs[:info.input_count])), info.output, channels,
+                     span)
 
 
 def stages(graph, kernels, data_inputs) -> list[Stage]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelFormatError, UnsupportedOperator
+from .ir import name_text
 from .safetensors_reader import read_safetensors
 from .side_files import CONFIG_BYTES, brief, is_id, read_json_object
 
@@ -138,4 +139,4 @@ def read_gptneo(path: str | Path) -> GptNeo:
     names = {x for x in names if not x.endswith((".attn.attention.bias", ".attn.attention.masked_bias"))}
     if names:
         raise ModelFormatError(f"{path.name}: tensors that GPT-Neo does not have: {', '.join(sorted(names)[:5])}")
-    return GptNeo(path.parent.name, c, wte, wpe, tuple(blocks), ln_f, dtypes, path)
+    return GptNeo(name_text(path.parent.name), c, wte, wpe, tuple(blocks), ln_f, dtypes, path)

@@ -8,10 +8,17 @@ reader understood are folded into the layer's typed attributes).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Union
 
 import numpy as np
+
+def name_text(name: str) -> str:
+    """A name taken from the file system as text: bytes that are not UTF-8 (kept by Python as
+    surrogate escapes, which no text file can hold) become U+FFFD."""
+    return os.fsencode(name).decode("utf-8", "replace")
+
 
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float32": 4}
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")

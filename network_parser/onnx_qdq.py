@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import Elementwise, FullyConnected, Graph, Mean, NoAttrs, Pool2D, Quant, Source
+from .ir import Elementwise, name_text, FullyConnected, Graph, Mean, NoAttrs, Pool2D, Quant, Source
 from .onnx_common import OnnxGraphBuilder, Value
 
 FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape")
@@ -88,7 +88,7 @@ class QdqReader(OnnxGraphBuilder):
             perms.append(perm)
         source = Source("onnx-qdq", self.input_layout, self.output_layout, tuple(self.input_perms), tuple(perms),
                         tuple(self.notes), tuple(self.input_shapes), tuple(shapes))
-        return Graph(self.path.stem, tuple(self.tensors), tuple(self.layers),
+        return Graph(name_text(self.path.stem), tuple(self.tensors), tuple(self.layers),
                      tuple(self.input_tensors.values()), tuple(outputs), source)
 
     # ---- quantization parameters --------------------------------------------------------

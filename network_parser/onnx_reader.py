@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import FullyConnected, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
+from .ir import FullyConnected, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
 from .onnx_common import UNIT, OnnxGraphBuilder, Value, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -159,7 +159,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
         source = Source("onnx-integer", self.input_layout, self.output_layout,
                         tuple(self.input_perms), tuple(perms), tuple(self.notes),
                         tuple(self.input_shapes), tuple(shapes))
-        return Graph(self.path.stem, tuple(self.tensors), tuple(self.layers), tuple(inputs), tuple(outputs), source)
+        return Graph(name_text(self.path.stem), tuple(self.tensors), tuple(self.layers), tuple(inputs), tuple(outputs), source)
 
     # ---- edges ----------------------------------------------------------------------
 

@@ -102,8 +102,8 @@ def read_side_file(path: str | Path, *, what: str, max_bytes: int, error: type[D
                     data = _read_capped(f, max_bytes + 1)  # never more, whatever the file claims or becomes
     except FileNotFoundError:
         target = _link_target(path)
-        note = f" (a link to {target}, which does not exist)" if target else ""
-        raise error(f"{where}: {what} is missing{note}") from None
+        note = f": a link to {target}, which does not exist" if target else ": no such file"
+        raise error(f"{where}: cannot read {what} ({note[2:]})") from None
     except OSError as e:
         raise error(f"{where}: cannot read {what} ({e.strerror or type(e).__name__})") from None
     if kind is not None:
@@ -246,8 +246,17 @@ def read_npz(path: str | Path, *, what: str, max_bytes: int = VECTOR_BYTES, erro
             for m in members:
                 if not m.filename.endswith(".npy") or m.is_dir():
                     raise error(f"{where}: {what}: member {brief(m.filename, 40)} is not a .npy array")
+                if m.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                    # bzip2 and lzma members are inflated whole before the declared size is checked
+                    raise error(f"{where}: {what}: member {brief(m.filename, 40)} uses compression {m.compress_type}; "
+                                f"numpy writes stored or deflated members")
                 key = m.filename[:-len(".npy")]
-                arrays[key] = _npy(z.read(m), where, f"{what}, array {brief(key, 40)}", error)
+                with z.open(m) as f:  # never more than the declared size, whatever the stream inflates to
+                    data = f.read(m.file_size + 1)
+                if len(data) != m.file_size:
+                    raise error(f"{where}: {what}: member {brief(m.filename, 40)} holds more or less than the "
+                                f"{m.file_size:,} bytes it declares")
+                arrays[key] = _npy(data, where, f"{what}, array {brief(key, 40)}", error)
     except DeployError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, ValueError,

@@ -9,7 +9,7 @@ import numpy as np
 import tflite
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, Mean, NoAttrs, Pad, Pool2D, Quant, Softmax, Tensor, Transpose)
 from .side_files import read_model_file
 
@@ -266,7 +266,7 @@ def _read(buf: bytes, path) -> Graph:
         if tensors[i].dtype not in ("int8", "float32"):
             raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
                                       f"{tensors[i].dtype}; only int8 and float32 are supported")
-    name = path.stem
+    name = name_text(path.stem)
     return Graph(name, tuple(tensors), tuple(layers), inputs, outputs)
 
 

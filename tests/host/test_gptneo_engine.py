@@ -125,10 +125,17 @@ def test_tinytalk_generate_matches_the_f32_reference(tmp_path):
 
 def test_generate_refuses_folders_it_cannot_run(tmp_path):
     r = CliRunner().invoke(main, ["generate", str(tmp_path), "hello"])
-    assert r.exit_code == 2 and "not a deploy output folder" in r.stderr
+    assert r.exit_code == 2 and "not a deploy output" in r.stderr
     (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": 1, "model": "x"}))
+    r = CliRunner().invoke(main, ["generate", str(tmp_path), "hello"])  # no marker: not what deploy wrote
+    assert r.exit_code == 2 and "not a deploy output as deploy wrote it" in r.stderr
+    from deployer.output import MARKER, marker_text
+    (tmp_path / MARKER).write_text(marker_text({"manifest.json": (tmp_path / "manifest.json").read_text()}))
     r = CliRunner().invoke(main, ["generate", str(tmp_path), "hello"])
     assert r.exit_code == 2 and "deploy generate runs language models" in r.stderr
+    (tmp_path / "extra.c").write_text("int main(void) { return 0; }\n")  # added since: never compiled
+    r = CliRunner().invoke(main, ["generate", str(tmp_path), "hello"])
+    assert r.exit_code == 2 and "not a deploy output as deploy wrote it" in r.stderr
 
 
 def test_pruned_vocabulary_keeps_the_greedy_continuation(tmp_path):

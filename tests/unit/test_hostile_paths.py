@@ -251,3 +251,72 @@ def test_a_model_that_is_no_regular_file_is_refused_unread(tmp_path, suffix, kin
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "must be a regular file" in one_error(proc.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_nested_thousands_deep_is_listed_and_replaced(model, tmp_path):
+    out = tmp_path / "deep"
+    path = str(out)
+    for _ in range(1200):  # deeper than Python's recursion limit (os.makedirs itself recurses)
+        os.mkdir(path)
+        path += "/d"
+    with open(path, "w") as f:  # something to lose at the bottom
+        f.write("x")
+    code, _, err = run(model, "-o", out)
+    assert code == 2 and "not a deploy output" in one_error(err)
+    assert run(model, "-o", out, "--force")[0] == 0
+    assert run(model, "-o", out)[0] == 0  # nothing left behind blocks the next run
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_names_that_are_not_utf8(tmp_path):
+    model = small_model(tmp_path / os.fsdecode(b"m\xff.tflite"))
+    out = tmp_path / os.fsdecode(b"o\xfe")
+    code, _, err = run(model, "-o", out)
+    assert code == 0, err
+    assert "\ufffd" in json.loads((out / "manifest.json").read_text())["model"]
+    (out / "x").write_text("mine")
+    code, _, err = run(model, "-o", out)
+    assert code == 2 and "\\udcfe" in one_error(err)  # shown, not a crash on the terminal's encoding
+
+
+def test_a_loop_of_links_is_a_usage_error(model, tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    code, _, err = run(model, "-o", tmp_path / "loop" / "out")
+    assert code == 2 and "-o" in one_error(err)
+
+
+def test_an_output_folder_is_an_ordinary_folder(model, tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert run(model, "-o", tmp_path / "out")[0] == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_compare_report_that_cannot_be_written(model, tmp_path):
+    code, _, err = run("compare", model, "--report", tmp_path / "missing" / "r.html")
+    assert code == 2 and "--report" in one_error(err)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--time-limit", "5e9"), "--time-limit"), (("--max-overhead", "nan"), "--max-overhead"),
+    (("--target", "z80"), "--target"), (("--no-such-flag",), "--no-such-flag")])
+def test_flags_click_or_we_refuse_give_one_line(model, tmp_path, args, needle):
+    code, out, err = run(model, "-o", tmp_path / "out", *args, "--json")
+    assert code == 2 and needle in one_error(err)
+    assert json.loads(out)["error"]["exit_status"] == 2
+
+
+def test_verify_needs_a_sample(model):
+    code, _, err = run("verify", model, "--seeds", "0")
+    assert code == 2 and "--seeds" in one_error(err)
+
+
+def test_inputs_for_an_integer_input_must_be_its_integers(model, tmp_path):
+    import numpy as np
+    for name, values in (("frac", np.full((1, 6, 6, 4), 0.5)), ("big", np.full((1, 6, 6, 4), 300.0)),
+                         ("nan", np.full((1, 6, 6, 4), np.nan))):
+        np.save(tmp_path / f"{name}.npy", values)
+        code, _, err = run("verify", model, "--input", tmp_path / f"{name}.npy")
+        assert code == 2 and "whole numbers from -128 to 127" in one_error(err), name

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -115,15 +114,13 @@ def test_ctrl_c_while_planning_keeps_the_previous_output(previous, tmp_path):
     model = shared_model("tflm/mobilenet_v2_quantized_1x3x224x224.tflite")  # its patch split takes seconds
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", str(model), "-o", str(previous), "--sram", "128K",
-                             "--flash", "4M"],
+                             "--flash", "4M", "--time-limit", "60"],  # a long search: there is time to interrupt it
                             cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-    start = time.monotonic()
     line = proc.stderr.readline()  # the first progress line: a step that runs for over a second
     assert line.startswith("deploy: "), line
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "error: interrupted; nothing was written"
-    assert time.monotonic() - start < 60
     assert contents(previous) == PREVIOUS
     assert hidden(previous.parent) == []

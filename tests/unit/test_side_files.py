@@ -377,7 +377,7 @@ def test_a_dangling_link_is_named(tmp_path):
     _gptneo(folder)
     (folder / "pruned_to_gpt2_ids.json").unlink()
     (folder / "pruned_to_gpt2_ids.json").symlink_to(tmp_path / "gone.json")
-    with pytest.raises(ModelFormatError, match="is missing \\(a link to .*gone.json, which does not exist\\)"):
+    with pytest.raises(ModelFormatError, match="cannot read .*\\(a link to .*gone.json, which does not exist\\)"):
         _gpt2_ids(folder / "model.safetensors", None, 64)
 
 
@@ -425,9 +425,17 @@ def test_cli_a_token_map_of_strings_is_the_models_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _mark(folder: Path) -> None:
+    """The marker deploy writes, over the folder's files as they are (generate runs nothing else)."""
+    from deployer.output import MARKER, marker_text
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    (folder / MARKER).write_text(marker_text(files))
+
+
 def test_cli_generate_with_a_bad_token_map(tmp_path):
     _out_folder(tmp_path)
     _write(tmp_path, {"token_ids.json": "[0, 1, 2, -3]"})
+    _mark(tmp_path)
     proc = _run(["-m", "deployer.cli", "generate", str(tmp_path), "ab"])
     _one_line_error(proc.returncode, proc.stderr, "ModelFormatError", "token_ids.json: item 3 is -3")
 
@@ -441,3 +449,35 @@ def test_cli_onnx_inputs_npz_as_a_pipe(tmp_path):
     _one_line_error(status, stderr, "ModelFormatError", "inputs.npz: the model's test inputs must be a regular file, "
                                                         "not a named pipe")
     assert not (tmp_path / "out").exists()
+
+
+def _npz_member(name: str, payload: bytes, compression: int) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        z.writestr(name, payload)
+    return buf.getvalue()
+
+
+def test_npz_bombs_are_refused_without_inflating(tmp_path):
+    """A bzip2 member (inflated whole before its size is checked) and a deflated member that lies about
+    its size: refused after reading at most the declared bytes."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|i1", "fortran_order": False, "shape": (8,)})
+    npy = header.getvalue() + bytes(8)
+    bz = tmp_path / "bz.npz"
+    bz.write_bytes(_npz_member("x.npy", npy, zipfile.ZIP_BZIP2))
+    with pytest.raises(ModelFormatError, match="uses compression"):
+        sf.read_npz(bz, what="test vectors")
+    big = npy + bytes(64 * sf.MiB)  # inflates to 64 MiB; declares only the small array's size
+    data = bytearray(_npz_member("x.npy", big, zipfile.ZIP_DEFLATED))
+    for sig, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        pos = data.index(sig)
+        data[pos + at:pos + at + 4] = len(npy).to_bytes(4, "little")
+    liar = tmp_path / "liar.npz"
+    liar.write_bytes(bytes(data))
+    arrays = None
+    try:
+        arrays = sf.read_npz(liar, what="test vectors")
+    except ModelFormatError:
+        pass  # the stream's CRC or length no longer matches: refused
+    assert arrays is None or arrays["x"].size == 8  # never the 64 MiB the stream holds
