@@ -30,9 +30,11 @@ class Backend:
     # Folder under templates/ searched after template_dir: a target overrides only the
     # templates that differ (e.g. DMA, tile schedule, engine entry) and reuses the rest.
     template_fallback: str | None = None
-    # Kernel family of the untiled conv/fc layers: "plain" (portable C) or "smlad" (the Armv7E-M
-    # DSP extension: SXTAB16 + SMLAD, two MACs per instruction).
+    # Kernel family: "plain" (portable C) or "smlad" (the Armv7E-M DSP extension: SXTAB16 + SMLAD,
+    # two MACs per instruction), and the variants that family adds, in order of preference (every
+    # layer a variant does not take runs the portable kernels: backends.variants).
     kernels: str = "plain"
+    variants: tuple = ()
     # Arm Cortex-M: the core, the board QEMU emulates it on, the part's tightly-coupled memory
     # (usable as L1 when --l1 asks for tiling) and the stack the start-up code reserves.
     cpu: str | None = None

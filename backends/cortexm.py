@@ -4,6 +4,7 @@ the int8 conv and fc layers use SMLAD kernels (two MACs per instruction). Each c
 QEMU board it runs on before flashing: mps2-an386 (M4) and mps2-an500 (M7)."""
 from dataclasses import replace
 
+from . import smlad
 from .base import Backend
 
 K = 1024
@@ -19,6 +20,7 @@ CORTEX_M4 = Backend(
     cc="arm-none-eabi-gcc",
     cflags=("-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", *COMMON),
     kernels="smlad",
+    variants=smlad.RULES,
     cpu="cortex-m4",
     qemu_machine="mps2-an386",
     stack_bytes=4 * K,

@@ -85,14 +85,14 @@ def models_section(config: SolverConfig) -> None:
         if not path.exists():
             print(f"{rel}: missing, skipped")
             continue
-        plain = deploy(path, Options(planner="first-fit", in_place=False)).memory["sram_bytes"]
+        plain = deploy(path, Options(planner="first-fit", in_place=False)).memory.sram_bytes
         deps = {m: deploy(path, Options(planner=m, time_limit_s=config.time_limit_s)) for m in planners}
-        ours = deps["cpsat"].memory["sram_bytes"]
+        ours = deps["cpsat"].memory.sram_bytes
 
         def ratio(peer):
             return "n/a" if peer is None else f"{ours / peer:.2f}"
-        print(_row([Path(rel).stem[:22], plain, *(deps[m].memory["sram_bytes"] for m in planners),
-                    deps["cpsat"].plan.lower_bound, f"{deps['cpsat'].plan.wall_s:.2f}",
+        print(_row([Path(rel).stem[:22], plain, *(deps[m].memory.sram_bytes for m in planners),
+                    deps["cpsat"].arena.lower_bound, f"{deps['cpsat'].arena.wall_s:.2f}",
                     tinyengine or "n/a", tflm or "n/a", ratio(tinyengine), ratio(tflm)], widths), flush=True)
 
 

@@ -39,7 +39,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deployer import qemu  # noqa: E402
-from deployer.pipeline import Deployment, Options, deploy  # noqa: E402
+from deployer.pipeline import Options, deploy
+from solver.plan import Plan  # noqa: E402
 from deployer.verify import random_inputs, samples_payload  # noqa: E402
 from layer_analyzer import kernels as K  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
@@ -59,7 +60,7 @@ _LAYER = re.compile(r"^op(\d+)_")
 
 @dataclass(frozen=True)
 class Measure:
-    dep: Deployment
+    dep: Plan
     instructions: int
     layers: dict[int, int]  # layer index -> instructions of its op{k}_ function
     other: int  # every other function's
@@ -95,7 +96,7 @@ def measure(path: Path, core: str, kernels: str) -> Measure:
     mem = qemu.elf_memory(elf.path)
     return Measure(dep, total, layers, other, mem["flash_bytes"], mem["sram_bytes"],
                    qemu.engine_text_bytes(qemu.functions(elf.path)),
-                   mem["sections"].get(".rodata", 0) - dep.memory["weights_bytes"])
+                   mem["sections"].get(".rodata", 0) - dep.memory.weights_bytes)
 
 
 def size(n: int) -> str:

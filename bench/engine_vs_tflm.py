@@ -45,7 +45,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deployer.golden import NP_DTYPES  # noqa: E402
-from deployer.pipeline import Deployment, Options, deploy  # noqa: E402
+from deployer.pipeline import Options, deploy
+from solver.plan import Plan  # noqa: E402
 from deployer.verify import random_inputs  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 
@@ -108,7 +109,7 @@ class Row:
 # ---------------------------------------------------------------- our engine
 
 
-def build_timing_engine(dep: Deployment, workdir: Path) -> Path:
+def build_timing_engine(dep: Plan, workdir: Path) -> Path:
     """Compile the generated engine with bench/harness_timing.c at -O2."""
     flags = [f for f in dep.backend.cflags if not f.startswith("-O")] + ["-O2"]
     for name, text in dep.files.items():
@@ -122,7 +123,7 @@ def build_timing_engine(dep: Deployment, workdir: Path) -> Path:
     return exe
 
 
-def time_ours(dep: Deployment, exe: Path, inputs: list[np.ndarray], warmup: int, runs: int):
+def time_ours(dep: Plan, exe: Path, inputs: list[np.ndarray], warmup: int, runs: int):
     g = dep.graph
     payload = b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[g.tensors[t].dtype]).tobytes()
                        for t, x in zip(g.inputs, inputs))
@@ -227,7 +228,7 @@ def bench_model(name: str, path: Path, args, workroot: Path) -> Row:
         return row
     row.deploy_s = statistics.median(times)
     row.macs = dep.macs
-    row.sram = dep.memory["sram_bytes"]
+    row.sram = dep.memory.sram_bytes
     large = row.macs > LARGE_MACS
     runs = max(3, args.repeat // 10) if large else args.repeat
     warmup = 1 if large else max(1, min(5, runs // 10))

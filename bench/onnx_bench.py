@@ -69,7 +69,7 @@ def main() -> None:
             ipm = f"{n / d7.macs:.2f}" if d7.macs else "-"
         layers = [layer for layer in dep.graph.layers if layer.op not in EDGE_OPS]
         rows.append((name, len(load_onnx(path).graph.node), len(dep.graph.layers), len(layers), dep.macs,
-                     dep.memory["arena_bytes"], dep.memory["flash_bytes"], vec.source, host, gap8, tiles, m7, ipm))
+                     dep.memory.arena_bytes, dep.memory.flash_bytes, vec.source, host, gap8, tiles, m7, ipm))
     head = ("network", "nodes", "IR layers", "compute layers", "MACs", "arena B", "flash B", "vectors",
             "host |diff|", f"gap8 {args.l1} |diff|", "gap8 tiles", "M7 |diff|", "M7 instr/MAC")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]

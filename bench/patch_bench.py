@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         stage = f"{p.stage.start}..{p.stage.end}" if p else "-"
         grid = f"{p.choice.grid[0]}x{p.choice.grid[1]}" if p else "-"
         extra = f"{100 * p.choice.overhead:.1f}%" if p else "-"
-        a, b = off.memory["sram_bytes"], on.memory["sram_bytes"]
+        a, b = off.memory.sram_bytes, on.memory.sram_bytes
         print(f"{path.name[:40]:<40} {a:>10,} {b:>10,} {b / a:>6.2f} {stage:>7} {grid:>5} {extra:>7} "
               f"{t_cp:>5.2f}s {t_ex:>6.2f}s {'yes' if agree else 'NO':>5}")
     return 0

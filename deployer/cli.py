@@ -28,8 +28,7 @@ from .output import write_output
 from .render import ERROR_CHARS, display, terminal_text
 from backends import BACKENDS
 
-from .pipeline import Options, deploy, emit_deployment
-from .qemu import with_elf_memory
+from .pipeline import Options, deploy, finish
 from .report import build_summary, dump_arena_plan, dump_graph, summary_table, target_info, targets_table
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
@@ -236,10 +235,9 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
         steps = []
         if auto_optimize:  # its last plan is the one to emit
             options, steps, planned = optimize(model, options)
-            dep = emit_deployment(planned)
+            dep = finish(replace(planned, options=replace(planned.options, link_elf=True)))
         else:
-            dep = deploy(model, options)
-        dep = with_elf_memory(dep)  # Cortex-M: the linked image's flash and SRAM in the manifest
+            dep = deploy(model, replace(options, link_elf=True))  # on Cortex-M: the linked image's memory too
     if dump_ir:
         say(dump_graph(dep.graph))
     if dump_plan:
@@ -252,8 +250,8 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
         say(summary_table(dep))
         for st in steps:
             say(f"auto-optimize: {' '.join(st.recommendation.flags)} ({st.recommendation.name}): SRAM "
-                       f"{st.before['sram_bytes']:,} -> {st.after['sram_bytes']:,} B, flash "
-                       f"{st.before['flash_bytes']:,} -> {st.after['flash_bytes']:,} B")
+                f"{st.before.sram_bytes:,} -> {st.after.sram_bytes:,} B, flash "
+                f"{st.before.flash_bytes:,} -> {st.after.flash_bytes:,} B")
         say(f"wrote {len(dep.files)} files to {out_dir}/ in {wall:.2f} s")
 
 
@@ -506,7 +504,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
                        patch, max_overhead, kernels, *onnx_options)
     with _progress(False):
         dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
-        problem, _ = arena_problem(dep.lives, dep.backend.alignment)
+        problem, _ = arena_problem(list(dep.lives), dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
     say(comparison_table(plans, lower_bound(problem)))
     before, patch_line = None, None
@@ -514,10 +512,10 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         whole = deploy(model, replace(options, sram=None, flash=None, patch="off"))
         c, st = dep.patch.choice, dep.patch.stage
         patch_line = (f"Patch split: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
-                      f"arena without it {whole.memory['arena_bytes']:,} B, with it {dep.memory['arena_bytes']:,} B; "
+                      f"arena without it {whole.memory.arena_bytes:,} B, with it {dep.memory.arena_bytes:,} B; "
                       f"MAC overhead {c.macs_extra:,} ({100 * c.overhead:.1f}%).")
         say(patch_line)
-        before = live_bytes(arena_problem(whole.lives, whole.backend.alignment)[0])
+        before = live_bytes(arena_problem(list(whole.lives), whole.backend.alignment)[0])
     if options.sram is not None:
         for p in plans:
             fits = "fits" if p.peak <= options.sram else "OVER"
@@ -537,7 +535,7 @@ def _compare_tiling(model, options) -> None:
     if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
         raise UsageError("--tiling needs an L1 budget: pass --l1")
     greedy = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
-    cpsat = tile_layers(greedy.graph, greedy.kernels, replace(options, tiler="cpsat"))
+    cpsat = tile_layers(greedy.but(options=replace(greedy.options, tiler="cpsat")))
     rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
     say(tiling_table(rows))
 

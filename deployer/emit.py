@@ -8,7 +8,6 @@ import numpy as np
 
 from backends import Backend
 from layer_analyzer import kernels as K
-from layer_analyzer import simd
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align
 from network_parser.ir import Graph, Tensor
@@ -110,101 +109,6 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
         ctx.update(scale=sym.array(f"op{k}_scale", "double", np.array(kern.scale, np.float64)),
                    channel="u" if len(kern.scale) > 1 else "0")
     return ctx
-
-
-def portable_layers(tilings, patch, l3) -> frozenset:
-    """Layers that keep their int8 weights and portable kernels whatever the kernel family: run
-    tile by tile, patch by patch, or with weights streamed from L3."""
-    return frozenset(tilings or ()) | frozenset(patch.layers if patch else ()) | frozenset(l3.weights if l3 else ())
-
-
-def simd_choice(kern, kernel_set: str):
-    """The DSP kernel variant of a conv/fc layer under ``kernel_set`` ("plain" | "smlad")."""
-    if kernel_set != "smlad" or not isinstance(kern, (K.Conv, K.FullyConnected)):
-        return None
-    if kern.int_rq is not None and (kern.act_min < -128 or kern.act_max > 127 or kern.batch > 1):
-        return None  # an integer graph's raw int32 output, or a Gemm bias per row: the plain kernel
-    return simd.choose(kern)
-
-
-def _simd_context(kern, k: int, sym: _Symbols, s, in_place: bool = False) -> dict:
-    """The packed weights and the per-lane arrays (padded to whole passes of 4 channels) of a
-    layer run by the DSP kernels."""
-    graph = sym.graph
-    fc = isinstance(kern, K.FullyConnected)
-    channels = kern.units if fc else kern.out_c
-
-    def padded(values, fill, dtype):
-        v = np.full(s.groups * simd.LANES, fill, dtype)
-        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
-        return v
-
-    w = graph.tensors[kern.weights].data
-    bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
-    packed = simd.pack_depthwise(w, s) if s.variant == "depthwise" else simd.pack_rows(w, s)
-    off = kern.input_offset & 0xFFFF
-    stream = s.variant in ("pointwise", "im2col")
-    rq = None  # fx_rq's per-lane multipliers, addend high words and shifts less one
-    if s.fast_requant:
-        e = simd.right_shifts(kern)
-        zp = kern.output_offset if s.fold_zp else 0
-        rq = (padded(kern.multiplier, 0, np.int32),
-              padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
-              padded([v - 1 for v in e], 1, np.int8))
-    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
-                      "rows": "conv_rows"}[s.variant],
-               kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
-               chunks=s.row // 4, rem=s.row % 4, fast_requant=s.fast_requant,
-               fold_zp=s.fold_zp, out_c=channels, oc_tail=channels % simd.LANES,
-               off2=c_int(np.int32(np.uint32(off | off << 16))),
-               # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
-               odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and rq is not None, bias=None, int_rq=None, float_rq=None)
-    if stream:  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
-        folded = simd.folded_bias(kern, bias, w)
-        folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
-        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t",
-                              simd.pack_stream(packed, padded(folded, 0, np.int32), rq, s), aligned=True)
-    else:
-        ctx["wq"] = sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True)
-        if bias is not None:
-            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", padded(bias, 0, np.int32))
-    if s.variant in ("depthwise", "im2col"):
-        oy0, oy1, ox0, ox1 = simd.interior(kern)
-        ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
-    if s.variant == "depthwise":
-        ctx.update(_depthwise_context(kern, in_place))
-    if kern.float_rq is not None:  # onnxruntime's float requantization: per-lane scales
-        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", padded(kern.float_rq, 0.0, np.float32))
-    elif kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
-        rq_int = kern.int_rq
-        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", padded(rq_int.mul, 0, np.int64)),
-                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", padded(rq_int.add, 0, np.int64)),
-                             shift=rq_int.shift)
-    elif fc:
-        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
-    elif rq is not None and not stream:
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", rq[0]),
-                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", rq[1]),
-                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", rq[2]))
-    elif rq is None:
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32)),
-                   shift=sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8)))
-    return ctx
-
-
-def _depthwise_context(kern, in_place: bool) -> dict:
-    """Where a depthwise layer's passes write, and the shapes of its border windows."""
-    cuts = set()  # (first, last + 1) tap of every window's columns, widest first
-    for ox in range(kern.out_w):
-        ix0 = ox * kern.stride_w - kern.pad_l
-        cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
-    ctx = dict(column_cuts=sorted(cuts, key=lambda c: (c[0] - c[1], c)), borders=simd.border_rectangles(kern))
-    if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
-        return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
-                    out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
-    return dict(ctx, out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
-                out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")
 
 
 def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool) -> dict:
@@ -323,17 +227,13 @@ def _stage_context(patch, layers: list[dict]) -> dict:
                 overhead=f"{100 * patch.choice.overhead:.1f}%")
 
 
-def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int], arena_bytes: int,
-           planner: str, backend: Backend, reuses=(), tilings=None, l1_bytes: int | None = None,
-           l3=None, patch=None, kernel_set: str = "plain", plain_layers: frozenset = frozenset(),
-           rtos: str = "baremetal", guard: int = 0) -> Rendered:
-    """``tilings``: layer position -> (TileGeometry, LayerTiling) for layers run tile by tile in L1;
-    ``l3``: the L3 layout (placement.L3Layout) when some weights or activations live there;
-    ``kernel_set``: "smlad" runs the untiled conv/fc layers on the Armv7E-M DSP kernels, but for
-    the ``plain_layers`` (kept on the portable kernels, whose weights take less flash);
-    ``guard``: bytes of canary planned on each side of every arena buffer (--debug-guards)."""
-    tilings = tilings or {}
-    plain_layers = plain_layers | portable_layers(tilings, patch, l3)
+def render(plan, guard: int = 0) -> dict[str, str | bytes]:
+    """The engine's files for ``plan``: the C engine and its headers, the task glue, CMake and
+    (on a target with a QEMU board) the qemu/ folder. ``guard``: bytes of canary planned on each
+    side of every arena buffer (--debug-guards)."""
+    graph, backend, lives, offsets, l3, patch = plan.graph, plan.backend, plan.lives, plan.offsets, plan.l3, plan.patch
+    tilings = plan.tilings
+    kernels = plan.kernels
     ident = c_identifier(graph.name)
     macro = {lt.tensor: (f"T{lt.tensor}_{_short(lt.name)}" if lt.tensor >= 0 else f"{lt.name.upper()}")
              for lt in lives}
@@ -352,7 +252,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                                    comment=f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype)}, live ops "
                                            f"{lt.first_op}..{lt.last_op}"))
         macro.update({t: m for t, m in l3_macro.items() if isinstance(t, int)})
-    in_place = {r.layer: r for r in reuses if r.rule == "depthwise-in-place"}
+    in_place = {r.layer: r for r in plan.reuses if r.rule == "depthwise-in-place"}
     life = {lt.tensor: lt for lt in lives}
     sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset())
 
@@ -366,12 +266,13 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                             comment=f"{what}, live ops {lt.first_op}..{lt.last_op}{note}"))
 
     layers = []
-    for k, (layer, kern) in enumerate(zip(graph.layers, kernels)):
+    for k, (layer, lp) in enumerate(zip(graph.layers, plan.layers)):
+        kern, variant = lp.kernel, lp.variant
         out_t = graph.tensors[layer.outputs[0]]
         data = [i for i in layer.inputs if i >= 0 and not (isinstance(kern, (K.Conv, K.FullyConnected))
                                                             and i in (kern.weights, kern.bias))]
         L = dict(index=k, kind=type(kern).__name__, k=kern, func=f"op{k}_{layer.op.lower()}",
-                 title=f"{layer.op} `{layer.name}` -> {shape_text(out_t)}",
+                 title=f"{layer.op} `{layer.name}` -> {shape_text(out_t)}", variant=variant.name,
                  y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,
                  out_ctype=CTYPES[out_t.dtype], in_ctype=CTYPES[graph.tensors[data[0]].dtype] if data else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
@@ -381,21 +282,11 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
             L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
-        streams_w = l3 is not None and k in l3.weights
-        s_choice = None
-        if k not in plain_layers:
-            s_choice = simd_choice(kern, kernel_set)
-            if k in in_place and (s_choice is None or s_choice.variant != "depthwise"
-                                  or in_place[k].scratch_bytes < simd.LANES * kern.out_h * kern.out_w):
-                s_choice = None  # in place with a one-channel plane: the plain kernel
-        if s_choice is not None:
-            L["simd"] = _simd_context(kern, k, sym, s_choice, k in in_place)
-        elif kernel_set == "smlad" and isinstance(kern, K.Add) and simd.add_one_multiply(kern) \
-                and k not in plain_layers:
-            L["simd"] = dict(macro="add", count=int(np.prod(kern.view.shape, dtype=np.int64)))
+        if variant.context is not None:
+            L["simd"] = variant.context(kern, k, sym, variant, k in in_place)
         else:
             L["simd"] = None
-            L.update(_extra_context(kern, k, sym, data, streams_w))
+            L.update(_extra_context(kern, k, sym, data, lp.l3_weights))
         L["tiling"] = None
         if k in tilings:
             slab = None
@@ -405,10 +296,10 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
                 slab = _slab_context(*tilings[k], l3.placement.slabs[k],
                                      f"(arena + {macro[scratch_key(k)]})", addr)
             L["tiling"] = _tiling_context(kern, *tilings[k], slab)
-            if L["tiling"]["l1_used"] > l1_bytes:
-                raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {l1_bytes} B")
+            if L["tiling"]["l1_used"] > plan.options.l1:
+                raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {plan.options.l1} B")
         L["patch"] = None
-        if patch is not None and k in patch.layers:
+        if patch is not None and lp.in_stage:
             L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro)
             L["patch_first"] = k == patch.stage.start
             if layer.outputs[0] != patch.stage.output:
@@ -423,12 +314,13 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
     guards = dict(bytes=guard, regions=guard_regions(lives, offsets, guard, macro, patch)) if guard else None
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,
                debug_guards=bool(guard),
-               arena_bytes=max(arena_bytes, 16), planner=planner, tensors=tensors,
+               arena_bytes=max(plan.arena.peak, 16), planner=plan.arena.method, tensors=tensors,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
-               macs=sum(K.macs(kk) for kk in kernels), l1_bytes=l1_bytes if tilings else None,
-               l1_attribute=Code(backend.l1_attribute), engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
-               l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=rtos, stack=stack_need(layers),
-               core_flags=core_flags(backend),
+               macs=plan.macs, l1_bytes=plan.options.l1 if tilings else None,
+               l1_attribute=Code(backend.l1_attribute),
+               engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
+               l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=plan.options.rtos,
+               stack=stack_need(layers), core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
@@ -445,7 +337,7 @@ def render(graph: Graph, kernels, lives: list[Lifetime], offsets: dict[int, int]
         files[f"{ident}_l3_weights.bin"] = l3.image(graph, kernels)  # to store at L3 address 0
     if backend.qemu_machine:
         files.update(qemu_files(env, backend, ident))
-    return Rendered(files)
+    return files
 
 
 # --debug-guards: bytes of canary on each side of every arena buffer (a multiple of every
@@ -507,21 +399,20 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[st
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 
 
-def constant_sections(graph: Graph, kernels, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> dict:
-    """Bytes of .rodata the engine holds, by kind: weights (in their kernel's layout), biases and
-    the other constants (requantization arrays, lookup tables, constant operands). With DSP
-    kernels every layer that may use them is counted packed (a tiled layer keeps its int8
-    weights: then this is an upper bound)."""
+def constant_sections(graph: Graph, layers) -> dict:
+    """Bytes of .rodata the engine holds, by kind: weights (in their variant's layout), biases and
+    the other constants (requantization arrays, lookup tables, constant operands) of ``layers``
+    (the plan's LayerPlan records)."""
     seen: set[int] = set()
     sections = dict(weights=0, biases=0, parameters=0)
-    for k, (layer, kern) in enumerate(zip(graph.layers, kernels)):
-        s = None if k in plain_layers else simd_choice(kern, kernel_set)
+    for layer, lp in zip(graph.layers, layers):
+        kern = lp.kernel
         for t in layer.inputs:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)
                 n = graph.tensors[t].nbytes
                 if t == getattr(kern, "weights", None):
-                    sections["weights"] += simd.packed_bytes(kern, s, n) if s is not None else n
+                    sections["weights"] += lp.variant.weight_bytes if lp.variant is not None else n
                 else:
                     sections["biases" if t == getattr(kern, "bias", None) else "parameters"] += n
         if getattr(kern, "float_rq", None) is not None:
@@ -536,7 +427,3 @@ def constant_sections(graph: Graph, kernels, kernel_set: str = "plain", plain_la
         elif isinstance(kern, K.Lookup):
             sections["parameters"] += 256
     return sections
-
-
-def constant_bytes(graph: Graph, kernels, kernel_set: str = "plain", plain_layers: frozenset = frozenset()) -> int:
-    return sum(constant_sections(graph, kernels, kernel_set, plain_layers).values())

@@ -45,7 +45,7 @@ def _l3(l3, graph: Graph) -> dict | None:
                                                      "peak": l3.plan.peak}}
 
 
-def _patch(patch) -> dict | None:
+def patch_entry(patch) -> dict | None:
     if patch is None:
         return None
     c = patch.choice
@@ -67,7 +67,7 @@ def _source(graph: Graph) -> dict:
             "notes": list(src.notes)}
 
 
-def _solvers(plan, options, tilings: dict, patch) -> dict:
+def solver_statistics(plan, options, tilings: dict, patch) -> dict:
     """Every optimisation's statistics (wall times stay out: the files are byte-identical run
     to run; ``deploy --json`` prints them)."""
     tiled = [t for _, t in (tilings or {}).values()]
@@ -88,15 +88,18 @@ def manifest_text(manifest: dict) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False) + "\n"
 
 
-def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options, backend, tilings=None,
-                   l3=None, patch=None) -> dict:
-    name = {lt.tensor: lt.name for lt in lives}
+def build_manifest(plan) -> dict:
+    """manifest.json's content, read off the plan."""
+    graph, options, backend, arena, offsets, l3, patch = (plan.graph, plan.options, plan.backend, plan.arena,
+                                                           plan.offsets, plan.l3, plan.patch)
+    tilings = plan.tilings
+    name = {lt.tensor: lt.name for lt in plan.lives}
 
     def io(ts):
         return [dict(_tensor_info(graph.tensors[t]), offset=offsets[t], bytes=graph.tensors[t].nbytes)
                 for t in ts]
 
-    return {
+    manifest = {
         "manifest_version": MANIFEST_VERSION,
         "model": graph.name,
         "source": _source(graph),
@@ -104,32 +107,37 @@ def build_manifest(graph: Graph, kernels, lives, offsets, plan, memory, options,
         "target": backend.name,
         "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash,
                     "l3_bytes": options.l3},
-        "planner": {"method": plan.method, "status": plan.status, "peak": plan.peak,
-                    "lower_bound": plan.lower_bound, "tiler": options.tiler if tilings else None},
-        "solvers": _solvers(plan, options, tilings, patch),
-        "macs": sum(K.macs(k) for k in kernels),
-        "memory": memory,
+        "planner": {"method": arena.method, "status": arena.status, "peak": arena.peak,
+                    "lower_bound": arena.lower_bound, "tiler": options.tiler if tilings else None},
+        "solvers": solver_statistics(arena, options, tilings, patch),
+        "macs": plan.macs,
+        "memory": plan.memory.as_dict(),
+    }
+    if plan.elf is not None:  # the linked image's memory: measured, or null without the Arm tools
+        manifest["elf"] = plan.elf or None
+    manifest.update({
         "arena": {
-            "bytes": plan.peak,
-            "planner": plan.method,
-            "lower_bound": plan.lower_bound,
-            "status": plan.status,
+            "bytes": arena.peak,
+            "planner": arena.method,
+            "lower_bound": arena.lower_bound,
+            "status": arena.status,
             "alignment": backend.alignment,
             "guard_bytes": GUARD_BYTES if options.debug_guards else 0,
             "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size,
                              first_op=lt.first_op, last_op=lt.last_op,
                              alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
-                        for lt in lives],
+                        for lt in plan.lives],
         },
         "l3": _l3(l3, graph),
-        "patch": _patch(patch),
+        "patch": patch_entry(patch),
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
-        "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(kern),
+        "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(lp.kernel),
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],
                         outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],
-                        tiling=_tiling(tilings or {}, k, l3),
-                        patch_stage=patch is not None and k in patch.layers)
-                   for k, (layer, kern) in enumerate(zip(graph.layers, kernels))],
-    }
+                        tiling=_tiling(tilings, k, l3),
+                        patch_stage=lp.in_stage)
+                   for k, (layer, lp) in enumerate(zip(graph.layers, plan.layers))],
+    })
+    return manifest

@@ -1,38 +1,38 @@
-"""The whole compiler on one screen: read -> lower -> lifetimes -> arena -> budgets -> emit."""
+"""The whole compiler on one screen: a model and its flags become a plan, pass by pass (each
+``Plan -> Plan``, solver.plan), and the plan becomes the files of out/.
+
+    plan = plan_deployment(model, options)   # every decision; what deploy suggest measures
+    plan = deploy(model, options)            # and the files: plan.files
+"""
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backends import BACKENDS, Backend
+from backends.variants import CODE_BYTES_PORTABLE, choose
 from layer_analyzer import kernels as K
-from layer_analyzer import simd
+from layer_analyzer.tiling import geometry as tiling_geometry
 from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
-from network_parser.ir import Graph
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import Lifetime, lifetimes, owner_groups
-from network_parser.rewrites import apply_rewrites
 from network_parser.onnx_reader import read_onnx
+from network_parser.rewrites import apply_rewrites
 from network_parser.tflite_reader import read_tflite
 from network_parser.validate import check_graph
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
+from solver.plan import LayerPlan, Memory, Plan
 from solver.plan_checker import check_tensor_plan
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
-from layer_analyzer.tiling import geometry as tiling_geometry
 
 from . import emit, progress
-from .patching import PatchPlan, forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split
-from .placement import L3Layout, layout_l3, place, staging_lifetimes
 from .manifest import build_manifest, manifest_text
+from .patching import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split
+from .placement import layout_l3, place, staging_lifetimes
 from .report_html import deployment_report
 
-# Rough .text per generated layer function (a DSP kernel: its unrolled steps, taps and
-# requantization; measured 0.6-4.5 KB on Cortex-M, about 1.3 KB on average) and for the fixed
-# runtime; the compiled engine's measured size is in the manifest's "elf" (Cortex-M targets).
-CODE_BYTES_PER_LAYER = 640
-CODE_BYTES_PER_DSP_LAYER = 1536
-CODE_BYTES_BASE = 1024
+CODE_BYTES_BASE = 1024  # the engine's fixed runtime (inference_run, the API); a layer's own code: its variant's
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class Options:
     input_type: str | None = None  # integer ONNX graphs: "int8" | "uint8" input values (None: guessed)
     rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
     debug_guards: bool = False  # canaries around every arena buffer, checked after each layer; DMA bounds checks
+    link_elf: bool = False  # targets with a QEMU board: link the engine and record the image's real memory
 
 
 GUARD_BYTES = emit.GUARD_BYTES
@@ -66,40 +67,63 @@ def guard_bytes(options: Options) -> int:
     return GUARD_BYTES if options.debug_guards else 0
 
 
-def kernel_set(options: Options, backend: Backend) -> str:
-    """The kernel family the engine's untiled conv/fc layers use."""
-    chosen = backend.kernels if options.kernels == "auto" else options.kernels
-    if chosen == "smlad" and backend.kernels != "smlad":
+# ---- the pipeline -----------------------------------------------------------------------------
+
+def plan_deployment(model: Path, options: Options) -> Plan:
+    """Every decision, pass by pass; everything but the budget check and the files."""
+    plan = start(model, options)  # the target, its memories filling the flags left unset
+    plan = read(plan)  # the model file into the IR (network_parser)
+    plan = rewrite(plan)  # graph rewrites: PAD folded into convolutions
+    plan = lower(plan)  # each layer's integer kernel (layer_analyzer)
+    plan = choose_variants(plan)  # the target's kernel per layer, as if it ran whole (backends)
+    plan = plan_memory(plan)  # patch split, L1 tiles, in-place, lifetimes, L3, arena offsets
+    plan = bind_variants(plan)  # each layer's kernel as it really runs (whole, tile, region, streamed)
+    plan = fit_flash(plan)  # over --flash: the layers whose packed weights cost most keep int8 ones
+    return plan
+
+
+def deploy(model: Path, options: Options) -> Plan:
+    """The plan, checked against its budgets, with the files of out/."""
+    return finish(plan_deployment(model, options))
+
+
+def finish(plan: Plan) -> Plan:
+    plan = check_budgets(plan)  # every memory within its budget, or the smallest budget that works
+    plan = emit_engine(plan)  # the C engine, headers, task glue, CMake, qemu/ (templates)
+    plan = link_elf(plan)  # with --link-elf on a QEMU target: the linked image's real memory
+    plan = document(plan)  # manifest.json and report.html, from the plan
+    return plan
+
+
+# ---- front passes ---------------------------------------------------------------------------
+
+def resolve_options(options: Options) -> tuple[Options, Backend]:
+    """The target's own memories fill what the flags leave unset; contradictions are usage errors."""
+    backend = BACKENDS.get(options.target)
+    if backend is None:
+        raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
+    options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
+    options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
+    options = replace(options, l3=None) if options.l3 == 0 else options  # --l3 0: no external memory
+    if backend.board and options.board_budgets:  # a board's memories are its default budgets
+        options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
+    if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
+        raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
+                         f"of {backend.name}")
+    if options.kernels == "smlad" and not backend.variants:
         raise UsageError(f"--kernels smlad needs an Armv7E-M target (cortex-m4, cortex-m7 or a board "
                          f"preset), not '{backend.name}'")
-    return chosen
+    if options.l3 is not None and options.l1 is None:
+        raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
+    return options, backend
 
 
-@dataclass(frozen=True)
-class Deployment:
-    graph: Graph
-    kernels: tuple
-    lives: list[Lifetime]
-    plan: ArenaPlan
-    offsets: dict[int, int]
-    memory: dict
-    files: dict[str, str] = field(repr=False)
-    backend: Backend
-    options: Options
-    reuses: tuple = ()
-    notes: tuple[str, ...] = ()
-    tilings: dict = field(default_factory=dict)  # layer -> (TileGeometry, LayerTiling)
-    l3: L3Layout | None = None  # what lives in L3 and how the layers touching it stream
-    patch: PatchPlan | None = None  # the first stage run patch by patch
-    kernels_used: str = "plain"  # the kernel family of untiled conv/fc layers
-    plain_layers: frozenset = frozenset()  # layers that keep the portable kernels
-
-    @property
-    def macs(self) -> int:
-        return sum(K.macs(k) for k in self.kernels)
+def start(model: Path, options: Options) -> Plan:
+    options, backend = resolve_options(options)
+    return Plan(Path(model), options, backend)
 
 
-def read_model(path: Path, options: Options | None = None) -> Graph:
+def read_model(path: Path, options: Options | None = None):
     options = options or Options()
     suffix = path.suffix.lower()
     if suffix not in (".tflite", ".onnx"):
@@ -109,6 +133,53 @@ def read_model(path: Path, options: Options | None = None) -> Graph:
     check_graph(graph, str(path))
     return graph
 
+
+def read(plan: Plan) -> Plan:
+    with progress.step("read"):
+        graph = read_model(plan.model, plan.options)
+    return plan.but(graph=graph, notes=tuple(graph.source.notes if graph.source else ()))
+
+
+def rewrite(plan: Plan) -> Plan:
+    graph, notes = apply_rewrites(plan.graph, plan.options.fuse)
+    return plan.but(graph=graph, notes=(*plan.notes, *notes))
+
+
+def lower(plan: Plan) -> Plan:
+    return plan.but(layers=tuple(LayerPlan(k, kern) for k, kern in enumerate(K.lower_graph(plan.graph))))
+
+
+def _rules(plan: Plan) -> tuple:
+    """The target's variants, unless --kernels plain keeps every layer on the portable kernels."""
+    return () if plan.options.kernels == "plain" else plan.backend.variants
+
+
+def _weight_bytes(plan: Plan, kern) -> int:
+    w = getattr(kern, "weights", None)
+    return plan.graph.tensors[w].nbytes if w is not None else 0
+
+
+def choose_variants(plan: Plan, use=lambda layer: "whole") -> Plan:
+    """Each layer's kernel variant among the target's, for how it runs (``use(layer)``)."""
+    rules = _rules(plan)
+    return plan.with_layers(lambda lp: replace(lp, variant=choose(rules, lp.kernel, _weight_bytes(plan, lp.kernel),
+                                                                   use(lp))))
+
+
+def bind_variants(plan: Plan) -> Plan:
+    """Variants for how the memory plan runs each layer: tile by tile, region by region in the
+    patch stage, with weights streamed from L3, or whole; a layer kept on the portable kernels
+    (to save flash) stays there."""
+    def use(lp: LayerPlan) -> str:
+        if lp.l3_weights:
+            return "streamed"
+        if lp.in_stage:
+            return "region"
+        return "tile" if lp.tiling is not None else "whole"
+    return measure(choose_variants(plan, use))
+
+
+# ---- memory: the arena and what it takes ----------------------------------------------------------
 
 def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tuple[ArenaProblem, list[int]]:
     """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
@@ -161,97 +232,148 @@ def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
              offsets[lt.tensor], lt.size) for lt in lives]
 
 
-def code_estimate(graph: Graph, kernels=(), kernels_used: str = "plain", plain_layers: frozenset = frozenset()) -> int:
-    dsp = sum(1 for k, kern in enumerate(kernels) if k not in plain_layers and emit.simd_choice(kern, kernels_used))
-    return CODE_BYTES_BASE + CODE_BYTES_PER_LAYER * (len(graph.layers) - dsp) + CODE_BYTES_PER_DSP_LAYER * dsp
+def deployment_problem(plan: Plan) -> ArenaProblem:
+    """The arena problem a plan's L2 arena solved."""
+    return arena_problem(list(plan.lives), plan.backend.alignment, guard_bytes(plan.options))[0]
 
 
-def lanes(options: Options) -> int:
-    """Channels the depthwise kernels compute at once (an in-place layer's scratch plane holds that many)."""
-    return simd.LANES if kernel_set(options, BACKENDS[options.target]) == "smlad" else 1
+def code_estimate(layers) -> int:
+    return CODE_BYTES_BASE + sum(lp.variant.code_bytes if lp.variant is not None else CODE_BYTES_PORTABLE
+                                 for lp in layers)
 
 
-def l1_scratch(tilings: dict, options: Options, backend: Backend) -> int:
+def l1_scratch(plan: Plan) -> int:
     """SRAM taken by the tiles' L1 buffer on parts without a scratchpad or TCM to hold it."""
-    return options.l1 if tilings and backend.l1_in_sram else 0
+    return plan.options.l1 if plan.tilings and plan.backend.l1_in_sram else 0
 
 
-def memory_report(graph: Graph, kernels, plan: ArenaPlan, backend: Backend, l3: L3Layout | None = None,
-                  kernels_used: str = "plain", plain_layers: frozenset = frozenset(), scratch: int = 0) -> dict:
+def measure(plan: Plan) -> Plan:
     """Bytes per memory. Resident weights count to flash, and to SRAM too on parts that run
-    from L2 (the boot loader copies the image there); streamed weights count to L3 only;
-    ``scratch`` (an L1 buffer carved out of SRAM) counts to SRAM."""
+    from L2 (the boot loader copies the image there); streamed weights count to L3 only; the
+    L1 buffer carved out of SRAM counts to SRAM."""
+    graph, l3, backend = plan.graph, plan.l3, plan.backend
     streamed = l3.image_bytes if l3 else 0
-    sections = emit.constant_sections(graph, kernels, kernels_used, plain_layers)
-    sections["weights"] -= sum(graph.tensors[kernels[k].weights].nbytes for k in (l3.weights if l3 else ()))
+    sections = emit.constant_sections(graph, plan.layers)
+    sections["weights"] -= sum(graph.tensors[plan.layers[k].kernel.weights].nbytes for k in (l3.weights if l3 else ()))
     weights = sum(sections.values())
-    code = code_estimate(graph, kernels, kernels_used, plain_layers)
-    sram = plan.peak + scratch + (weights + code if backend.weights_in_sram else 0)
-    return dict(arena_bytes=plan.peak, scratch_bytes=scratch, sram_bytes=sram,
-                weights_bytes=weights, code_bytes_estimate=code, flash_bytes=weights + code,
-                flash_sections=dict(sections, code_estimate=code),
-                l3_bytes=l3.bytes if l3 else 0, l3_weights_bytes=streamed,
-                l3_arena_bytes=l3.bytes - streamed if l3 else 0)
+    code = code_estimate(plan.layers)
+    scratch = l1_scratch(plan)
+    arena = plan.arena.peak if plan.arena is not None else 0
+    sram = arena + scratch + (weights + code if backend.weights_in_sram else 0)
+    return plan.but(memory=Memory(
+        arena_bytes=arena, scratch_bytes=scratch, sram_bytes=sram, weights_bytes=weights, code_bytes_estimate=code,
+        flash_bytes=weights + code, flash_sections=tuple({**sections, "code_estimate": code}.items()),
+        l3_bytes=l3.bytes if l3 else 0, l3_weights_bytes=streamed, l3_arena_bytes=l3.bytes - streamed if l3 else 0))
 
 
 BUDGETS = (("sram_bytes", "sram", "--sram", "SRAM"), ("flash_bytes", "flash", "--flash", "FLASH"),
-           ("l3_bytes", "l3", "--l3", "L3"))  # memory key, Options field, flag, name
+           ("l3_bytes", "l3", "--l3", "L3"))  # memory field, Options field, flag, name
 
 
-def over_budget(memory: dict, options: Options) -> list[tuple[str, str, int, int]]:
+def over_budget(memory: Memory, options: Options) -> list[tuple[str, str, int, int]]:
     """(flag, memory name, need, budget) for every memory the plan exceeds."""
-    return [(flag, name, memory[key], getattr(options, field_)) for key, field_, flag, name in BUDGETS
-            if getattr(options, field_) is not None and memory[key] > getattr(options, field_)]
+    return [(flag, name, getattr(memory, key), getattr(options, field_)) for key, field_, flag, name in BUDGETS
+            if getattr(options, field_) is not None and getattr(memory, key) > getattr(options, field_)]
 
 
-def check_budgets(memory: dict, options: Options) -> None:
+def check_budgets(plan: Plan) -> Plan:
     """Every memory over its budget in one error, each with the smallest budget that works."""
-    over = over_budget(memory, options)
+    over = over_budget(plan.memory, plan.options)
     if over:
         raise InfeasibleBudget("; ".join(f"the plan needs {need} bytes of {name} but {flag} is {budget}; the "
                                          f"smallest {flag} that works is {need} ({-(-need // 1024)}K)"
                                          for flag, name, need, budget in over),
                                over[0][2], needs={flag: need for flag, _, need, _ in over})
+    return plan
 
 
-def plan_patches(graph: Graph, kernels, options: Options, sram_target: int | None) -> PatchPlan | None:
+# ---- the memory plan: patch split -> L1 tiles -> in-place -> lifetimes -> L3 -> arena ------------
+
+def plan_memory(plan: Plan) -> Plan:
+    """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena. An
+    automatic split aims at --sram from live bytes; when the planned arena is still over, it
+    aims lower by the excess, and at last takes the split with the least peak (whose need is
+    then the smallest --sram reported, and the one a rerun with it reaches), unless that needs
+    more than the first plan."""
+    options = plan.options
+    tile_cache: dict = {}
+
+    def attempt(target):
+        p = split_patches(plan, target)
+        p = tile(p, tile_cache)
+        p = in_place(p)
+        p = place_and_plan(p)
+        return p
+
+    first = result = attempt(options.sram)
+    need = result.memory.sram_bytes
+    if options.patch != "auto" or options.sram is None or need <= options.sram:
+        return result
+    # Over, split or not: live bytes under --sram are no promise of an arena under it.
+    target = options.sram
+    for _ in range(3):
+        target = max(1, target - (need - options.sram))
+        result = attempt(target)
+        need = result.memory.sram_bytes
+        if need <= options.sram or target == 1:
+            return result
+    least = attempt(1)
+    return least if least.memory.sram_bytes <= first.memory.sram_bytes else first
+
+
+def _lanes(plan: Plan) -> dict[int, int]:
+    """Channels each layer's kernel computes at once (an in-place depthwise plane holds that many)."""
+    return {lp.index: lp.variant.lanes for lp in plan.layers if lp.variant is not None}
+
+
+def split_patches(plan: Plan, sram_target: int | None) -> Plan:
     """The first stage split into patches: as forced, or (auto) when the split is needed to fit
     --sram (aiming at ``sram_target``), or saves a larger share of memory than the share of
     MACs it recomputes (not on targets with DSP kernels, which the stage does not use)."""
-    if options.patch == "off":
-        return None
-    if options.patch != "auto":
-        lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
-        return forced_plan(graph, kernels, lives, parse_patch(options.patch))
-    choice = split_choice(graph, kernels, options, sram_target)
-    if choice.end is None:
-        return None
-    needed = options.sram is not None and choice.unsplit_peak > options.sram
-    saving = 1 - choice.peak / max(choice.unsplit_peak, 1)
-    # The stage runs the portable kernels: where the target's DSP kernels are several times
-    # faster, a split that is not needed costs more time than its recomputed MACs say.
-    worth = saving > choice.overhead and kernel_set(options, BACKENDS[options.target]) != "smlad"
-    return make_plan(graph, kernels, choice) if needed or worth else None
+    options = plan.options
+    patch = None
+    if options.patch != "off":
+        lives = lifetimes(plan.graph, plan_in_place(plan.graph, options.in_place, lanes=_lanes(plan)))
+        if options.patch != "auto":
+            patch = forced_plan(plan.graph, plan.kernels, lives, parse_patch(options.patch))
+        else:
+            choice = split_choice(plan, sram_target, lives)
+            if choice.end is not None:
+                needed = options.sram is not None and choice.unsplit_peak > options.sram
+                saving = 1 - choice.peak / max(choice.unsplit_peak, 1)
+                # The stage runs the portable kernels: where the target's DSP kernels are several times
+                # faster, a split that is not needed costs more time than its recomputed MACs say.
+                worth = saving > choice.overhead and not any(lp.variant.dsp for lp in plan.layers)
+                patch = make_plan(plan.graph, plan.kernels, choice) if needed or worth else None
+    stage = set(patch.layers) if patch else set()
+    return plan.but(patch=patch).with_layers(lambda lp: replace(lp, in_stage=lp.index in stage))
 
 
-def split_choice(graph: Graph, kernels, options: Options, sram_target: int | None):
+def split_choice(plan: Plan, sram_target: int | None, lives=None):
     """The split CP-SAT picks within --max-overhead: the least peak (no ``sram_target``), or the
     least recompute that fits it."""
-    lives = lifetimes(graph, plan_in_place(graph, options.in_place, lanes=lanes(options)))
-    # plan_split reports its steps (stage ends tried, CP-SAT models) and bounds them by counts
-    return plan_split(graph, kernels, lives, "cpsat", options.max_overhead, sram_target,
+    options = plan.options
+    if lives is None:
+        lives = lifetimes(plan.graph, plan_in_place(plan.graph, options.in_place, lanes=_lanes(plan)))
+    return plan_split(plan.graph, plan.kernels, lives, "cpsat", options.max_overhead, sram_target,
                       min(options.time_limit_s, 1.0))
 
 
-def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | None = None) -> dict:
-    """With an L1 budget, cut every tileable layer into tiles that fit it (double-buffered);
-    the ``skip`` layers (a patch stage) run whole, region by region. ``cache`` keeps each
-    layer's tiling across calls."""
+def tile(plan: Plan, cache: dict | None = None) -> Plan:
+    """With an L1 budget, cut every tileable layer outside the patch stage into tiles that fit it
+    (double-buffered). ``cache`` keeps each layer's tiling across calls."""
+    tilings = tile_layers(plan, skip=plan.stage, cache=cache)
+    return plan.with_layers(lambda lp: replace(lp, tiling=tilings.get(lp.index)))
+
+
+def tile_layers(plan: Plan, skip=(), cache: dict | None = None) -> dict:
+    """op -> (TileGeometry, LayerTiling) of every tileable layer not in ``skip`` (none without --l1)."""
     cache = {} if cache is None else cache
+    options, backend = plan.options, plan.backend
     if options.l1 is None:
         return {}
-    backend = BACKENDS[options.target]
-    tileable = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(kernels)) if g is not None]
+    tileable = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(plan.kernels))
+                if g is not None]
     # the layers share --time-limit (deterministic time): the whole step keeps to it
     config = TilingConfig(objective=options.tile_objective, heuristics=dict(backend.tile_heuristics),
                           cost=dict(backend.cost_model),
@@ -270,7 +392,7 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
                 if worst is None or e.minimum_l1 > worst.minimum_l1:
                     worst = e
     if worst is not None:
-        layer = graph.layers[worst.layer]
+        layer = plan.graph.layers[worst.layer]
         raise InfeasibleBudget(f"op {layer.index} {layer.op} '{layer.name}': its smallest tile needs "
                                f"{worst.minimum_l1} bytes of L1 but --l1 is {options.l1}; the smallest "
                                f"--l1 that works is {worst.minimum_l1}", worst.minimum_l1,
@@ -278,144 +400,23 @@ def tile_layers(graph: Graph, kernels, options: Options, skip=(), cache: dict | 
     return result
 
 
-def deploy(model: Path, options: Options) -> Deployment:
-    """The whole compiler: the plan (below), the budgets, then the files of out/."""
-    return emit_deployment(plan_deployment(model, options))
-
-
-def emit_deployment(dep: Deployment) -> Deployment:
-    """A planned deployment checked against its budgets, with the files of out/: the C engine,
-    the manifest and the report."""
-    check_budgets(dep.memory, dep.options)
-    with progress.step("emit"):
-        files = emit.render(dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan.peak, dep.plan.method,
-                            dep.backend, dep.reuses, dep.tilings, dep.options.l1, dep.l3, dep.patch,
-                            dep.kernels_used, dep.plain_layers, dep.options.rtos, guard_bytes(dep.options)).files
-        files["manifest.json"] = manifest_text(build_manifest(
-            dep.graph, dep.kernels, dep.lives, dep.offsets, dep.plan, dep.memory, dep.options, dep.backend,
-            dep.tilings, dep.l3, dep.patch))
-        dep = replace(dep, files=files)
-        report = deployment_report(dep, deployment_problem(dep))
-        return replace(dep, files={**files, "report.html": report})
-
-
-def deployment_problem(dep: Deployment) -> ArenaProblem:
-    """The arena problem a deployment's L2 plan solved."""
-    return arena_problem(dep.lives, dep.backend.alignment, guard_bytes(dep.options))[0]
-
-
-def resolve_options(options: Options) -> tuple[Options, Backend]:
-    """The target's own memories fill what the flags leave unset; contradictions are usage errors."""
-    backend = BACKENDS.get(options.target)
-    if backend is None:
-        raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
-    options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
-    options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
-    options = replace(options, l3=None) if options.l3 == 0 else options  # --l3 0: no external memory
-    if backend.board and options.board_budgets:  # a board's memories are its default budgets
-        options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
-    if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
-        raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
-                         f"of {backend.name}")
-    kernel_set(options, backend)  # --kernels smlad on a target without the DSP extension
-    if options.l3 is not None and options.l1 is None:
-        raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
-    return options, backend
-
-
-def plan_deployment(model: Path, options: Options) -> Deployment:
-    """read -> rewrites -> lower -> memory plan -> flash fit: everything but the budget check and
-    the files (``deploy suggest`` measures its alternatives with this)."""
-    options, backend = resolve_options(options)
-    kernels_used = kernel_set(options, backend)
-    with progress.step("read"):
-        graph = read_model(Path(model), options)
-        graph, notes = apply_rewrites(graph, options.fuse)
-        notes = [*(graph.source.notes if graph.source else ()), *notes]
-        kernels = K.lower_graph(graph)
-    patch, tilings, reuses, l3, lives, plan, offsets, memory = plan_memory(graph, kernels, options, backend)
-    plain_layers = emit.portable_layers(tilings, patch, l3)
-    scratch = l1_scratch(tilings, options, backend)
-    memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers, scratch)
-    extra = fit_flash(graph, kernels, options, kernels_used, memory["flash_bytes"], plain_layers)
-    if extra:
-        plain_layers |= extra
-        memory = memory_report(graph, kernels, plan, backend, l3, kernels_used, plain_layers, scratch)
-        n = len(extra)
-        notes = [*notes, f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit "
-                         f"--flash: op{'s' if n > 1 else ''} {', '.join(map(str, sorted(extra)))}"]
-    return Deployment(graph, kernels, lives, plan, offsets, memory, {}, backend, options, reuses,
-                      tuple(notes), tilings, l3, patch, kernels_used, plain_layers)
-
-
-def fit_flash(graph: Graph, kernels, options: Options, kernels_used: str, flash_bytes: int,
-              plain_layers: frozenset = frozenset()) -> frozenset:
-    """The DSP kernels' packed weights take about twice the flash of int8 ones: when that is over
-    --flash (and the kernels were not asked for by name), the layers whose packing costs most
-    keep the plain kernels until the plan fits (or every layer is plain)."""
-    if kernels_used != "smlad" or options.kernels == "smlad" or options.flash is None or flash_bytes <= options.flash:
-        return frozenset()
-    extra = []
-    for k, kern in enumerate(kernels):
-        s = None if k in plain_layers else emit.simd_choice(kern, kernels_used)
-        if s is not None:
-            w = graph.tensors[kern.weights].nbytes
-            extra.append((simd.packed_bytes(kern, s, w) - w + CODE_BYTES_PER_DSP_LAYER - CODE_BYTES_PER_LAYER, k))
-    plain, over = set(), flash_bytes - options.flash
-    for saving, k in sorted(extra, reverse=True):
-        if over <= 0:
-            break
-        plain.add(k)
-        over -= saving
-    return frozenset(plain)
-
-
-def plan_memory(graph: Graph, kernels, options: Options, backend: Backend):
-    """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena. An
-    automatic split aims at --sram from live bytes; when the planned arena is still over, it
-    aims lower by the excess, and at last takes the split with the least peak (whose need is
-    then the smallest --sram reported, and the one a rerun with it reaches), unless that needs
-    more than the first plan."""
-    tile_cache: dict = {}
-
-    def attempt(target):
-        patch = plan_patches(graph, kernels, options, target)
-        stage = set(patch.layers) if patch else set()
-        tilings = tile_layers(graph, kernels, options, skip=stage, cache=tile_cache)
-        # A tiled layer with a halo must not overwrite its input; elementwise tiles have none;
-        # a patch stage keeps every tensor it reads.
-        reuses = plan_in_place(graph, options.in_place,
-                               keep={k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | stage,
-                               lanes=lanes(options))
-        lives = lifetimes(graph, reuses)
-        if patch is not None:
-            lives = patch_lifetimes(lives, patch)
-        l3, lives, plan, offsets = place_and_plan(graph, kernels, lives, tilings, options, backend)
-        memory = memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend),
-                               scratch=l1_scratch(tilings, options, backend))
-        return patch, tilings, reuses, l3, lives, plan, offsets, memory
-
-    first = result = attempt(options.sram)
-    need = result[-1]["sram_bytes"]
-    if options.patch != "auto" or options.sram is None or need <= options.sram:
-        return result
-    # Over, split or not: live bytes under --sram are no promise of an arena under it.
-    target = options.sram
-    for _ in range(3):
-        target = max(1, target - (need - options.sram))
-        result = attempt(target)
-        need = result[-1]["sram_bytes"]
-        if need <= options.sram or target == 1:
-            return result
-    least = attempt(1)
-    return least if least[-1]["sram_bytes"] <= first[-1]["sram_bytes"] else first
+def in_place(plan: Plan) -> Plan:
+    """The in-place rules, then the lifetimes they leave: a tiled layer with a halo must not
+    overwrite its input (elementwise tiles have none); a patch stage keeps every tensor it reads."""
+    tilings = plan.tilings
+    keep = {k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | plan.stage
+    reuses = {r.layer: r for r in plan_in_place(plan.graph, plan.options.in_place, keep=keep, lanes=_lanes(plan))}
+    plan = plan.with_layers(lambda lp: replace(lp, reuse=reuses.get(lp.index)))
+    lives = lifetimes(plan.graph, plan.reuses)
+    if plan.patch is not None:
+        lives = patch_lifetimes(lives, plan.patch)
+    return plan.but(lives=tuple(lives))
 
 
 def plan_level(lives: list[Lifetime], options: Options, backend: Backend, guard: int = 0) -> tuple[ArenaPlan, dict[int, int]]:
     """Offsets for one memory level's tensors, checked tensor by tensor."""
     from solver.cpsat import watchdog_s
     problem, owners = arena_problem(lives, backend.alignment, guard)
-    # CP-SAT's limit is deterministic time; the wall clock's bound is its watchdog
     with progress.step(f"arena ({options.planner}, {len(problem.buffers)} buffers)",
                        limit_s=watchdog_s(options.time_limit_s) if options.planner == "cpsat" else None):
         plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
@@ -424,43 +425,102 @@ def plan_level(lives: list[Lifetime], options: Options, backend: Backend, guard:
     return plan, offsets
 
 
-def place_and_plan(graph: Graph, kernels, lives: list[Lifetime], tilings: dict, options: Options, backend: Backend):
+def place_and_plan(plan: Plan) -> Plan:
     """The L2 arena, once what does not fit has moved to L3 (with --l3). Placement works from
     live bytes, a lower bound of the arena; when the planned arena still exceeds --sram, it
     aims lower by the excess, and at last moves everything that helps: that plan's need is
     the smallest --sram reported, and the one a rerun with it reaches."""
+    options = plan.options
+    lives = list(plan.lives)
+
     def attempt(target):
-        l3 = stream_from_l3(graph, kernels, lives, tilings, options, backend, target)
+        l3 = stream_from_l3(plan, lives, target)
+        streamed = set(l3.weights) if l3 is not None else set()
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
-        plan, offsets = plan_level(l2, options, backend, guard_bytes(options))
-        return (l3, l2, plan, offsets), memory_report(graph, kernels, plan, backend, l3, kernel_set(options, backend),
-                                                      scratch=l1_scratch(tilings, options, backend))["sram_bytes"]
+        arena, offsets = plan_level(l2, options, plan.backend, guard_bytes(options))
+        placed = plan.but(l3=l3, lives=tuple(l2), arena=arena, offsets=offsets).with_layers(
+            lambda lp: replace(lp, l3_weights=lp.index in streamed))
+        return measure(placed)
 
-    result, need = attempt(options.sram)
-    if options.l3 is None or options.sram is None or need <= options.sram:
+    result = attempt(options.sram)
+    if options.l3 is None or options.sram is None or result.memory.sram_bytes <= options.sram:
         return result
     target = options.sram
     for _ in range(4):
-        target = max(1, target - (need - options.sram))
-        result, need = attempt(target)
-        if need <= options.sram or target == 1:
+        target = max(1, target - (result.memory.sram_bytes - options.sram))
+        result = attempt(target)
+        if result.memory.sram_bytes <= options.sram or target == 1:
             return result
-    return attempt(1)[0]
+    return attempt(1)
 
 
-def stream_from_l3(graph: Graph, kernels, lives, tilings: dict, options: Options, backend: Backend,
-                   sram_target: int | None):
+def stream_from_l3(plan: Plan, lives, sram_target: int | None):
     """With an L3, move what does not fit L2 (or flash) there and plan its addresses."""
+    options, backend, graph = plan.options, plan.backend, plan.graph
     if options.l3 is None:
         return None
-    scratch = l1_scratch(tilings, options, backend)
-    placement = place(graph, kernels, lives, tilings, sram=None if sram_target is None else sram_target - scratch,
-                      flash=options.flash,
-                      code_bytes=code_estimate(graph, kernels, kernel_set(options, backend)),
-                      resident_bytes=emit.constant_bytes(graph, kernels, kernel_set(options, backend)),
+    scratch = l1_scratch(plan)
+    placement = place(graph, plan.kernels, lives, plan.tilings,
+                      sram=None if sram_target is None else sram_target - scratch, flash=options.flash,
+                      code_bytes=code_estimate(plan.layers),
+                      resident_bytes=sum(emit.constant_sections(graph, plan.layers).values()),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)
     if not placement:
         return None
-    return layout_l3(graph, kernels, placement, lives, backend.alignment,
+    return layout_l3(graph, plan.kernels, placement, lives, backend.alignment,
                      lambda l3_lives: plan_level(l3_lives, options, backend))
+
+
+def fit_flash(plan: Plan) -> Plan:
+    """The DSP kernels' packed weights take about twice the flash of int8 ones: when that is over
+    --flash (and the kernels were not asked for by name), the layers whose packing costs most
+    keep the portable kernels until the plan fits (or every layer is portable)."""
+    options = plan.options
+    flash = plan.memory.flash_bytes
+    if options.kernels == "smlad" or options.flash is None or flash <= options.flash:
+        return plan
+    savings = []
+    for lp in plan.layers:
+        if lp.variant.dsp and lp.variant.layout is not None:
+            portable = choose((), lp.kernel, _weight_bytes(plan, lp.kernel))
+            savings.append((lp.variant.weight_bytes - portable.weight_bytes + lp.variant.code_bytes
+                            - portable.code_bytes, lp.index))
+    plain, over = set(), flash - options.flash
+    for saving, k in sorted(savings, reverse=True):
+        if over <= 0:
+            break
+        plain.add(k)
+        over -= saving
+    if not plain:
+        return plan
+    n = len(plain)
+    note = (f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit --flash: "
+            f"op{'s' if n > 1 else ''} {', '.join(map(str, sorted(plain)))}")
+    plan = plan.with_layers(lambda lp: replace(lp, variant=choose((), lp.kernel, _weight_bytes(plan, lp.kernel)))
+                            if lp.index in plain else lp)
+    return measure(plan.but(notes=(*plan.notes, note), relaxed=(*plan.relaxed, "plain kernels")))
+
+
+# ---- the files --------------------------------------------------------------------------------
+
+def emit_engine(plan: Plan) -> Plan:
+    with progress.step("emit"):
+        return plan.but(files=emit.render(plan, guard_bytes(plan.options)))
+
+
+def link_elf(plan: Plan) -> Plan:
+    """On a target with a QEMU board, when asked: the engine linked by its qemu/ Makefile, its
+    real flash and SRAM (None without the Arm tools)."""
+    if not plan.options.link_elf or plan.backend.qemu_machine is None:
+        return plan
+    from .qemu import elf_entry
+    return plan.but(elf=elf_entry(plan) or False)
+
+
+def document(plan: Plan) -> Plan:
+    files = dict(plan.files)
+    files["manifest.json"] = manifest_text(build_manifest(plan))
+    plan = plan.but(files=files)
+    files["report.html"] = deployment_report(plan, deployment_problem(plan))
+    return plan.but(files=files)

@@ -4,22 +4,19 @@ read its memory from the ELF and count the instructions it executes (a TCG plugi
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from network_parser.errors import DeployError
+from solver.plan import Plan
 
 from . import build_cache
-from .manifest import manifest_text
-from .pipeline import Deployment, deployment_problem
-from .report_html import deployment_report
 from .verify import BuildError, build_run, compare, files_digest, parse_output, samples_payload, write_files
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
@@ -50,7 +47,7 @@ class Elf:
     trace: bool
 
 
-def build_elf(dep: Deployment, trace: bool = False) -> Elf:
+def build_elf(dep: Plan, trace: bool = False) -> Elf:
     """``make`` in the engine's qemu/ folder (cached by the files' digest and the flags)."""
     if dep.backend.qemu_machine is None:
         raise QemuError(f"target '{dep.backend.name}' has no QEMU board (use a Cortex-M target)")
@@ -204,33 +201,17 @@ def toolchain() -> str:
     return line if line.startswith("arm-none-eabi-gcc") else f"arm-none-eabi-gcc {line}"
 
 
-def elf_entry(dep: Deployment) -> dict | None:
-    """The manifest's ``elf``: memory of the image linked from the engine's qemu/ folder (harness
-    and its stack included), or None when the Arm tools are missing."""
+def elf_entry(plan) -> dict | None:
+    """The linked image's memory: the engine built from its qemu/ folder (harness and its stack
+    included), or None when the Arm tools are missing."""
     if missing_tools(BUILD_TOOLS):
         return None
-    mem = elf_memory(build_elf(dep).path)
+    mem = elf_memory(build_elf(plan).path)
     return dict(flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"], sections=mem["sections"],
                 toolchain=toolchain())
 
 
-def with_elf_memory(dep: Deployment) -> Deployment:
-    """A deployment for a target with a QEMU board whose manifest records the linked ELF's memory
-    after the planner's (``elf``: null without the Arm tools); other targets' are returned as is."""
-    if dep.backend.qemu_machine is None:
-        return dep
-    entry = elf_entry(dep)  # the manifest is not part of the image
-    manifest = {}
-    for key, value in json.loads(dep.files["manifest.json"]).items():
-        manifest[key] = value
-        if key == "memory":
-            manifest["elf"] = entry
-    dep = replace(dep, files={**dep.files, "manifest.json": manifest_text(manifest)})
-    report = deployment_report(dep, deployment_problem(dep))  # with the ELF's figures
-    return replace(dep, files={**dep.files, "report.html": report})
-
-
-def verify_on_qemu(dep: Deployment, model: Path, samples: list[list[np.ndarray]], expected=None) -> dict:
+def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected=None) -> dict:
     """``deploy verify --qemu``: every sample in one run on the core's QEMU board, compared with the
     reference as on the host; then the instructions of one inference (the first sample) and the
     ELF's memory (harness and stack included) beside the planner's estimates."""
@@ -246,7 +227,7 @@ def verify_on_qemu(dep: Deployment, model: Path, samples: list[list[np.ndarray]]
     return result
 
 
-def trace_on_qemu(dep: Deployment, sample: list[np.ndarray]) -> list:
+def trace_on_qemu(dep: Plan, sample: list[np.ndarray]) -> list:
     """Every layer's output for one sample, from the engine built with INFERENCE_TRACE, run on QEMU."""
     require_tools()
     elf = build_elf(dep, trace=True)

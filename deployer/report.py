@@ -1,11 +1,11 @@
 """Human-readable summaries printed by the CLI."""
 from __future__ import annotations
 
-import json
 
 from layer_analyzer import kernels as K
 
 from .emit import shape_text
+from .manifest import patch_entry, solver_statistics
 from .render import display
 from .qemu import BUILD_TOOLS, INSTALL, missing_tools
 
@@ -41,9 +41,9 @@ def summary_table(dep) -> str:
     for k, (layer, kern) in enumerate(zip(g.layers, dep.kernels)):
         rows.append(f"{k:>4}  {layer.op:<18} {shape_text(g.tensors[layer.outputs[0]]):<18} {K.macs(kern):>12,}")
     rows.append(f"{'':>4}  {'total':<18} {'':<18} {dep.macs:>12,}")
-    m, p = dep.memory, dep.plan
+    m, p = dep.memory.as_dict(), dep.arena
     budgets = dict(sram=dep.options.sram, flash=dep.options.flash)
-    elf = json.loads(dep.files["manifest.json"]).get("elf", ABSENT)  # measured, None (no Arm tools) or absent
+    elf = ABSENT if dep.elf is None else (dep.elf or None)  # measured, None (no Arm tools) or not linked
     rows += [
         "",
         f"arena ({p.method}): {m['arena_bytes']:,} B; lower bound {p.lower_bound:,} B ({p.status})",
@@ -92,7 +92,7 @@ def dump_graph(graph) -> str:
 
 def dump_arena_plan(dep) -> str:
     """Every tensor's bytes and lifetime, what shares them, and each tiled layer's tiles."""
-    p = dep.plan
+    p = dep.arena
     lines = [f"arena {p.peak} B by {p.method} ({p.status}, lower bound {p.lower_bound} B, {p.wall_s:.3f} s)"
              f"{': ' + p.note if p.note else ''}"]
     for r in dep.reuses:
@@ -150,19 +150,20 @@ def targets_table(infos: list[dict]) -> str:
 def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
     """``deploy --json``: what was written and planned, the solvers' statistics with their wall
     times (which the output folder leaves out, to stay byte-identical run to run)."""
-    manifest = json.loads(dep.files["manifest.json"])
-    solvers = manifest["solvers"]
-    solvers["arena"] = dict(solvers["arena"], wall_s=round(dep.plan.wall_s, 4))
+    solvers = solver_statistics(dep.arena, dep.options, dep.tilings, dep.patch)
+    solvers["arena"] = dict(solvers["arena"], wall_s=round(dep.arena.wall_s, 4))
     if solvers.get("patch") is not None:
         solvers["patch"] = dict(solvers["patch"], wall_s=round(dep.patch.choice.wall_s, 4))
     return {
         "model": dep.graph.name, "target": dep.backend.name, "output": str(out_dir),
         "files": {name: len(text if isinstance(text, bytes) else text.encode()) for name, text in sorted(dep.files.items())},
         "layers": len(dep.graph.layers), "macs": dep.macs,
-        "budgets": manifest["budgets"], "memory": dep.memory, "elf": manifest.get("elf"),
-        "solvers": solvers, "patch": manifest["patch"],
+        "budgets": {"l1_bytes": dep.options.l1, "sram_bytes": dep.options.sram, "flash_bytes": dep.options.flash,
+                    "l3_bytes": dep.options.l3},
+        "memory": dep.memory.as_dict(), "elf": dep.elf or None,
+        "solvers": solvers, "patch": patch_entry(dep.patch),
         "auto_optimize": [{"name": st.recommendation.name, "flags": list(st.recommendation.flags),
-                           "sram_bytes": [st.before["sram_bytes"], st.after["sram_bytes"]],
-                           "flash_bytes": [st.before["flash_bytes"], st.after["flash_bytes"]]} for st in steps],
+                           "sram_bytes": [st.before.sram_bytes, st.after.sram_bytes],
+                           "flash_bytes": [st.before.flash_bytes, st.after.flash_bytes]} for st in steps],
         "notes": list(dep.notes), "wall_s": round(wall_s, 3),
     }

@@ -23,6 +23,7 @@ from solver.arena import GREEDY, ArenaPlan, ArenaProblem, lower_bound, plan_aren
 
 from .compare import COLUMNS, Comparison, bound_line, live_bytes, plan_rows, skipped_lines
 from .emit import shape_text
+from .manifest import solver_statistics
 from .render import environment
 
 # One arena picture: SVG size and the margins around the plot area, in pixels.
@@ -130,16 +131,16 @@ def _kib(n: int | None) -> str:
     return "-" if n is None else f"{n / 1024:,.1f} KiB"
 
 
-def _memory_rows(dep, manifest: dict) -> list[dict]:
+def _memory_rows(dep) -> list[dict]:
     m, o = dep.memory, dep.options
-    elf = manifest.get("elf") if isinstance(manifest.get("elf"), dict) else None
+    elf = dep.elf if isinstance(dep.elf, dict) else None
     used_l1 = max((t.l1_bytes for _, t in dep.tilings.values()), default=None)
-    rows = [("SRAM", m["sram_bytes"], o.sram, elf and elf["sram_bytes"]),
-            ("flash", m["flash_bytes"], o.flash, elf and elf["flash_bytes"])]
+    rows = [("SRAM", m.sram_bytes, o.sram, elf and elf["sram_bytes"]),
+            ("flash", m.flash_bytes, o.flash, elf and elf["flash_bytes"])]
     if dep.tilings:
         rows.append(("L1 (largest tile)", used_l1, o.l1, None))
     if dep.l3 is not None:
-        rows.append(("L3", m["l3_bytes"], o.l3, None))
+        rows.append(("L3", m.l3_bytes, o.l3, None))
     return [dict(name=name, need=f"{need:,}", kib=_kib(need), budget=f"{budget:,}" if budget is not None else "-",
                  state="-" if budget is None else ("OVER" if need > budget else "OK"),
                  share=f"{100 * need / budget:.1f}%" if budget else "-",
@@ -152,7 +153,7 @@ def _arena_budget(dep) -> int | None:
     if dep.options.sram is None:
         return None
     m = dep.memory
-    return dep.options.sram - (m["sram_bytes"] - m["arena_bytes"])
+    return dep.options.sram - (m.sram_bytes - m.arena_bytes)
 
 
 def _layer_names(dep) -> list[str]:
@@ -165,14 +166,14 @@ def curve_figure(dep, curve: list[int]) -> dict:
     n_ops = len(dep.graph.layers)
     budget = _arena_budget(dep)
     patch = dep.patch
-    tops = [*curve, dep.plan.peak, budget or 0, patch.choice.unsplit_peak if patch else 0]
+    tops = [*curve, dep.arena.peak, budget or 0, patch.choice.unsplit_peak if patch else 0]
     axes = _Axes(n_ops, _axis_top(max(tops)), CURVE_HEIGHT)
     names = _layer_names(dep)
     bars = [dict(x=axes.x(k) + 0.5, y=axes.y(v), w=max(round(axes.dx - 1, 2), 0.5), h=round(v * axes.sy, 2),
                  title=f"{names[k]}: {v:,} B live") for k, v in enumerate(curve)]
     # labels: the budget's at the left end of its line, the others at the right end, so that
     # lines close to each other keep readable labels
-    lines = [dict(y=axes.y(dep.plan.peak), cls="peak", label=f"arena {dep.plan.peak:,} B ({dep.plan.method})",
+    lines = [dict(y=axes.y(dep.arena.peak), cls="peak", label=f"arena {dep.arena.peak:,} B ({dep.arena.method})",
                   x=WIDTH - RIGHT, anchor="end")]
     if budget is not None:
         lines.append(dict(y=axes.y(max(budget, 0)), cls="budget", label=f"--sram left for the arena {budget:,} B",
@@ -189,7 +190,7 @@ def curve_figure(dep, curve: list[int]) -> dict:
 
 def flash_figure(dep) -> dict:
     """Flash by section as one stacked bar, the budget as a mark."""
-    sections = dep.memory["flash_sections"]
+    sections = dict(dep.memory.flash_sections)
     total = max(sum(sections.values()), 1)
     scale_to = max(total, dep.options.flash or 0)
     plot_w = FLASH_WIDTH - LEFT - RIGHT
@@ -259,9 +260,9 @@ def patch_figure(dep) -> dict | None:
                          for t, b in sorted(p.buffers.items())])
 
 
-def _solver_rows(manifest: dict) -> list[tuple[str, str]]:
+def _solver_rows(dep) -> list[tuple[str, str]]:
     rows = []
-    for name, stats in manifest["solvers"].items():
+    for name, stats in solver_statistics(dep.arena, dep.options, dep.tilings, dep.patch).items():
         if stats is None:
             continue
         rows.append((name, ", ".join(f"{k} {json.dumps(v) if isinstance(v, dict) else v}" for k, v in stats.items())))
@@ -282,18 +283,17 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
     """The deployment: budgets and what each memory needs, bytes live per layer, flash by
     section, every arena planner's picture, the per-layer table (tiling, L3 slabs, patch
     stage), the patch grid and the solvers' statistics."""
-    manifest = json.loads(dep.files["manifest.json"]) if "manifest.json" in dep.files else {}
-    plans = report_plans(dep.plan, problem) if plans is None else plans
+    plans = report_plans(dep.arena, problem) if plans is None else plans
     curve = live_bytes(problem)
     o = dep.options
     deployment = dict(
         model=dep.graph.name, target=dep.backend.name, target_description=dep.backend.description,
-        layers=len(dep.graph.layers), macs=f"{dep.macs:,}", arena=f"{dep.plan.peak:,}",
-        arena_method=dep.plan.method, lower_bound=f"{dep.plan.lower_bound:,}", arena_status=dep.plan.status,
+        layers=len(dep.graph.layers), macs=f"{dep.macs:,}", arena=f"{dep.arena.peak:,}",
+        arena_method=dep.arena.method, lower_bound=f"{dep.arena.lower_bound:,}", arena_status=dep.arena.status,
         budgets=", ".join(f"{flag} {v:,}" for flag, v in (("--l1", o.l1), ("--sram", o.sram), ("--flash", o.flash),
                                                           ("--l3", o.l3)) if v is not None) or "none",
-        memory=_memory_rows(dep, manifest), curve=curve_figure(dep, curve), flash=flash_figure(dep),
-        layer_rows=_layer_rows(dep, curve), patch=patch_figure(dep), solvers=_solver_rows(manifest) if manifest else [],
+        memory=_memory_rows(dep), curve=curve_figure(dep, curve), flash=flash_figure(dep),
+        layer_rows=_layer_rows(dep, curve), patch=patch_figure(dep), solvers=_solver_rows(dep),
         notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None)
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,

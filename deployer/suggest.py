@@ -21,8 +21,9 @@ from solver.arena import GREEDY, SolverConfig, plan_arena
 
 from . import progress
 from .render import display
-from .pipeline import (Deployment, Options, arena_problem, over_budget, plan_deployment, resolve_options,
-                       split_choice)
+from solver.plan import Memory, Plan
+
+from .pipeline import Options, arena_problem, over_budget, plan_deployment, resolve_options, split_choice
 
 PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
 MED_SHARE = 0.10  # a saving of at least this share of the memory's need is worth a MED
@@ -50,7 +51,7 @@ def _conv_kind(kern) -> str | None:
     return None
 
 
-def signature(inv: Inventory, dep: Deployment | None, unsupported: str | None) -> Signature:
+def signature(inv: Inventory, dep: Plan | None, unsupported: str | None) -> Signature:
     kinds: dict[str, list[int]] = {}
     for kern in dep.kernels if dep else ():
         kind = _conv_kind(kern)
@@ -83,14 +84,14 @@ class Suggestion:
     target: str
     options: Options  # the estimate's (the target's memories filled in; an --l1 too small raised to work)
     signature: Signature
-    deployment: Deployment | None  # the estimate's plan (None when the model cannot be deployed)
+    deployment: Plan | None  # the estimate's plan (None when the model cannot be deployed)
     l1_need: int | None = None  # smallest --l1 that works, when the given one is too small
     l1_budget: int | None = None  # the --l1 asked for
     recommendations: tuple[Recommendation, ...] = field(default=())
 
     @property
-    def memory(self) -> dict:
-        return self.deployment.memory if self.deployment else {}
+    def memory(self) -> Memory:
+        return self.deployment.memory if self.deployment else Memory()
 
     def over(self) -> list[tuple[str, str, int, int]]:
         """(flag, memory, need, budget) of every budget the estimate exceeds."""
@@ -119,7 +120,7 @@ def _prioritize(rec: Recommendation, s: Suggestion) -> Recommendation:
         budget, need = s.l1_budget, (s.l1_need or 0)
     else:
         key, field_ = MEMORY_KEYS[rec.memory]
-        budget, need = getattr(s.options, field_), s.memory[key]
+        budget, need = getattr(s.options, field_), getattr(s.memory, key)
     if rec.on:
         without = need + rec.saving
         fits = budget is None or need <= budget
@@ -141,7 +142,7 @@ def _prioritize(rec: Recommendation, s: Suggestion) -> Recommendation:
     return replace(rec, priority="LOW", why=f"{rec.memory} fits without it")
 
 
-def _measure(model: Path, options: Options) -> Deployment | None:
+def _measure(model: Path, options: Options) -> Plan | None:
     """The plan with ``options``, or None when it cannot be made (an L1 too small)."""
     try:
         return plan_deployment(model, options)
@@ -158,8 +159,8 @@ def _in_place(model: Path, s: Suggestion) -> Recommendation:
         return Recommendation("in-place ops", "SRAM", on, 0, "not measurable with this L1")
     rules = sorted({r.rule for r in with_.reuses})
     detail = (f"{len(with_.reuses)} layers write over an input that dies ({', '.join(rules) or 'none'}); "
-              f"SRAM {without.memory['sram_bytes']:,} B without, {with_.memory['sram_bytes']:,} B with")
-    saving = without.memory["sram_bytes"] - with_.memory["sram_bytes"]
+              f"SRAM {without.memory.sram_bytes:,} B without, {with_.memory.sram_bytes:,} B with")
+    saving = without.memory.sram_bytes - with_.memory.sram_bytes
     if on and saving < 0:  # the reuses kept buffers alive that the L3 placement or a split would move
         return Recommendation("no in-place ops", "SRAM", False, -saving, detail + "; here they cost SRAM",
                               ("--no-in-place",), (("in_place", False),))
@@ -169,16 +170,16 @@ def _in_place(model: Path, s: Suggestion) -> Recommendation:
 
 def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
-    problem, _ = arena_problem(base.lives, base.backend.alignment)
+    problem, _ = arena_problem(list(base.lives), base.backend.alignment)
     greedy = [plan_arena(problem, m) for m in GREEDY]
     best = min(greedy, key=lambda p: (p.peak, p.method))
-    on = base.plan.method == "cpsat"
-    cpsat = base.plan if on else plan_arena(problem, "cpsat", SolverConfig(time_limit_s=s.options.time_limit_s))
+    on = base.arena.method == "cpsat"
+    cpsat = base.arena if on else plan_arena(problem, "cpsat", SolverConfig(time_limit_s=s.options.time_limit_s))
     gap = "" if cpsat.status == "OPTIMAL" else f"; {cpsat.peak - cpsat.lower_bound:,} B above the lower bound " \
                                                f"(--time-limit longer may close it)"
     detail = (f"CP-SAT {cpsat.peak:,} B ({cpsat.status}){gap}; best greedy {best.method} {best.peak:,} B; "
               f"lower bound {cpsat.lower_bound:,} B")
-    reference = best.peak if on else base.plan.peak
+    reference = best.peak if on else base.arena.peak
     return Recommendation("CP-SAT arena", "SRAM", on, reference - cpsat.peak, detail,
                           () if on else ("--planner cpsat",), () if on else (("planner", "cpsat"),))
 
@@ -186,20 +187,20 @@ def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
 def _patch(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
     o = s.options
-    over = o.sram is not None and base.memory["sram_bytes"] > o.sram
+    over = o.sram is not None and base.memory.sram_bytes > o.sram
     if base.patch is not None:
         more = _more_overhead(model, s) if over and o.patch == "auto" else None  # allow more recompute
         if more is not None:
             return more
         c, st = base.patch.choice, base.patch.stage
         alt = _measure(model, replace(o, patch="off"))
-        saving = alt.memory["sram_bytes"] - base.memory["sram_bytes"] if alt else 0
+        saving = alt.memory.sram_bytes - base.memory.sram_bytes if alt else 0
         return Recommendation("patch inference", "SRAM", True, saving,
                               f"ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches; recomputes "
                               f"{c.macs_extra:,} MACs ({100 * c.overhead:.1f}%){_dsp_note(base)}")
     if o.patch not in ("auto", "off"):
         return Recommendation("patch inference", "SRAM", False, 0, f"--patch {o.patch} gives no split")
-    choice = split_choice(base.graph, base.kernels, o, None)  # the least peak within --max-overhead
+    choice = split_choice(base, None)  # the least peak within --max-overhead
     if choice.end is None:
         more = _more_overhead(model, s) if over else None
         if more is not None:
@@ -208,10 +209,10 @@ def _patch(model: Path, s: Suggestion) -> Recommendation:
                               f"no split within --max-overhead {100 * o.max_overhead:g}% lowers the peak")
     flag = f"{choice.grid[0]}x{choice.grid[1]}@{choice.end}"
     alt = _measure(model, replace(o, patch=flag))
-    saving = base.memory["sram_bytes"] - alt.memory["sram_bytes"] if alt else 0
+    saving = base.memory.sram_bytes - alt.memory.sram_bytes if alt else 0
     return Recommendation("patch inference", "SRAM", False, saving,
                           f"ops ..{choice.end} in {choice.grid[0]}x{choice.grid[1]} patches: SRAM "
-                          f"{alt.memory['sram_bytes'] if alt else 0:,} B; recomputes {choice.macs_extra:,} MACs "
+                          f"{alt.memory.sram_bytes if alt else 0:,} B; recomputes {choice.macs_extra:,} MACs "
                           f"({100 * choice.overhead:.1f}%){_dsp_note(base)}", (f"--patch {flag}",),
                           (("patch", flag),))
 
@@ -220,18 +221,18 @@ def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
     """The smallest larger --max-overhead whose split fits --sram (else the one that saves most)."""
     base, o = s.deployment, s.options
     best = None
-    peak = base.patch.choice.peak if base.patch else max(live_bytes_per_op(base.lives, len(base.graph.layers)))
+    peak = base.patch.choice.peak if base.patch else max(live_bytes_per_op(list(base.lives), len(base.graph.layers)))
     for share in (x for x in OVERHEADS if x > o.max_overhead):
-        choice = split_choice(base.graph, base.kernels, replace(o, max_overhead=share), o.sram)
+        choice = split_choice(base.but(options=replace(o, max_overhead=share)), o.sram)
         if choice.end is None or choice.peak >= peak:  # the split's own estimate: no lower peak, no plan
             continue
         alt = _measure(model, replace(o, patch="auto", max_overhead=share))
         if alt is None or alt.patch is None:
             continue
-        saving = base.memory["sram_bytes"] - alt.memory["sram_bytes"]
+        saving = base.memory.sram_bytes - alt.memory.sram_bytes
         if best is None or saving > best[0]:
             best = (saving, share, alt)
-        if alt.memory["sram_bytes"] <= o.sram:
+        if alt.memory.sram_bytes <= o.sram:
             break
     if best is None or best[0] <= 0:
         return None
@@ -239,13 +240,18 @@ def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
     c, st = alt.patch.choice, alt.patch.stage
     return Recommendation("patch inference", "SRAM", False, saving,
                           f"with --max-overhead {100 * share:g}%: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} "
-                          f"patches, SRAM {alt.memory['sram_bytes']:,} B; recomputes {c.macs_extra:,} MACs "
+                          f"patches, SRAM {alt.memory.sram_bytes:,} B; recomputes {c.macs_extra:,} MACs "
                           f"({100 * c.overhead:.1f}%){_dsp_note(base)}", (f"--max-overhead {100 * share:g}%",),
                           (("patch", "auto"), ("max_overhead", share)))
 
 
-def _dsp_note(dep: Deployment) -> str:
-    return "; the stage runs the portable kernels, not SMLAD" if dep.kernels_used == "smlad" else ""
+def _dsp_note(dep: Plan) -> str:
+    return "; the stage runs the portable kernels, not SMLAD" if _dsp(dep) else ""
+
+
+def _dsp(dep: Plan) -> bool:
+    """Does the target's kernel family have DSP variants this plan may use?"""
+    return bool(dep.backend.variants) and dep.options.kernels != "plain"
 
 
 def _tiling(model: Path, s: Suggestion) -> Recommendation:
@@ -257,7 +263,7 @@ def _tiling(model: Path, s: Suggestion) -> Recommendation:
         tcm = base.backend.tcm_bytes
         hint = (f"the part's {tcm // 1024}K tightly-coupled memory can hold L1 tiles (--l1 up to {tcm // 1024}K), "
                 f"but tiled layers run the portable kernels" if tcm else "the target has no L1 scratchpad; --l1 N "
-                f"tiles layers for one")
+                "tiles layers for one")
         return Recommendation("tiling", "L1", False, 0, f"{hint}; the largest layer (op {layer}) needs {need:,} B "
                               f"of L1 untiled" if layer is not None else hint)
     used = max((t.l1_bytes for _, t in base.tilings.values()), default=0)
@@ -276,43 +282,43 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
     key = MEMORY_KEYS[resident][0]
     if base.l3 is not None:  # already streaming from L3: what it saves against none
         alt = _measure(model, replace(o, l3=0))
-        saving = alt.memory[key] - base.memory[key] if alt else 0
+        saving = getattr(alt.memory, key) - getattr(base.memory, key) if alt else 0
         pl = base.l3.placement
         return Recommendation("weight placement", resident, True, saving,
-                              f"weights of {len(pl.weights)} layers ({base.memory['l3_weights_bytes']:,} B) and "
+                              f"weights of {len(pl.weights)} layers ({base.memory.l3_weights_bytes:,} B) and "
                               f"{len(pl.tensors)} activations in L3; {sum(x.l3_traffic for x in pl.slabs.values()):,} "
                               f"B streamed per inference")
-    if base.kernels_used == "smlad":
+    if _dsp(base):
         alt = _measure(model, replace(o, kernels="plain"))
-        saving = base.memory["flash_bytes"] - alt.memory["flash_bytes"] if alt else 0
-        plain = len(base.plain_layers)
+        saving = base.memory.flash_bytes - alt.memory.flash_bytes if alt else 0
+        plain = sum(1 for lp in base.layers if not lp.variant.dsp)
         return Recommendation("weight placement", "flash", False, saving,
                               f"int8 weights for the plain kernels instead of the SMLAD kernels' packed 16-bit pairs "
-                              f"(flash {alt.memory['flash_bytes'] if alt else 0:,} B; {plain} layers already plain); "
+                              f"(flash {alt.memory.flash_bytes if alt else 0:,} B; {plain} layers already plain); "
                               f"costs the DSP kernels' speed", ("--kernels plain",), (("kernels", "plain"),))
     if o.l3 is None and getattr(o, MEMORY_KEYS[resident][1]) is not None and \
-            base.memory[key] > getattr(o, MEMORY_KEYS[resident][1]):
+            getattr(base.memory, key) > getattr(o, MEMORY_KEYS[resident][1]):
         # Nothing on the part holds the weights: measure an external memory it could add.
         l1 = o.l1 or HYPOTHETICAL_L1
         alt = _measure(model, replace(o, l1=l1, l3=HYPOTHETICAL_L3, tiler="greedy"))  # flash, not tile quality
         if alt is not None and alt.l3 is not None:
-            l3_need = -(-alt.memory["l3_bytes"] // 1024)
+            l3_need = -(-alt.memory.l3_bytes // 1024)
             flags = (*(() if o.l1 else (f"--l1 {l1 // 1024}K",)), f"--l3 {l3_need}K")
-            return Recommendation("weight placement", resident, False, base.memory[key] - alt.memory[key],
+            return Recommendation("weight placement", resident, False, getattr(base.memory, key) - getattr(alt.memory, key),
                                   f"weights streamed from an external memory of {l3_need:,} KiB "
-                                  f"({alt.memory['l3_weights_bytes']:,} B of weights, "
-                                  f"{alt.memory['l3_arena_bytes']:,} B of activations); with it flash "
-                                  f"{alt.memory['flash_bytes']:,} B, SRAM {alt.memory['sram_bytes']:,} B", flags,
+                                  f"({alt.memory.l3_weights_bytes:,} B of weights, "
+                                  f"{alt.memory.l3_arena_bytes:,} B of activations); with it flash "
+                                  f"{alt.memory.flash_bytes:,} B, SRAM {alt.memory.sram_bytes:,} B", flags,
                                   needs_hardware=True)
     return Recommendation("weight placement", resident, False, 0,
-                          f"weights stay in {resident} ({base.memory['weights_bytes']:,} B); "
+                          f"weights stay in {resident} ({base.memory.weights_bytes:,} B); "
                           f"{'they fit' if not over_budget(base.memory, o) else 'the target has no external memory'}")
 
 
 KNOBS = (_in_place, _arena_planner, _patch, _tiling, _weight_placement)
 
 
-def _plan_estimate(model: Path, options: Options) -> tuple[Deployment, int | None]:
+def _plan_estimate(model: Path, options: Options) -> tuple[Plan, int | None]:
     """The plan deploy makes; with an --l1 below the smallest tile, the plan at that smallest L1."""
     try:
         return plan_deployment(model, options), None
@@ -352,8 +358,8 @@ def recommendations(model: Path, s: Suggestion) -> Suggestion:
 @dataclass(frozen=True)
 class Step:
     recommendation: Recommendation
-    before: dict  # memory before the step
-    after: dict
+    before: Memory  # memory before the step
+    after: Memory
 
 
 def _applicable(rec: Recommendation, s: Suggestion) -> bool:
@@ -363,7 +369,7 @@ def _applicable(rec: Recommendation, s: Suggestion) -> bool:
     return bool(rec.changes) and not rec.needs_hardware and rec.saving > 0 and rec.memory.upper() in over
 
 
-def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Options, list[Step], Deployment]:
+def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Options, list[Step], Plan]:
     """Apply the measured recommendations, most useful first, until the budgets are met.
     Returns the options that fit, the steps taken and the plan with those options (ready for
     ``emit_deployment``); raises InfeasibleBudget naming what is still over, by how much,
@@ -410,7 +416,8 @@ def _status(s: Suggestion) -> dict:
 
 
 def suggestion_json(s: Suggestion) -> dict:
-    sig, inv, m = s.signature, s.signature.inventory, s.memory
+    sig, inv = s.signature, s.signature.inventory
+    m = s.memory.as_dict() if s.deployment else {}
     return {
         "model": s.model, "format": inv.format, "target": s.target,
         "signature": {
@@ -447,7 +454,7 @@ def suggestion_text(s: Suggestion) -> str:
               for kind, ports in (("input", inv.inputs), ("output", inv.outputs)) for p in ports]
     if sig.unsupported:
         return "\n".join([*lines, "", f"deploy stops on this model: {display(sig.unsupported)}"])
-    m, st = s.memory, _status(s)
+    m, st = s.memory.as_dict(), _status(s)
     needs = [("SRAM", m["sram_bytes"], s.options.sram, st["sram"]), ("flash", m["flash_bytes"], s.options.flash,
                                                                       st["flash"])]
     if s.deployment.tilings or s.l1_budget is not None:
@@ -455,7 +462,7 @@ def suggestion_text(s: Suggestion) -> str:
         needs.append(("L1", used, s.l1_budget, st["l1"]))
     if s.deployment.l3 is not None:
         needs.append(("L3", m["l3_bytes"], s.options.l3, st["l3"]))
-    p = s.deployment.plan
+    p = s.deployment.arena
     lines += ["", f"estimate  {'needed':>12} {'budget':>12}",
               *(f"  {name:<7} {_kib(need):>12} {_kib(budget):>12}   {state or ''}".rstrip()
                 for name, need, budget, state in needs),

@@ -13,7 +13,7 @@ from network_parser.ir import Graph
 
 from . import build_cache, golden
 from .golden import NP_DTYPES
-from .pipeline import Deployment
+from solver.plan import Plan
 from .reference import run_reference
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "verify_main.c"
@@ -54,7 +54,7 @@ def write_files(files: dict, folder: Path) -> None:
         (folder / name).write_bytes(as_bytes(data))
 
 
-def build_engine(dep: Deployment, sanitize: bool = False, trace: bool = False,
+def build_engine(dep: Plan, sanitize: bool = False, trace: bool = False,
                  extra_flags: tuple[str, ...] = (), cc: str | None = None, cflags: tuple[str, ...] | None = None,
                  extra_sources: tuple[Path, ...] = ()) -> Engine:
     """Compile engine + harness; identical sources and flags reuse the cached binary.
@@ -168,7 +168,7 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
 
 
-def verify(dep: Deployment, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False,
+def verify(dep: Plan, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False,
            expected: Expected | None = None) -> dict:
     """Compare the compiled engine with the reference interpreter (or ``expected``) on every sample."""
     outs, _ = run_engine(build_engine(dep, sanitize=sanitize), samples)
@@ -182,7 +182,7 @@ class Expected:
     outputs: list[list[np.ndarray]]
 
 
-def compare(dep: Deployment, model: Path, samples: list[list[np.ndarray]], outs: list[list[np.ndarray]],
+def compare(dep: Plan, model: Path, samples: list[list[np.ndarray]], outs: list[list[np.ndarray]],
             expected: Expected | None = None) -> dict:
     """The largest difference per output between the engine's ``outs`` and the reference's."""
     diffs = [0.0] * len(dep.graph.outputs)
@@ -201,13 +201,13 @@ def compare(dep: Deployment, model: Path, samples: list[list[np.ndarray]], outs:
                     for i, (o, d) in enumerate(zip(dep.graph.outputs, diffs))],
         "reference": reference,
         "samples": len(samples),
-        "sram_bytes": dep.memory["sram_bytes"],
-        "flash_bytes": dep.memory["flash_bytes"],
+        "sram_bytes": dep.memory.sram_bytes,
+        "flash_bytes": dep.memory.flash_bytes,
         "macs": dep.macs,
     }
 
 
-def first_divergence(dep: Deployment, model: Path, sample: list[np.ndarray], trace: list | None = None) -> dict:
+def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: list | None = None) -> dict:
     """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference.
     ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here."""
     traces = [trace] if trace is not None else run_engine(build_engine(dep, trace=True), [sample])[1]

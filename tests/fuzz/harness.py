@@ -14,7 +14,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from deployer.pipeline import Options, emit_deployment, plan_deployment
+from deployer.pipeline import Options, finish, plan_deployment
 from network_parser.errors import DeployError
 from network_parser.inventory import inventory
 
@@ -42,7 +42,7 @@ def exercise(reader: str, data: bytes, options: Options = FAST, golden: bool = F
     except DeployError:
         pass
     try:
-        dep = emit_deployment(plan_deployment(path, options))
+        dep = finish(plan_deployment(path, options))
     except DeployError as e:
         return e.kind
     if golden:

@@ -18,7 +18,7 @@ GREEDY = ["first-fit", "best-fit", "bidirectional"]
 def test_every_planner_bit_exact(rel, planner):
     model = shared_model(rel)
     dep = deploy(model, Options(planner=planner))  # deploy() checks the plan before emitting
-    assert dep.plan.peak >= dep.plan.lower_bound
+    assert dep.arena.peak >= dep.arena.lower_bound
     assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, 3)])
 
 

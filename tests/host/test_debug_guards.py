@@ -13,7 +13,7 @@ from deployer.pipeline import GUARD_BYTES, Options, deploy
 from deployer.verify import BuildError, build_engine, random_inputs, run_engine
 from tests.host.test_models import assert_bit_exact
 from tests.models import shared_model
-from tests.target.test_gap8 import EMU_SOURCES, HOST_FLAGS, TSAN, emulated
+from tests.target.test_gap8 import HOST_FLAGS, TSAN, emulated
 
 KWS = "mlperf_tiny/kws_ref_model.tflite"
 VWW = "mlperf_tiny/vww_96_int8.tflite"
@@ -38,7 +38,7 @@ def test_guarded_engine_is_bit_exact_under_sanitizers(name, rel, options):
     dep = guarded(rel, **options)
     plain = deploy(shared_model(rel), Options(**options))
     buffers = len({lt.owner for lt in dep.lives})
-    assert plain.plan.peak < dep.plan.peak <= plain.plan.peak + buffers * (2 * GUARD_BYTES + 16)
+    assert plain.arena.peak < dep.arena.peak <= plain.arena.peak + buffers * (2 * GUARD_BYTES + 16)
     engine = next(t for n, t in dep.files.items() if n.endswith("_engine.c"))
     assert "guard_check(" in engine and "INFERENCE_GUARD_FAILED" in dep.files["inference_api.h"]
     assert "guard_" not in next(t for n, t in plain.files.items() if n.endswith("_engine.c"))

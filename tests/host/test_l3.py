@@ -42,8 +42,8 @@ def streaming(rel: str, l1: int = 16 * K, target: str = "host"):
 @pytest.mark.parametrize("rel", INT8_MODELS)
 def test_l3_streaming_bit_exact(rel):
     dep, flash, sram = streaming(rel)
-    assert sram is None or dep.memory["sram_bytes"] <= sram
-    assert flash is None or dep.memory["flash_bytes"] <= flash
+    assert sram is None or dep.memory.sram_bytes <= sram
+    assert flash is None or dep.memory.flash_bytes <= flash
     weighted = [k for k, (g, _) in dep.tilings.items() if g.weight_bytes_per_channel]
     if weighted:  # the smallest flash streams every tiled layer's weights
         assert dep.l3 is not None and set(dep.l3.placement.weights) == set(weighted)

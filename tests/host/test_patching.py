@@ -97,7 +97,7 @@ def test_mobilenet_v2_224_fits_256k_bit_exact(tmp_path):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["memory"]["sram_bytes"] <= 262_144 and manifest["patch"]["overhead"] < 0.2
     dep = deploy(model, Options(sram=256 * K, planner="first-fit"))
-    assert dep.memory["sram_bytes"] <= 262_144
+    assert dep.memory.sram_bytes <= 262_144
     assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, 0)])
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from deployer.output import write_output
-from deployer.pipeline import Deployment, Options, deploy
+from deployer.pipeline import Options, deploy
+from solver.plan import Plan
 from solver.arena import GREEDY
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -88,7 +89,7 @@ CASES = {
 
 @dataclass
 class Report:
-    dep: Deployment
+    dep: Plan
     path: Path
     page: object  # playwright Page, loaded with the report
     requests: list[str]
@@ -143,7 +144,7 @@ def test_every_picture_is_drawn(report):
     ids = [svgs.nth(i).evaluate("s => s.id || s.getAttribute('class')") for i in range(svgs.count())]
     n_arena = ids.count("arena")
     assert ids == ["curve", "flash", *["arena"] * n_arena, *(["patch"] if dep.patch else [])]
-    assert n_arena == len({dep.plan.method, *GREEDY})  # the deployment's planner and the greedy ones
+    assert n_arena == len({dep.arena.method, *GREEDY})  # the deployment's planner and the greedy ones
     for i, name in enumerate(ids):
         svg = svgs.nth(i)
         box = svg.bounding_box()
@@ -175,17 +176,17 @@ def test_blank_check_can_fail(browser):
 def test_key_figures(report):
     page, dep = report.page, report.dep
     text = page.inner_text("body")
-    m = dep.memory
-    for figure in (f"{dep.plan.peak:,}", f"{m['sram_bytes']:,}", f"{m['flash_bytes']:,}", dep.graph.name):
+    m = dep.memory.as_dict()
+    for figure in (f"{dep.arena.peak:,}", f"{m['sram_bytes']:,}", f"{m['flash_bytes']:,}", dep.graph.name):
         assert figure in text
-    assert f"Arena {dep.plan.peak:,} B by {dep.plan.method}" in page.inner_text("p#summary")
+    assert f"Arena {dep.arena.peak:,} B by {dep.arena.method}" in page.inner_text("p#summary")
     memory = {row[0]: row for row in cells(page, "table#memory")[1:]}
     assert memory["SRAM"][1] == f"{m['sram_bytes']:,}" and memory["flash"][1] == f"{m['flash_bytes']:,}"
     assert dep.graph.name in page.title()
 
     planners = cells(page, "table#planner-table")
     methods = [row[0] for row in planners[1:]]
-    assert set(methods) == {dep.plan.method, *GREEDY}
+    assert set(methods) == {dep.arena.method, *GREEDY}
     headings = page.locator("h3").all_inner_texts()
     for method in methods:
         assert method in text

@@ -100,7 +100,7 @@ def test_random_chain_streamed_from_l3_bit_exact(tmp_path, monkeypatch, case):
     flash = reported_need(path, Options(**base, flash=1)) if target == "host" else None
     sram = reported_need(path, Options(**base, flash=flash, sram=1))
     dep = deploy(path, Options(**base, flash=flash, sram=sram))
-    assert sram is None or dep.memory["sram_bytes"] <= sram
+    assert sram is None or dep.memory.sram_bytes <= sram
     if dep.l3 is not None and target == "gap8":
         l3_env(dep, tmp_path, monkeypatch)
     engine = build_engine(dep) if target == "host" else emulated(dep)

@@ -60,7 +60,7 @@ def test_elf_memory_within_budgets(rel):
     dep = cortexm(rel, "cortex-m7", 256 * K, 1024 * K)
     mem = qemu.elf_memory(qemu.build_elf(dep).path)
     assert 0 < mem["flash_bytes"] <= 1024 * K and 0 < mem["sram_bytes"] <= 256 * K, mem
-    assert mem["sections"][".bss"] >= dep.memory["arena_bytes"]
+    assert mem["sections"][".bss"] >= dep.memory.arena_bytes
 
 
 def test_layers_keep_int8_weights_when_packed_ones_exceed_flash():
@@ -68,10 +68,10 @@ def test_layers_keep_int8_weights_when_packed_ones_exceed_flash():
     packing costs most keep the plain kernels, the plan fits and still runs bit-exact."""
     rel = "tflm/person_detect.tflite"
     full, tight = cortexm(rel, "cortex-m4"), cortexm(rel, "cortex-m4", None, 320 * K)
-    assert full.memory["flash_bytes"] > 320 * K >= tight.memory["flash_bytes"]
+    assert full.memory.flash_bytes > 320 * K >= tight.memory.flash_bytes
     assert any("keep the plain kernels" in n for n in tight.notes)
     elf = qemu.elf_memory(qemu.build_elf(tight).path)["flash_bytes"]  # the QEMU harness included
-    assert abs(elf - tight.memory["flash_bytes"]) < 0.05 * elf, (elf, tight.memory["flash_bytes"])
+    assert abs(elf - tight.memory.flash_bytes) < 0.05 * elf, (elf, tight.memory.flash_bytes)
     assert_bit_exact_on_qemu(shared_model(rel), tight, [random_inputs(tight.graph, 3)])
 
 
@@ -91,15 +91,15 @@ def test_the_l1_buffer_of_a_core_without_tcm_counts_to_sram():
     DTCM, not in SRAM."""
     rel = "mlperf_tiny/kws_ref_model.tflite"
     dep = deploy(shared_model(rel), Options(target="cortex-m7", l1=16 * K, patch="off"))
-    assert dep.tilings and dep.memory["scratch_bytes"] == 16 * K
-    assert dep.memory["sram_bytes"] == dep.memory["arena_bytes"] + 16 * K
+    assert dep.tilings and dep.memory.scratch_bytes == 16 * K
+    assert dep.memory.sram_bytes == dep.memory.arena_bytes + 16 * K
     bss = qemu.elf_memory(qemu.build_elf(dep).path)["sections"][".bss"]
-    assert dep.memory["sram_bytes"] <= bss < dep.memory["sram_bytes"] + 1024, (bss, dep.memory)
+    assert dep.memory.sram_bytes <= bss < dep.memory.sram_bytes + 1024, (bss, dep.memory)
     with pytest.raises(InfeasibleBudget, match="bytes of SRAM"):
         deploy(shared_model(rel), Options(target="cortex-m7", l1=16 * K, patch="off",
-                                          sram=dep.memory["arena_bytes"] + 8 * K))
+                                          sram=dep.memory.arena_bytes + 8 * K))
     tcm = deploy(shared_model(rel), Options(target="stm32h743", l1=16 * K, patch="off"))
-    assert tcm.memory["scratch_bytes"] == 0 and tcm.memory["sram_bytes"] == tcm.memory["arena_bytes"]
+    assert tcm.memory.scratch_bytes == 0 and tcm.memory.sram_bytes == tcm.memory.arena_bytes
 
 
 @pytest.mark.parametrize("target, l1", [("cortex-m4", None), ("stm32h743", 16 * K)], ids=["m4", "h743-tiled-dtcm"])

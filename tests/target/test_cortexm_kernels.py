@@ -9,11 +9,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from deployer import golden, qemu
-from deployer.emit import simd_choice
 from deployer.pipeline import Options, deploy
 from deployer.verify import random_inputs
-from layer_analyzer import kernels as K
-from layer_analyzer import simd
 from network_parser.tflite_builder import ModelBuilder
 from tests.target.test_cortexm import run_on_qemu
 
@@ -26,8 +23,9 @@ ACTS = st.sampled_from(["NONE", "RELU", "RELU6"])
 
 
 def variants(dep) -> set[str]:
-    found = {simd_choice(k, "smlad").variant for k in dep.kernels if simd_choice(k, "smlad") is not None}
-    return found | {"add" for k in dep.kernels if isinstance(k, K.Add) and simd.add_one_multiply(k)}
+    """The DSP kernels the plan runs: their layouts ("pointwise", "depthwise", ...) and "add"."""
+    return {lp.variant.layout.variant if lp.variant.layout is not None else lp.variant.macro
+            for lp in dep.layers if lp.variant.dsp}
 
 
 def check(tmp_path, mb: ModelBuilder, target: str, variant: str, in_place: bool = False) -> None:

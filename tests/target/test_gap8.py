@@ -160,7 +160,7 @@ def test_gap8_l3_streaming_bit_exact(rel, tmp_path, monkeypatch):
     (cluster RAM requests, performed only when waited for) through L2 slabs into L1 tiles."""
     from tests.host.test_l3 import streaming
     dep, _, sram = streaming(rel, 16 * K, "gap8")
-    assert dep.l3 is not None and dep.l3.placement.weights and dep.memory["sram_bytes"] <= sram
+    assert dep.l3 is not None and dep.l3.placement.weights and dep.memory.sram_bytes <= sram
     l3_env(dep, tmp_path, monkeypatch)
     assert_bit_exact(shared_model(rel), dep, emulated(dep), [random_inputs(dep.graph, s) for s in range(2)])
 
@@ -195,7 +195,7 @@ def test_gap8_streams_from_its_hyperram_by_default():
     """GAP8 keeps weights in L2; with an L2 budget below them, its 8 MiB L3 takes the rest."""
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
     whole = deploy(model, Options(patch="off", target="gap8", l1=16 * K))
-    assert whole.l3 is None and whole.memory["sram_bytes"] > 256 * K
+    assert whole.l3 is None and whole.memory.sram_bytes > 256 * K
     dep = deploy(model, Options(patch="off", target="gap8", l1=16 * K, sram=128 * K))
-    assert dep.options.l3 == 8 * 1024 * K and dep.l3 is not None and dep.memory["sram_bytes"] <= 128 * K
+    assert dep.options.l3 == 8 * 1024 * K and dep.l3 is not None and dep.memory.sram_bytes <= 128 * K
     assert "inference_l3_init" in next(v for n, v in dep.files.items() if n.endswith("_engine.h"))

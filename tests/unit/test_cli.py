@@ -133,7 +133,7 @@ def assert_no_output(out_dir: Path, before: set[str]):
 
 def test_infeasible_budget(run, tmp_path):
     model = builder_model(tmp_path / "cnn.tflite")
-    need = deploy(model, Options(patch="off")).memory["sram_bytes"]
+    need = deploy(model, Options(patch="off")).memory.sram_bytes
     assert need > 1024
     before = {p.name for p in tmp_path.iterdir()}
     code, _, err = run(model, "--sram", "1K", "--patch", "off", "-o", tmp_path / "out")
@@ -157,7 +157,7 @@ def test_stated_minimum_budget_is_exact(tmp_path):
 def test_infeasible_flash(tmp_path):
     model = builder_model(tmp_path / "cnn.tflite")
     code, _, err = run_clirunner(model, "--flash", "1K", "-o", tmp_path / "out")
-    need = deploy(model, Options()).memory["flash_bytes"]
+    need = deploy(model, Options()).memory.flash_bytes
     assert f"smallest --flash that works is {need}" in assert_one_line_error(code, err, "InfeasibleBudget")
     assert not (tmp_path / "out").exists()
 

@@ -142,7 +142,7 @@ def example_deployment():
 
 def test_checker_accepts_the_real_plan(example_deployment):
     dep = example_deployment
-    check_tensor_plan(_tensor_rows(dep), dep.plan.peak, 16)
+    check_tensor_plan(_tensor_rows(dep), dep.arena.peak, 16)
 
 
 def test_checker_catches_every_planted_overlap(example_deployment):
@@ -156,7 +156,7 @@ def test_checker_catches_every_planted_overlap(example_deployment):
                 mutated = list(rows)
                 mutated[i] = (*a[:4], b[4], a[5])
                 with pytest.raises(PlanError):
-                    check_tensor_plan(mutated, dep.plan.peak + a[5], 16)
+                    check_tensor_plan(mutated, dep.arena.peak + a[5], 16)
                 planted += 1
     assert planted > 5
 
@@ -164,6 +164,6 @@ def test_checker_catches_every_planted_overlap(example_deployment):
 def test_checker_catches_misalignment_and_overflow(example_deployment):
     dep = example_deployment
     rows = _tensor_rows(dep)
-    for fault in ((*rows[0][:4], rows[0][4] + 8, rows[0][5]), (*rows[0][:4], dep.plan.peak, rows[0][5])):
+    for fault in ((*rows[0][:4], rows[0][4] + 8, rows[0][5]), (*rows[0][:4], dep.arena.peak, rows[0][5])):
         with pytest.raises(PlanError):
-            check_tensor_plan([fault, *rows[1:]], dep.plan.peak, 16)
+            check_tensor_plan([fault, *rows[1:]], dep.arena.peak, 16)

@@ -72,20 +72,20 @@ def test_flash_budget_moves_the_largest_weights_first():
     sizes = {k: base.graph.tensors[base.kernels[k].weights].nbytes for k, (g, _) in base.tilings.items()
              if g.weight_bytes_per_channel}
     largest = max(sizes.values())
-    dep = deploy(model, Options(patch="off", l1=16 * 1024, l3=1 << 20, flash=base.memory["flash_bytes"] - 1))
+    dep = deploy(model, Options(patch="off", l1=16 * 1024, l3=1 << 20, flash=base.memory.flash_bytes - 1))
     assert [sizes[k] for k in dep.l3.placement.weights] == [largest]
-    assert dep.memory["flash_bytes"] == base.memory["flash_bytes"] - largest
-    assert dep.memory["l3_weights_bytes"] >= largest and not dep.l3.placement.tensors
+    assert dep.memory.flash_bytes == base.memory.flash_bytes - largest
+    assert dep.memory.l3_weights_bytes >= largest and not dep.l3.placement.tensors
 
 
 def test_reported_smallest_sram_works_and_beats_l2_only():
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
-    l2_only = deploy(model, Options(patch="off", l1=16 * 1024)).memory["sram_bytes"]
+    l2_only = deploy(model, Options(patch="off", l1=16 * 1024)).memory.sram_bytes
     with pytest.raises(InfeasibleBudget) as e:
         deploy(model, Options(patch="off", l1=16 * 1024, l3=1 << 22, sram=1024))
     need = e.value.minimum_bytes
     dep = deploy(model, Options(patch="off", l1=16 * 1024, l3=1 << 22, sram=need))
-    assert dep.memory["sram_bytes"] <= need < l2_only
+    assert dep.memory.sram_bytes <= need < l2_only
     assert dep.l3.placement.tensors and not set(dep.l3.placement.tensors) & {*dep.graph.inputs, *dep.graph.outputs}
 
 
@@ -99,4 +99,4 @@ def test_l3_budget_and_usage_errors():
 
 def test_without_pressure_nothing_moves():
     dep = deploy(shared_model(KWS), Options(patch="off", l1=16 * 1024, l3=1 << 20))
-    assert dep.l3 is None and dep.memory["l3_bytes"] == 0
+    assert dep.l3 is None and dep.memory.l3_bytes == 0

@@ -4,6 +4,7 @@ and ONNX graphs. The schema refuses what it does not describe (no additional pro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -33,10 +34,9 @@ def manifest(case: str) -> dict:
         assert dep.l3 is not None
         return json.loads(dep.files["manifest.json"])
     model = shared_onnx(rel[5:]) if rel.startswith("onnx:") else shared_model(rel)
-    dep = deploy(model, options)
     if case == "cortex-m7":  # as the CLI writes it: with the linked ELF's memory (null without the Arm tools)
-        from deployer.qemu import with_elf_memory
-        dep = with_elf_memory(dep)
+        options = replace(options, link_elf=True)
+    dep = deploy(model, options)
     return json.loads(dep.files["manifest.json"])
 
 

@@ -42,7 +42,7 @@ MODELS = ["mlperf_tiny/vww_96_int8.tflite", "tflm/person_detect.tflite",
 @pytest.mark.parametrize("rel", MODELS)
 def test_cpsat_split_matches_the_exhaustive_twin(rel):
     dep = deploy(shared_model(rel), Options(planner="first-fit", patch="off"))
-    for sram, overhead in ((None, 0.2), (None, 0.05), (dep.memory["sram_bytes"] // 2, 0.2), (1, 0.2)):
+    for sram, overhead in ((None, 0.2), (None, 0.05), (dep.memory.sram_bytes // 2, 0.2), (1, 0.2)):
         ex = plan_split(dep.graph, dep.kernels, dep.lives, "exhaustive", overhead, sram)
         cp = plan_split(dep.graph, dep.kernels, dep.lives, "cpsat", overhead, sram)
         assert (cp.peak, cp.macs_extra) == (ex.peak, ex.macs_extra), (sram, overhead, ex, cp)
@@ -59,7 +59,7 @@ def test_estimated_peak_is_the_planned_arenas_lower_bound(rel):
     assert dep.patch is not None
     bound = lower_bound(arena_problem(dep.lives, 16)[0])
     assert dep.patch.choice.peak <= bound <= dep.patch.choice.peak + 16 * len(dep.lives)
-    assert dep.memory["arena_bytes"] < dep.patch.choice.unsplit_peak
+    assert dep.memory.arena_bytes < dep.patch.choice.unsplit_peak
 
 
 def test_patch_option_errors():
@@ -75,7 +75,7 @@ def test_patch_option_errors():
 def test_tables_cover_every_stage_end_quickly():
     dep = deploy(shared_model(MODELS[3]), Options(planner="first-fit", patch="off"))
     tables, unsplit = split_tables(dep.graph, dep.kernels, dep.lives)
-    assert len(tables) > 10 and unsplit == dep.memory["arena_bytes"]
+    assert len(tables) > 10 and unsplit == dep.memory.arena_bytes
     assert all(1 in t.rows and 1 in t.cols for t in tables)
 
 
@@ -85,7 +85,7 @@ def test_a_split_is_sought_when_the_first_plan_without_one_is_over():
     found. The smallest --sram reported is the same whatever budget below it was asked."""
     path = shared_model("synthetic/mobilenetv2_035_96_random.tflite")
     fits = deploy(path, Options(target="gap8", sram=160 * K, l1=16 * K))
-    assert fits.patch is not None and fits.memory["sram_bytes"] <= 160 * K
+    assert fits.patch is not None and fits.memory.sram_bytes <= 160 * K
     needs = set()
     for sram in (96 * K, 128 * K):
         with pytest.raises(InfeasibleBudget) as e:
@@ -93,4 +93,4 @@ def test_a_split_is_sought_when_the_first_plan_without_one_is_over():
         needs.add(e.value.needs["--sram"])
     assert len(needs) == 1
     need = needs.pop()
-    assert deploy(path, Options(target="gap8", sram=need, l1=16 * K)).memory["sram_bytes"] <= need
+    assert deploy(path, Options(target="gap8", sram=need, l1=16 * K)).memory.sram_bytes <= need

@@ -3,7 +3,6 @@ leaves nothing that acts, and no template combines a macro's output with other t
 expression (a macro's output is marked safe: text joined to it would skip the file's rule)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import jinja2
 import pytest

@@ -85,13 +85,13 @@ def test_every_deploy_writes_the_report_and_it_is_byte_identical(models):
     p = page(a.files["report.html"])
     assert {"summary", "memory", "curve", "flash", "planner-table", "layers", "solvers"} <= p.ids
     memory = {row["cells"][0]: row["cells"] for row in p.tables["memory"][1:]}
-    assert memory["SRAM"][1] == f"{a.memory['sram_bytes']:,}" and memory["SRAM"][-1] == "OK"
-    assert memory["flash"][1] == f"{a.memory['flash_bytes']:,}" and memory["flash"][3] == f"{256 * 1024:,}"
+    assert memory["SRAM"][1] == f"{a.memory.sram_bytes:,}" and memory["SRAM"][-1] == "OK"
+    assert memory["flash"][1] == f"{a.memory.flash_bytes:,}" and memory["flash"][3] == f"{256 * 1024:,}"
     # one bar per layer; the budget left for the arena is drawn
     assert svg(p, "curve")["rects"].count("bar") == len(a.graph.layers)
     assert 'class="budget"' in a.files["report.html"]
     # one stacked part per flash section
-    assert len(svg(p, "flash")["rects"]) == len(a.memory["flash_sections"])
+    assert len(svg(p, "flash")["rects"]) == len(a.memory.flash_sections)
     # every planner: the table's rows and one picture each, one rectangle per buffer
     methods = [row["cells"][0] for row in p.tables["planner-table"][1:]]
     assert methods == ["cpsat", "first-fit", "best-fit", "bidirectional"]
@@ -154,4 +154,4 @@ def test_layers_streaming_from_l3_are_listed(models):
         if s is not None:
             assert row["cells"][l3].endswith(f"{s.slabs} slab{'s' if s.slabs > 1 else ''}, {s.l3_traffic:,} B")
     memory = {row["cells"][0]: row["cells"] for row in p.tables["memory"][1:]}
-    assert memory["L3"][1] == f"{dep.memory['l3_bytes']:,}"
+    assert memory["L3"][1] == f"{dep.memory.l3_bytes:,}"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from deployer.fixedpoint import mbqm
 from layer_analyzer import kernels as K
-from layer_analyzer import simd
+from backends import smlad as simd
 
 
 def fx_rq(acc, m, e, zp, fold):
@@ -56,7 +56,7 @@ def test_literal_shift_requantization_equals_the_reference():
 def test_pruned_channels_take_the_shortest_shift():
     kern = _conv(out_c=3, multiplier=(1 << 30, 0, 1 << 30), shift=(-5, 0, -31))
     assert simd.right_shifts(kern) == [5, 2, 31]
-    s = simd.choose(kern)
+    s = simd.layout_for(kern)
     assert s.fast_requant and not s.fold_zp  # a 31-bit shift: the zero point is added after
 
 
@@ -86,7 +86,7 @@ def test_stream_layout_reads_back_as_the_dot_products(out_c, k, in_c, seed):
     (lo, hi) words, then the requantization words; the window is zero-padded to whole steps."""
     rng = np.random.default_rng(seed)
     kern = _conv(in_c=in_c, out_c=out_c, k=k, pad=1 if k > 1 else 0)
-    s = simd.choose(kern)
+    s = simd.layout_for(kern)
     if k == 1 and in_c % 4 == 0:
         assert s.variant == "pointwise"
     w = rng.integers(-128, 128, (out_c, k, k, in_c)).astype(np.int8)
@@ -121,7 +121,7 @@ def test_depthwise_layout_pairs_channels_per_tap(groups, k, seed):
     rng = np.random.default_rng(seed)
     c = 4 * groups
     kern = _conv(in_c=c, out_c=c, k=k, depthwise=True, pad=k // 2)
-    s = simd.choose(kern)
+    s = simd.layout_for(kern)
     w = rng.integers(-128, 128, (1, k, k, c)).astype(np.int8)
     packed = simd.pack_depthwise(w, s).reshape(groups, k * k, 2)
     for g in range(groups):
@@ -132,14 +132,14 @@ def test_depthwise_layout_pairs_channels_per_tap(groups, k, seed):
 
 
 def test_variant_choice():
-    assert simd.choose(_conv(in_c=8, k=1)).variant == "pointwise"
-    assert simd.choose(_conv(in_c=3, k=3, pad=1)).variant == "im2col"
-    assert simd.choose(_conv(in_c=64, k=5, pad=2)).variant == "rows"  # 1600 B: too large for the stack
-    assert simd.choose(_conv(in_c=63, k=5, pad=2)) is None  # rows cut at a border would misalign
-    assert simd.choose(_conv(in_c=8, out_c=8, k=3, depthwise=True, pad=1)).variant == "depthwise"
-    assert simd.choose(_conv(in_c=6, out_c=6, k=3, depthwise=True, pad=1)) is None
-    assert simd.choose(K.FullyConnected(1, 10, 3, 0, 0, (0.1,), -128, 127, 0, -1)) is None
-    assert simd.choose(K.FullyConnected(1, 12, 3, 0, 0, (0.1,), -128, 127, 0, -1)).variant == "pointwise"
+    assert simd.layout_for(_conv(in_c=8, k=1)).variant == "pointwise"
+    assert simd.layout_for(_conv(in_c=3, k=3, pad=1)).variant == "im2col"
+    assert simd.layout_for(_conv(in_c=64, k=5, pad=2)).variant == "rows"  # 1600 B: too large for the stack
+    assert simd.layout_for(_conv(in_c=63, k=5, pad=2)) is None  # rows cut at a border would misalign
+    assert simd.layout_for(_conv(in_c=8, out_c=8, k=3, depthwise=True, pad=1)).variant == "depthwise"
+    assert simd.layout_for(_conv(in_c=6, out_c=6, k=3, depthwise=True, pad=1)) is None
+    assert simd.layout_for(K.FullyConnected(1, 10, 3, 0, 0, (0.1,), -128, 127, 0, -1)) is None
+    assert simd.layout_for(K.FullyConnected(1, 12, 3, 0, 0, (0.1,), -128, 127, 0, -1)).variant == "pointwise"
 
 
 def test_interior_and_border_rectangles_cover_every_pixel_once():

@@ -47,7 +47,7 @@ def test_every_solver_raising_still_deploys_the_greedy_plans(example, monkeypatc
     said = " | ".join(str(w.message) for w in caught)
     assert "CP-SAT tiling fell back to greedy" in said
     assert "patch split: CP-SAT failed (RuntimeError: injected solver fault)" in said
-    if dep.plan.status == "FALLBACK":  # the arena's CP-SAT runs only when greedy is not provably optimal
+    if dep.arena.status == "FALLBACK":  # the arena's CP-SAT runs only when greedy is not provably optimal
         assert "arena planner" in said
     solved = [t for _, t in dep.tilings.values() if t.solver != "untiled"]  # layers that fit L1 whole need no search
     assert solved and all((t.solver, t.status) == ("greedy", "FALLBACK") for t in solved)
@@ -81,7 +81,7 @@ def test_arena_solver_raising_is_one_warning_line_on_the_cli(example, monkeypatc
 
 def test_a_tiny_time_limit_still_gives_a_sound_plan(example):
     dep = deploy(example, Options(l1=4 * 1024, time_limit_s=0.01))
-    assert dep.plan.peak >= dep.plan.lower_bound
+    assert dep.arena.peak >= dep.arena.lower_bound
     assert all(t.l1_bytes <= 4 * 1024 for _, t in dep.tilings.values())
 
 
@@ -140,4 +140,4 @@ def test_an_infeasible_budget_names_the_smallest_that_works(example):
         deploy(example, Options(sram=1024, patch="off"))
     need = e.value.needs["--sram"]
     assert f"the smallest --sram that works is {need}" in str(e.value)
-    assert deploy(example, Options(sram=need, patch="off")).memory["sram_bytes"] == need
+    assert deploy(example, Options(sram=need, patch="off")).memory.sram_bytes == need

@@ -137,7 +137,7 @@ def test_branch_and_bound_finds_what_every_stage_end_gives(stem):
     tables, unsplit = split_tables(dep.graph, dep.kernels, dep.lives)
     assert len(tables) > 3
     macs = max(dep.macs, 1)
-    for sram, overhead in ((None, 0.2), (None, 0.02), (dep.memory["sram_bytes"] // 2, 0.2), (1, 0.2)):
+    for sram, overhead in ((None, 0.2), (None, 0.02), (dep.memory.sram_bytes // 2, 0.2), (1, 0.2)):
         every = exhaustive(tables, macs, unsplit, overhead, sram)
         for method in ("exhaustive", "cpsat"):
             found = plan_split(dep.graph, dep.kernels, dep.lives, method, overhead, sram)

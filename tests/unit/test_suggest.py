@@ -56,7 +56,7 @@ def rec(s, name):
 
 
 def sram_of(model, **options) -> int:
-    return deploy(model, Options(**options)).memory["sram_bytes"]
+    return deploy(model, Options(**options)).memory.sram_bytes
 
 
 # ---- the signature and the estimate --------------------------------------------------------
@@ -79,7 +79,7 @@ def test_estimate_is_what_deploy_produces(models):
         j = suggestion_json(suggest(models[name], options))
         dep = deploy(models[name], options)
         assert (j["estimated_sram_bytes"], j["estimated_flash_bytes"]) == \
-            (dep.memory["sram_bytes"], dep.memory["flash_bytes"])
+            (dep.memory.sram_bytes, dep.memory.flash_bytes)
         assert j["status"]["sram"] == j["status"]["flash"] == "OK" and j["fits"]
 
 
@@ -115,8 +115,8 @@ def test_in_place_ops_needed_to_fit_are_high_and_auto_optimize_turns_them_on(mod
     options, steps, planned = auto_optimize(m, Options(sram=budget, in_place=False))
     assert options.in_place and [st.recommendation.name for st in steps] == ["in-place ops"]
     assert planned.options.in_place and planned.memory == deploy(m, options).memory
-    assert steps[0].before["sram_bytes"] == without and steps[0].after["sram_bytes"] == with_
-    assert deploy(m, options).memory["sram_bytes"] <= budget
+    assert steps[0].before.sram_bytes == without and steps[0].after.sram_bytes == with_
+    assert deploy(m, options).memory.sram_bytes <= budget
 
 
 def test_a_saving_not_needed_is_low_and_no_saving_is_skip(models):
@@ -131,17 +131,17 @@ def test_a_saving_not_needed_is_low_and_no_saving_is_skip(models):
 def test_patch_split_that_alone_fits_is_high_and_auto_optimize_applies_it(models):
     m = models["stem"]
     whole, split = deploy(m, Options(patch="off")), deploy(m, Options())
-    assert split.patch is not None and split.memory["sram_bytes"] < whole.memory["sram_bytes"]
-    budget = split.memory["sram_bytes"] + 16
+    assert split.patch is not None and split.memory.sram_bytes < whole.memory.sram_bytes
+    budget = split.memory.sram_bytes + 16
     off = rec(suggest(m, Options(sram=budget, patch="off")), "patch inference")
     assert off.priority == "HIGH" and off.flags[0].startswith("--patch ") and off.saving > 0
     options, steps, planned = auto_optimize(m, Options(sram=budget, patch="off"))
     assert planned.patch is not None
     assert [st.recommendation.name for st in steps] == ["patch inference"]
     dep = deploy(m, options)
-    assert dep.patch is not None and dep.memory["sram_bytes"] <= budget
+    assert dep.patch is not None and dep.memory.sram_bytes <= budget
     on = rec(suggest(m, Options(sram=budget)), "patch inference")
-    assert on.on and on.priority == "HIGH" and on.saving == whole.memory["sram_bytes"] - split.memory["sram_bytes"]
+    assert on.on and on.priority == "HIGH" and on.saving == whole.memory.sram_bytes - split.memory.sram_bytes
 
 
 def test_cpsat_arena_is_measured_against_the_best_greedy_plan(models):
@@ -157,7 +157,7 @@ def test_flash_nothing_on_the_part_can_fix_says_what_is_still_over(models):
     s = suggest(m, Options(flash=2 * K))
     r = rec(s, "weight placement")
     assert r.needs_hardware and r.priority == "MED" and "--l3" in " ".join(r.flags) and r.saving > 0
-    need = s.memory["flash_bytes"]
+    need = s.memory.flash_bytes
     with pytest.raises(InfeasibleBudget) as e:
         auto_optimize(m, Options(flash=2 * K))
     assert e.value.needs == {"--flash": need}
@@ -166,12 +166,12 @@ def test_flash_nothing_on_the_part_can_fix_says_what_is_still_over(models):
 
 def test_dsp_targets_measure_the_packed_weights(models):
     m = models["stem"]
-    packed = deploy(m, Options(target="cortex-m4")).memory["flash_bytes"]
-    plain = deploy(m, Options(target="cortex-m4", kernels="plain")).memory["flash_bytes"]
+    packed = deploy(m, Options(target="cortex-m4")).memory.flash_bytes
+    plain = deploy(m, Options(target="cortex-m4", kernels="plain")).memory.flash_bytes
     assert plain < packed
     # at a flash budget just above the plain kernels' need, deploy itself keeps the layers whose
     # packing costs most plain; --kernels plain saves what is left, and SRAM-like fits need no more
-    base = deploy(m, Options(target="cortex-m4", flash=plain + 8)).memory["flash_bytes"]
+    base = deploy(m, Options(target="cortex-m4", flash=plain + 8)).memory.flash_bytes
     r = rec(suggest(m, Options(target="cortex-m4", flash=plain + 8)), "weight placement")
     assert r.flags == ("--kernels plain",) and r.saving == base - plain
     assert r.priority == ("LOW" if base > plain else "SKIP")
@@ -211,7 +211,7 @@ def test_cli_text_and_json(models):
 
 def test_cli_auto_optimize_prints_its_steps(models, tmp_path):
     m = models["stem"]
-    budget = deploy(m, Options()).memory["sram_bytes"] + 16
+    budget = deploy(m, Options()).memory.sram_bytes + 16
     code, out, err = run_subprocess(m, "--sram", str(budget), "--patch", "off", "--auto-optimize", "-o", tmp_path / "o")
     assert code == 0, err
     assert re.search(r"^auto-optimize: --patch \d+x\d+@\d+ \(patch inference\): SRAM [\d,]+ -> [\d,]+ B", out, re.M)
@@ -255,7 +255,7 @@ def test_in_place_ops_that_cost_sram_are_recommended_off(models, monkeypatch):
 
     m = models["residual"]
     s = suggest(m, Options(sram=1024), recommend=False)
-    smaller = replace_memory(s.deployment, s.memory["sram_bytes"] - 100)
+    smaller = replace_memory(s.deployment, s.memory.sram_bytes - 100)
     monkeypatch.setattr(S, "_measure", lambda model, options: smaller if not options.in_place else s.deployment)
     r = S._in_place(m, s)
     assert (r.name, r.on, r.saving, r.flags, r.changes) == ("no in-place ops", False, 100, ("--no-in-place",),
@@ -265,4 +265,4 @@ def test_in_place_ops_that_cost_sram_are_recommended_off(models, monkeypatch):
 
 def replace_memory(dep, sram: int):
     from dataclasses import replace
-    return replace(dep, memory=dict(dep.memory, sram_bytes=sram))
+    return replace(dep, memory=replace(dep.memory, sram_bytes=sram))

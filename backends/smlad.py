@@ -1,4 +1,5 @@
-"""Weight layouts and kernel choices for the Armv7E-M DSP kernels (SXTAB16 + SMLAD).
+"""The Armv7E-M DSP kernels (SXTAB16 + SMLAD) of the Cortex-M targets: the variants, the weight
+layouts they read, and the values their templates (templates/cortexm/smlad_kernels.c.j2) need.
 
 The kernels compute four output channels at once. An int8 input word (four consecutive
 values x0..x3) becomes two halfword pairs with the input offset added: (x0, x2) and
@@ -11,14 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels as K
+from layer_analyzer import kernels as K
+
+from .variants import CODE_BYTES_DSP, CODE_BYTES_PORTABLE, Variant, VariantRule
 
 LANES = 4  # output channels per pass
 COLUMN_LIMIT = 1152  # bytes of stack one pixel's flattened window (im2col) may take: 3x3x128
 
 
 @dataclass(frozen=True, slots=True)
-class SimdConv:
+class DspLayout:
     """How one conv or fc layer runs on the DSP kernels."""
     # "pointwise" (1x1 conv and fc: steps of 4 inputs), "im2col" (the same steps over one pixel's
     # window, flattened on the stack), "rows" (dot products along kernel rows) or "depthwise"
@@ -54,32 +57,32 @@ def _rq_fast(kern: K.Conv) -> tuple[bool, bool]:
     return fast, fast and max(e) <= 22
 
 
-def choose(kern) -> SimdConv | None:
+def layout_for(kern) -> DspLayout | None:
     """The DSP variant for a lowered conv/fc kernel, or None where only the plain C applies."""
     if isinstance(kern, K.FullyConnected):
         n = kern.in_features
         if n % 4:
             return None
-        return SimdConv("pointwise", -(-kern.units // LANES), n, 2 * n, False, False)
+        return DspLayout("pointwise", -(-kern.units // LANES), n, 2 * n, False, False)
     if not isinstance(kern, K.Conv) or kern.dil_h != 1 or kern.dil_w != 1:
         return None
     if kern.depthwise:
         if kern.depth_multiplier != 1 or kern.in_c % LANES or kern.batch != 1:
             return None
-        return SimdConv("depthwise", kern.in_c // LANES, 0, 0, *_rq_fast(kern))
+        return DspLayout("depthwise", kern.in_c // LANES, 0, 0, *_rq_fast(kern))
     row = kern.k_w * kern.in_c
     if kern.k_h == kern.k_w == 1 and kern.pad_t == kern.pad_l == 0 and kern.in_c % 4 == 0:
-        return SimdConv("pointwise", -(-kern.out_c // LANES), row, 2 * row, *_rq_fast(kern))
+        return DspLayout("pointwise", -(-kern.out_c // LANES), row, 2 * row, *_rq_fast(kern))
     column = -(-kern.k_h * row // 4) * 4
     if column <= COLUMN_LIMIT:
-        return SimdConv("im2col", -(-kern.out_c // LANES), column, 2 * column, *_rq_fast(kern))
+        return DspLayout("im2col", -(-kern.out_c // LANES), column, 2 * column, *_rq_fast(kern))
     # A window too large for the stack: dot products along its rows in the input. Rows outside
     # the input are skipped; a row cut at the left or right border starts at a whole tap, which
     # keeps its steps aligned only with whole channel words.
     border = kern.pad_l > 0 or (kern.out_w - 1) * kern.stride_w - kern.pad_l + kern.k_w > kern.in_w
     if kern.in_c % 4 and border:
         return None
-    return SimdConv("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), *_rq_fast(kern))
+    return DspLayout("rows", -(-kern.out_c // LANES), row, 8 * (row // 4) + 2 * (row % 4), *_rq_fast(kern))
 
 
 def add_one_multiply(kern: K.Add) -> bool:
@@ -125,7 +128,7 @@ def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
     return w.reshape(groups, LANES, *w.shape[1:])
 
 
-def pack_rows(weights: np.ndarray, s: SimdConv) -> np.ndarray:
+def pack_rows(weights: np.ndarray, s: DspLayout) -> np.ndarray:
     """OHWI (or units x features) int8 weights -> words [group][ky][chunk][lane][2] then, for the
     row's last ``row % 4`` values, [group][ky][value][2] (lanes 0|1 and 2|3)."""
     w = weights.reshape(weights.shape[0], -1).astype(np.int16)
@@ -144,7 +147,7 @@ def pack_rows(weights: np.ndarray, s: SimdConv) -> np.ndarray:
     return packed.reshape(-1)
 
 
-def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: SimdConv) -> np.ndarray:
+def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: DspLayout) -> np.ndarray:
     """Per pass of 4 lanes, what it reads in order: 4 biases, its packed weights, and with
     ``rq`` = (multipliers, addend high words, shifts less one) per lane, the 4 (multiplier,
     high word) pairs and one word of the 4 shifts (byte j = lane j)."""
@@ -157,14 +160,14 @@ def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: SimdConv) -> np.nda
     return np.concatenate(parts, 1).reshape(-1)
 
 
-def pack_depthwise(weights: np.ndarray, s: SimdConv) -> np.ndarray:
+def pack_depthwise(weights: np.ndarray, s: DspLayout) -> np.ndarray:
     """1 x KH x KW x C int8 weights -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
     taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T  # C, T
     g = _lanes(taps, s.groups)  # G, 4, T
     return np.stack([_pair(g[:, 0], g[:, 2]), _pair(g[:, 1], g[:, 3])], -1).reshape(-1)
 
 
-def packed_bytes(kern, s: SimdConv | None, weight_bytes: int) -> int:
+def packed_bytes(kern, s: DspLayout | None, weight_bytes: int) -> int:
     """Bytes of .rodata the layer's weights take in the kernel's layout."""
     if s is None:
         return weight_bytes
@@ -172,3 +175,121 @@ def packed_bytes(kern, s: SimdConv | None, weight_bytes: int) -> int:
         return 4 * 2 * s.groups * kern.k_h * kern.k_w
     k_h = kern.k_h if s.variant == "rows" else 1
     return 4 * s.groups * k_h * s.row_words
+
+
+# ---- the variants ----------------------------------------------------------------------
+
+NAMES = {"pointwise": "conv_1x1_s8_smlad", "im2col": "conv_s8_smlad_im2col", "rows": "conv_s8_smlad_rows",
+         "depthwise": "depthwise_conv_s8_smlad"}
+MACROS = {"pointwise": "pointwise", "im2col": "im2col", "rows": "conv_rows", "depthwise": "depthwise"}
+
+
+def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
+    """Convolutions and fully connected layers run whole from the arena."""
+    if use != "whole" or not isinstance(kern, (K.Conv, K.FullyConnected)):
+        return None
+    if kern.int_rq is not None and (kern.act_min < -128 or kern.act_max > 127 or kern.batch > 1):
+        return None  # an integer graph's raw int32 output, or a Gemm bias per row: the portable kernel
+    s = layout_for(kern)
+    if s is None:
+        return None
+    fc = isinstance(kern, K.FullyConnected)
+    name = "fully_connected_s8_smlad" if fc else NAMES[s.variant]
+    return Variant(name, "smlad", MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES_DSP,
+                   LANES if s.variant == "depthwise" else 1, True, s, template_context)
+
+
+def _add(kern, weight_bytes: int, use: str) -> Variant | None:
+    """A same-shape ADD whose rescalings all shift right: one multiply-accumulate each."""
+    if use != "whole" or not isinstance(kern, K.Add) or not add_one_multiply(kern):
+        return None
+    return Variant("add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1, True, None, template_context)
+
+
+RULES = (VariantRule("smlad conv/fc", _conv_fc), VariantRule("smlad add", _add))
+
+
+# ---- the templates' values ---------------------------------------------------------------
+
+def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False) -> dict:
+    """What the variant's macro needs: the packed weights and the per-lane arrays (padded to whole
+    passes of 4 channels) as .rodata arrays made through ``sym`` (the engine's constants), and the
+    shape of its loops. ``in_place``: a depthwise layer writing over its input."""
+    if variant.macro == "add":
+        return dict(macro="add", count=int(np.prod(kern.view.shape, dtype=np.int64)))
+    s = variant.layout
+    graph = sym.graph
+    fc = isinstance(kern, K.FullyConnected)
+    channels = kern.units if fc else kern.out_c
+
+    def padded(values, fill, dtype):
+        v = np.full(s.groups * LANES, fill, dtype)
+        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
+        return v
+
+    w = graph.tensors[kern.weights].data
+    bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
+    packed = pack_depthwise(w, s) if s.variant == "depthwise" else pack_rows(w, s)
+    off = kern.input_offset & 0xFFFF
+    stream = s.variant in ("pointwise", "im2col")
+    rq = None  # fx_rq's per-lane multipliers, addend high words and shifts less one
+    if s.fast_requant:
+        e = right_shifts(kern)
+        zp = kern.output_offset if s.fold_zp else 0
+        rq = (padded(kern.multiplier, 0, np.int32),
+              padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
+              padded([v - 1 for v in e], 1, np.int8))
+    ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
+                      "rows": "conv_rows"}[s.variant],
+               kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
+               chunks=s.row // 4, rem=s.row % 4, fast_requant=s.fast_requant,
+               fold_zp=s.fold_zp, out_c=channels, oc_tail=channels % LANES,
+               off2=int(np.int32(np.uint32(off | off << 16))),
+               # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
+               odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
+               stream=stream, stream_rq=stream and rq is not None, bias=None, int_rq=None, float_rq=None)
+    if stream:  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
+        folded = folded_bias(kern, bias, w)
+        folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t",
+                              pack_stream(packed, padded(folded, 0, np.int32), rq, s), aligned=True)
+    else:
+        ctx["wq"] = sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True)
+        if bias is not None:
+            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", padded(bias, 0, np.int32))
+    if s.variant in ("depthwise", "im2col"):
+        oy0, oy1, ox0, ox1 = interior(kern)
+        ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
+    if s.variant == "depthwise":
+        ctx.update(_depthwise_context(kern, in_place))
+    if kern.float_rq is not None:  # onnxruntime's float requantization: per-lane scales
+        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", padded(kern.float_rq, 0.0, np.float32))
+    elif kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
+        rq_int = kern.int_rq
+        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", padded(rq_int.mul, 0, np.int64)),
+                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", padded(rq_int.add, 0, np.int64)),
+                             shift=rq_int.shift)
+    elif fc:
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
+    elif rq is not None and not stream:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", rq[0]),
+                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", rq[1]),
+                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", rq[2]))
+    elif rq is None:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32)),
+                   shift=sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8)))
+    return ctx
+
+
+def _depthwise_context(kern, in_place: bool) -> dict:
+    """Where a depthwise layer's passes write, and the shapes of its border windows."""
+    cuts = set()  # (first, last + 1) tap of every window's columns, widest first
+    for ox in range(kern.out_w):
+        ix0 = ox * kern.stride_w - kern.pad_l
+        cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
+    ctx = dict(column_cuts=sorted(cuts, key=lambda c: (c[0] - c[1], c)), borders=border_rectangles(kern))
+    if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
+        return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
+                    out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
+    return dict(ctx, out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
+                out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")

@@ -1,0 +1,88 @@
+"""Kernel variants: which kernel runs a layer, named as CMSIS-NN names its kernels.
+
+A target lists its variants in order of preference (``Backend.variants``); the first whose
+rule accepts a layer runs it. A rule sees the lowered record and how the layer runs (``use``:
+"whole" from the arena, "tile" in L1, "region" in the patch stage, "streamed" from L3) and
+returns the variant bound to that layer, with what it costs: the bytes its weights take in its
+layout, its code, and the channels it computes at once. The portable variants (plain C99, the
+reference every target's engine is checked against) accept every layer, so every list ends
+with them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from layer_analyzer import kernels as K
+
+# Rough .text per generated layer function (a DSP kernel: its unrolled steps, taps and
+# requantization; measured 0.6-4.5 KB on Cortex-M, about 1.3 KB on average); the compiled
+# engine's measured size is in the manifest's "elf" (Cortex-M targets).
+CODE_BYTES_PORTABLE = 640
+CODE_BYTES_DSP = 1536
+USES = ("whole", "tile", "region", "streamed")
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One kernel, bound to the layer it runs."""
+    name: str  # e.g. "conv_1x1_s8_smlad", "depthwise_conv_s8"
+    template: str  # the templates' module of its macro: "kernels" (portable) or "smlad" (Armv7E-M DSP)
+    macro: str  # the macro that writes its C
+    weight_bytes: int = 0  # .rodata its weights take in its layout
+    code_bytes: int = CODE_BYTES_PORTABLE
+    lanes: int = 1  # output channels computed at once (an in-place depthwise plane holds that many)
+    dsp: bool = False
+    layout: Any = None  # how it lays out and walks the weights (backends.smlad.DspLayout), when it has its own
+    # the values its macro needs beyond the layer's record: (kernel, op, constants, variant, in place) -> dict,
+    # made by the target that owns the variant; None: the portable kernels' own (deployer.emit)
+    context: Callable | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantRule:
+    """A variant as a target lists it: ``bind(kernel, weight_bytes, use)`` gives the variant
+    for a layer, or None where it does not apply."""
+    name: str
+    bind: Callable[[Any, int, str], Variant | None]
+
+
+# ---- the portable variants -------------------------------------------------------------
+
+def portable_name(kern) -> str:
+    match kern:
+        case K.Conv(depthwise=True):
+            return "depthwise_conv_s8"
+        case K.Conv():
+            return "conv_s8"
+        case K.Pool(kind="avg"):
+            return "avgpool_s8"
+        case K.Pool():
+            return "max_pool_s8"
+    return PORTABLE_NAMES[type(kern)]
+
+
+PORTABLE_NAMES = {
+    K.FullyConnected: "fully_connected_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8",
+    K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
+    K.Mean: "mean_s8", K.Softmax: "softmax_s8", K.Lookup: "logistic_s8", K.HardSwish: "hard_swish_s8",
+    K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
+    K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8",
+}
+
+
+def _portable(kern, weight_bytes: int, use: str) -> Variant:
+    return Variant(portable_name(kern), "kernels", type(kern).__name__, weight_bytes)
+
+
+PORTABLE = VariantRule("portable", _portable)
+
+
+def choose(rules: tuple[VariantRule, ...], kern, weight_bytes: int, use: str = "whole") -> Variant:
+    """The first variant of ``rules`` that runs ``kern`` used as ``use`` (the portable ones run
+    every layer)."""
+    for rule in rules:
+        v = rule.bind(kern, weight_bytes, use)
+        if v is not None:
+            return v
+    return _portable(kern, weight_bytes, use)
