@@ -8,7 +8,7 @@ input load, two SXTAB16 and, per channel, one LDRD of two weight pairs and two S
 sixteen MACs. Everything here is done once, at generation time."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -185,8 +185,10 @@ MACROS = {"pointwise": "pointwise", "im2col": "im2col", "rows": "conv_rows", "de
 
 
 def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
-    """Convolutions and fully connected layers run whole from the arena."""
-    if use != "whole" or not isinstance(kern, (K.Conv, K.FullyConnected)):
+    """Convolutions and fully connected layers, whole from the arena or tile by tile in L1 (the
+    tile's input and output there, the packed weights read where they are: a Cortex-M core reads
+    flash directly, and copying them would only cost instructions)."""
+    if use not in ("whole", "tile") or not isinstance(kern, (K.Conv, K.FullyConnected)):
         return None
     if kern.int_rq is not None and (kern.act_min < -128 or kern.act_max > 127 or kern.batch > 1):
         return None  # an integer graph's raw int32 output, or a Gemm bias per row: the portable kernel
@@ -196,14 +198,21 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     fc = isinstance(kern, K.FullyConnected)
     name = "fully_connected_s8_smlad" if fc else NAMES[s.variant]
     return Variant(name, "smlad", MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES_DSP,
-                   LANES if s.variant == "depthwise" else 1, True, s, template_context)
+                   LANES if s.variant == "depthwise" else 1, True, False, LANES, s, template_context, _window)
+
+
+def _window(variant: Variant, kern) -> Variant:
+    """The variant for a window of its layer: the same packed weights, walked for the window's shape."""
+    return replace(variant, layout=layout_for(kern))
 
 
 def _add(kern, weight_bytes: int, use: str) -> Variant | None:
-    """A same-shape ADD whose rescalings all shift right: one multiply-accumulate each."""
-    if use != "whole" or not isinstance(kern, K.Add) or not add_one_multiply(kern):
+    """A same-shape ADD whose rescalings all shift right: one multiply-accumulate each (whole, or
+    over a tile's elements)."""
+    if use not in ("whole", "tile") or not isinstance(kern, K.Add) or not add_one_multiply(kern):
         return None
-    return Variant("add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1, True, None, template_context)
+    return Variant("add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1, True, False, 1, None, template_context,
+                   None)
 
 
 RULES = (VariantRule("smlad conv/fc", _conv_fc), VariantRule("smlad add", _add))
@@ -227,18 +236,27 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
         v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
         return v
 
+    # the arrays are made only where ``sym`` keeps their values (a window's kernel only names them)
     w = graph.tensors[kern.weights].data
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
-    packed = pack_depthwise(w, s) if s.variant == "depthwise" else pack_rows(w, s)
-    off = kern.input_offset & 0xFFFF
-    stream = s.variant in ("pointwise", "im2col")
-    rq = None  # fx_rq's per-lane multipliers, addend high words and shifts less one
-    if s.fast_requant:
+
+    def packed():
+        return pack_depthwise(w, s) if s.variant == "depthwise" else pack_rows(w, s)
+
+    def rq():  # fx_rq's per-lane multipliers, addend high words and shifts less one
         e = right_shifts(kern)
         zp = kern.output_offset if s.fold_zp else 0
-        rq = (padded(kern.multiplier, 0, np.int32),
-              padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
-              padded([v - 1 for v in e], 1, np.int8))
+        return (padded(kern.multiplier, 0, np.int32),
+                padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
+                padded([v - 1 for v in e], 1, np.int8))
+
+    def stream_words():  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
+        folded = folded_bias(kern, bias, w)
+        folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+        return pack_stream(packed(), padded(folded, 0, np.int32), rq() if s.fast_requant else None, s)
+
+    off = kern.input_offset & 0xFFFF
+    stream = s.variant in ("pointwise", "im2col")
     ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
                       "rows": "conv_rows"}[s.variant],
                kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
@@ -247,37 +265,34 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                off2=int(np.int32(np.uint32(off | off << 16))),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and rq is not None, bias=None, int_rq=None, float_rq=None)
-    if stream:  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
-        folded = folded_bias(kern, bias, w)
-        folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
-        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t",
-                              pack_stream(packed, padded(folded, 0, np.int32), rq, s), aligned=True)
+               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None)
+    if stream:
+        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t", stream_words, aligned=True)
     else:
         ctx["wq"] = sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True)
         if bias is not None:
-            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", padded(bias, 0, np.int32))
+            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", lambda: padded(bias, 0, np.int32))
     if s.variant in ("depthwise", "im2col"):
         oy0, oy1, ox0, ox1 = interior(kern)
         ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
     if s.variant == "depthwise":
         ctx.update(_depthwise_context(kern, in_place))
     if kern.float_rq is not None:  # onnxruntime's float requantization: per-lane scales
-        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", padded(kern.float_rq, 0.0, np.float32))
+        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", lambda: padded(kern.float_rq, 0.0, np.float32))
     elif kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
         rq_int = kern.int_rq
-        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", padded(rq_int.mul, 0, np.int64)),
-                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", padded(rq_int.add, 0, np.int64)),
+        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", lambda: padded(rq_int.mul, 0, np.int64)),
+                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", lambda: padded(rq_int.add, 0, np.int64)),
                              shift=rq_int.shift)
     elif fc:
-        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", padded(kern.scale, 0.0, np.float64))
-    elif rq is not None and not stream:
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", rq[0]),
-                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", rq[1]),
-                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", rq[2]))
-    elif rq is None:
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", padded(kern.multiplier, 0, np.int32)),
-                   shift=sym.array(f"op{k}_shift", "int8_t", padded(kern.shift, -1, np.int8)))
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64))
+    elif s.fast_requant and not stream:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0]),
+                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1]),
+                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", lambda: rq()[2]))
+    elif not s.fast_requant:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32)),
+                   shift=sym.array(f"op{k}_shift", "int8_t", lambda: padded(kern.shift, -1, np.int8)))
     return ctx
 
 

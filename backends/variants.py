@@ -33,10 +33,14 @@ class Variant:
     code_bytes: int = CODE_BYTES_PORTABLE
     lanes: int = 1  # output channels computed at once (an in-place depthwise plane holds that many)
     dsp: bool = False
+    stages_weights: bool = True  # a tile's weights are moved into L1 with it (else read where they are)
+    channel_quantum: int = 1  # a tile's output channels: a multiple of this (or all of them)
     layout: Any = None  # how it lays out and walks the weights (backends.smlad.DspLayout), when it has its own
     # the values its macro needs beyond the layer's record: (kernel, op, constants, variant, in place) -> dict,
     # made by the target that owns the variant; None: the portable kernels' own (deployer.emit)
     context: Callable | None = field(default=None, compare=False)
+    # the same variant for a window of the layer (an L1 tile, a patch region): (variant, window kernel) -> variant
+    for_window: Callable | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Render a planned network into C files with jinja2 (compute here, lay out in templates)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 
 import jinja2
 import numpy as np
@@ -62,7 +63,8 @@ class _Symbols:
         self._tensor_names: dict[int, str] = {}
 
     def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
-        arr = np.asarray(values).reshape(-1)
+        """A .rodata array of ``values`` (or of what ``values()`` gives) named ``name``."""
+        arr = np.asarray(values() if callable(values) else values).reshape(-1)
         self.constants.append(dict(name=name, ctype=ctype, count=arr.size, aligned=aligned,
                                    data=c_array(arr)))
         return name
@@ -187,8 +189,126 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
                 k_h=g.k_h, k_w=g.k_w, stride_h=g.stride_h, stride_w=g.stride_w, dil_h=g.dil_h, dil_w=g.dil_w,
                 eff_h=(g.k_h - 1) * g.dil_h + 1, eff_w=(g.k_w - 1) * g.dil_w + 1, pad_t=pad_t, pad_l=pad_l,
                 channels_follow_output=g.channels_follow_output,
-                weights_per_channel=g.weight_bytes_per_channel,
+                weights_per_channel=g.weight_bytes_per_channel if g.stage_weights else 0,
                 in_off=layout["in"], w_off=layout["w"], out_off=layout["out"], l1_used=cursor)
+
+
+# ---- the target's variants on windows: L1 tiles and patch regions ------------------------------
+
+# a variant's per-layer arrays, by the name it gives them: (field of the engine's kernel_args_t, C type)
+ARG_FIELDS = {"_stream": ("wq", "uint32_t"), "_weights_q15": ("wq", "uint32_t"), "_bias_lanes": ("bias", "int32_t"),
+              "_multiplier": ("mult", "int32_t"), "_shift": ("shift", "int8_t"), "_addend_hi": ("rq_hi", "int32_t"),
+              "_shift_less_1": ("rq_e1", "int8_t"), "_scale_f32_lanes": ("frq", "float"),
+              "_rq_mul_lanes": ("rq_mul", "int32_t"), "_rq_add_lanes": ("rq_add", "int64_t"),
+              "_scale_lanes": ("scale", "double")}
+KERNEL_SIGNATURE = Code("(const int8_t *restrict src, const int8_t *restrict src2, int8_t *restrict dst, "
+                        "const kernel_args_t *args, int32_t oc0)")
+
+
+class _ArgSymbols:
+    """Stands in for the engine's constants while a window's kernel is written: each array the
+    variant asks for becomes a pointer into the layer's arrays (its kernel_args_t), from the
+    window's first output channel."""
+
+    def __init__(self, graph: Graph, per_group: dict[str, int]):
+        self.graph, self.per_group, self.used = graph, per_group, {}
+
+    def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
+        field, _ = next(v for suffix, v in ARG_FIELDS.items() if name.endswith(suffix))
+        self.used[field] = ctype
+        return field
+
+    def prologue(self) -> Code:
+        lines = []
+        for field, ctype in self.used.items():
+            step = f"(oc0 / 4) * {self.per_group[field]}" if field in self.per_group else "oc0"
+            # restrict: the window's int8 stores never change these (else every store would reload them)
+            lines.append(f"    const {ctype} *restrict {field} = args->{field} + {step};\n")
+        return Code("".join(lines) + "    (void)src;\n    (void)src2;\n    (void)args;\n    (void)oc0;\n")
+
+
+def _group_words(kern, layout) -> int:
+    """Words of the packed weight array per group of 4 output channels."""
+    if layout.variant == "depthwise":
+        return 2 * kern.k_h * kern.k_w
+    if layout.variant == "rows":
+        return kern.k_h * layout.row_words
+    return 4 + layout.row_words + (9 if layout.fast_requant else 0)  # a stream: biases, weights, requantization
+
+
+def axis_windows(out: int, tile: int, stride: int, pad: int, eff: int, extent: int) -> list[tuple[int, int, int]]:
+    """(outputs, inputs read, padding before) of each tile along one axis, as the tile grid
+    clips its input window to the image."""
+    spans = []
+    for i in range(-(-out // tile)):
+        o0 = i * tile
+        o = min(tile, out - o0)
+        raw0, raw1 = o0 * stride - pad, (o0 + o - 1) * stride - pad + eff
+        spans.append((o, min(raw1, extent) - max(raw0, 0), max(raw0, 0) - raw0))
+    return spans
+
+
+def window_kernel(kern, rows: tuple[int, int, int], cols: tuple[int, int, int], channels: int):
+    """The layer's kernel record restricted to one window: its outputs, the inputs it reads and the
+    padding around them, ``channels`` output channels."""
+    if isinstance(kern, K.Conv):
+        return replace(kern, out_h=rows[0], in_h=rows[1], pad_t=rows[2], out_w=cols[0], in_w=cols[1], pad_l=cols[2],
+                       out_c=channels, in_c=channels if kern.depthwise else kern.in_c)
+    if isinstance(kern, K.FullyConnected):
+        return replace(kern, units=channels)
+    n = rows[0] * cols[0] * channels  # an elementwise tile: its elements, dense
+    return replace(kern, view=K.Broadcast((1, 1, 1, n), (n, n, n, 1), (n, n, n, 1)))
+
+
+def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict:
+    """The kernels of a tiled layer run by a DSP variant: one function per distinct tile shape
+    (a window of the layer, its own literal bounds and borders), called through a table indexed
+    by the tile's row, column and channel classes, with the layer's arrays (kernel_args_t)."""
+    whole = L["simd"]  # the layer's packed arrays, in .rodata
+    args = {field: name for field, name in (
+        (f, whole.get(key) if not isinstance(whole.get(key), dict) else None) for f, key in
+        (("wq", "wq"), ("bias", "bias"), ("mult", "mult"), ("shift", "shift"), ("rq_hi", "rq_hi"),
+         ("rq_e1", "rq_e1"), ("frq", "float_rq"), ("scale", "scale"))) if name}
+    if isinstance(whole.get("int_rq"), dict):
+        args.update(rq_mul=whole["int_rq"]["mul"], rq_add=whole["int_rq"]["add"])
+    per_group = {"wq": _group_words(kern, variant.layout)} if variant.layout is not None else {}
+    if g.kind in ("fc", "eltwise"):
+        rows = cols = [(1, 1, 0)] if g.kind == "fc" else None
+        if g.kind == "eltwise":
+            rows = [(o, o, 0) for o, _, _ in axis_windows(g.out_h, t.tile_h, 1, 0, 1, g.in_h)]
+            cols = [(o, o, 0) for o, _, _ in axis_windows(g.out_w, t.tile_w, 1, 0, 1, g.in_w)]
+    else:
+        rows = axis_windows(g.out_h, t.tile_h, g.stride_h, kern.pad_t, (g.k_h - 1) * g.dil_h + 1, g.in_h)
+        cols = axis_windows(g.out_w, t.tile_w, g.stride_w, kern.pad_l, (g.k_w - 1) * g.dil_w + 1, g.in_w)
+    chans = [min(t.tile_c, g.out_c - c0) for c0 in range(0, g.out_c, t.tile_c)]
+    classes = {axis: sorted(set(spans)) for axis, spans in (("rows", rows), ("cols", cols), ("chans", chans))}
+    index = {axis: [classes[axis].index(x) for x in spans] for axis, spans in
+             (("rows", rows), ("cols", cols), ("chans", chans))}
+    table = []
+    for r in classes["rows"]:
+        row = []
+        for c in classes["cols"]:
+            row.append([kernel_function(env, window_kernel(kern, r, c, ch), k, variant, per_group, sym.graph)
+                        for ch in classes["chans"]])
+        table.append(row)
+    return dict(args=args, table=table, dims=[len(classes[a]) for a in ("rows", "cols", "chans")],
+                row_class=index["rows"], col_class=index["cols"], chan_class=index["chans"])
+
+
+def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph) -> dict:
+    """One window's kernel as a C function (the ``KERNEL_FN`` placeholder its name), and a name
+    for it that says its variant and shape."""
+    bound = variant.for_window(variant, kern) if variant.for_window is not None else variant
+    syms = _ArgSymbols(graph, per_group)
+    ctx = bound.context(kern, k, syms, bound, False)
+    F = dict(k=kern, simd=ctx, func="KERNEL_FN", params=KERNEL_SIGNATURE, x="src", x2="src2", y="dst",
+             in_place=False)
+    F["prologue"] = syms.prologue()
+    text = env.get_template("kernel_function.c.j2").render(F=F)
+    shape = f"{kern.out_h}x{kern.out_w}x{kern.out_c}" if isinstance(kern, K.Conv) else \
+        (f"{kern.units}" if isinstance(kern, K.FullyConnected) else f"{kern.view.shape[3]}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+    return dict(name=f"{variant.name}_{shape}_{digest}", text=text)
 
 
 def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict) -> dict:
@@ -265,6 +385,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         tensors.append(dict(macro=macro[lt.tensor], offset=offsets[lt.tensor],
                             comment=f"{what}, live ops {lt.first_op}..{lt.last_op}{note}"))
 
+    env = environment(backend)
+    functions: dict[str, Code] = {}  # one per (variant, window shape), shared by every layer that needs it
     layers = []
     for k, (layer, lp) in enumerate(zip(graph.layers, plan.layers)):
         kern, variant = lp.kernel, lp.variant
@@ -277,7 +399,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  out_ctype=CTYPES[out_t.dtype], in_ctype=CTYPES[graph.tensors[data[0]].dtype] if data else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
-                 alias=None, in_place=False)
+                 alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None)
         if k in in_place:
             L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
@@ -296,6 +418,10 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                 slab = _slab_context(*tilings[k], l3.placement.slabs[k],
                                      f"(arena + {macro[scratch_key(k)]})", addr)
             L["tiling"] = _tiling_context(kern, *tilings[k], slab)
+            if variant.dsp:
+                L["tile_dsp"] = _dsp_tiles(L, kern, k, sym, variant, *tilings[k], env)
+                for fn in (f for plane in L["tile_dsp"]["table"] for row in plane for f in row):
+                    functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
             if L["tiling"]["l1_used"] > plan.options.l1:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {plan.options.l1} B")
         L["patch"] = None
@@ -320,12 +446,12 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                l1_attribute=Code(backend.l1_attribute),
                engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=plan.options.rtos,
+               kernel_functions=list(functions.values()),
                stack=stack_need(layers), core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
                                                if l3.image_bytes else None))
-    env = environment(backend)
     names = {"engine.c.j2": f"{ident}_engine.c", "engine.h.j2": f"{ident}_engine.h",
              "fixedpoint.h.j2": f"{ident}_fixedpoint.h", "inference_api.h.j2": "inference_api.h",
              "inference_task.c.j2": "inference_task.c", "inference_task.h.j2": "inference_task.h",

@@ -176,7 +176,13 @@ def bind_variants(plan: Plan) -> Plan:
         if lp.in_stage:
             return "region"
         return "tile" if lp.tiling is not None else "whole"
-    return measure(choose_variants(plan, use))
+    plan = choose_variants(plan, use)
+    # a tiling planned for the portable kernels (the variant's own tiles did not fit) keeps them
+    portable = {lp.index for lp in plan.layers
+                if lp.tiling is not None and lp.variant.stages_weights != lp.tiling[0].stage_weights}
+    plan = plan.with_layers(lambda lp: replace(lp, variant=choose((), lp.kernel, _weight_bytes(plan, lp.kernel)))
+                            if lp.index in portable else lp)
+    return measure(plan)
 
 
 # ---- memory: the arena and what it takes ----------------------------------------------------------
@@ -380,13 +386,14 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None) -> dict:
                           time_limit_s=min(2.0, options.time_limit_s / max(1, len(tileable))))
     result, worst = {}, None
     todo = [(k, g) for k, g in tileable if k not in skip]
+    rules = _rules(plan)
     with progress.step(f"tiling ({options.tiler})", total=sum(1 for k, _ in todo if k not in cache)) as s:
         for k, g in todo:
             try:
                 if k not in cache:
-                    cache[k] = plan_tiling(g, options.l1, options.tiler, config)
+                    cache[k] = _tile_layer(g, options, config, choose(rules, plan.kernels[k], 0, "tile"))
                     s.advance()
-                result[k] = (g, cache[k])
+                result[k] = cache[k]
             except TilingInfeasible as e:
                 s.advance()
                 if worst is None or e.minimum_l1 > worst.minimum_l1:
@@ -398,6 +405,19 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None) -> dict:
                                f"--l1 that works is {worst.minimum_l1}", worst.minimum_l1,
                                needs={"--l1": worst.minimum_l1})
     return result
+
+
+def _tile_layer(g, options: Options, config: TilingConfig, variant):
+    """(geometry, tiling) of one layer: as the target's variant runs a tile (its weights read in
+    place or moved, its channel quantum, no split input channels), else as the portable
+    kernels do when that variant's tiles cannot fit."""
+    if variant.dsp:
+        own = replace(g, stage_weights=variant.stages_weights, c_quantum=variant.channel_quantum, split_ok=False)
+        try:
+            return own, plan_tiling(own, options.l1, options.tiler, config)
+        except TilingInfeasible:
+            pass
+    return g, plan_tiling(g, options.l1, options.tiler, config)
 
 
 def in_place(plan: Plan) -> Plan:

@@ -65,6 +65,11 @@ class TileGeometry:
     dil_w: int = 1
     operands: int = 1  # input tensors streamed in (2 for ADD/MUL without broadcast)
     param_bytes: int = 0  # per output channel
+    # How the layer's kernel variant runs a tile (set by the tiling pass, from the variant):
+    stage_weights: bool = True  # weights and parameters are moved into L1 (else read where they are)
+    c_quantum: int = 1  # a tile's output channels are a multiple of this, or all of them
+    full_width: bool = False  # tiles span whole rows (a layer writing over its input, tile by tile)
+    split_ok: bool = True  # input channels may be split when nothing else fits (DORY's rule)
 
     @property
     def alignment(self) -> int:
@@ -95,15 +100,24 @@ class TileGeometry:
     @property
     def splits_input_channels(self) -> bool:
         """Input channels may be split (regular convolutions and fully connected layers)."""
-        return self.kind in ("conv", "fc")
+        return self.split_ok and self.kind in ("conv", "fc")
+
+    def allows(self, tile_h: int, tile_w: int, tile_c: int) -> bool:
+        """The variant can run this tile shape."""
+        return (tile_c == self.out_c or tile_c % self.c_quantum == 0) and (not self.full_width or tile_w == self.out_w)
+
+    @property
+    def smallest_tile(self) -> tuple[int, int, int]:
+        return 1, self.out_w if self.full_width else 1, min(self.c_quantum, self.out_c)
 
     def footprint(self, tile_h: int, tile_w: int, tile_c: int, tile_ci: int = 0) -> Footprint:
         split = 0 < tile_ci < self.in_c
         in_c = tile_c if self.channels_follow_output else (tile_ci if split else self.in_c)
         per_channel = self.weight_bytes_per_channel // self.in_c * in_c if split else self.weight_bytes_per_channel
+        staged = self.stage_weights
         return Footprint(input=self.operands * self.in_rows(tile_h) * self.in_cols(tile_w) * in_c,
-                         weights=tile_c * per_channel,
-                         params=tile_c * self.param_bytes,
+                         weights=tile_c * per_channel if staged else 0,
+                         params=tile_c * self.param_bytes if staged else 0,
                          output=tile_h * tile_w * tile_c,
                          accumulator=4 * tile_h * tile_w * tile_c if split else 0)
 

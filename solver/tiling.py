@@ -59,11 +59,11 @@ class TilingInfeasible(Exception):
 
 
 def minimum_l1(g, split_input_channels: bool = True) -> int:
-    """The smallest L1 any tiling fits: one-element tiles (one input channel at a time when
-    they may be split), or the whole layer single-buffered."""
-    smallest = g.l1_bytes(1, 1, 1)
+    """The smallest L1 any tiling fits: the smallest tile the variant runs (one input channel at
+    a time when they may be split), or the whole layer single-buffered."""
+    smallest = g.l1_bytes(*g.smallest_tile)
     if split_input_channels and g.splits_input_channels and g.in_c > 1:
-        smallest = min(smallest, g.l1_bytes(1, 1, 1, 1))
+        smallest = min(smallest, g.l1_bytes(*g.smallest_tile, 1))
     return min(smallest, g.l1_bytes(g.out_h, g.out_w, g.out_c))
 
 
@@ -71,12 +71,15 @@ def _input_slices(g, l1_bytes: int) -> list[int]:
     """Input-channel slice sizes (one per number of slices, evened out) at which a one-pixel,
     one-channel tile fits."""
     sizes = {-(-g.in_c // n) for n in range(2, g.in_c + 1)}
-    return sorted(ci for ci in sizes if g.l1_bytes(1, 1, 1, ci) <= l1_bytes)
+    return sorted(ci for ci in sizes if g.l1_bytes(*g.smallest_tile, ci) <= l1_bytes)
 
 
-def _next_smaller(extent: int, tile: int) -> int:
-    """The largest tile size below ``tile`` that needs more tiles to cover ``extent``."""
-    return min(-(-extent // (-(-extent // tile) + 1)), tile - 1)
+def _next_smaller(extent: int, tile: int, quantum: int = 1) -> int:
+    """The largest tile size below ``tile`` that needs more tiles to cover ``extent`` (a multiple
+    of ``quantum``; ``tile`` itself when there is none)."""
+    t = min(-(-extent // (-(-extent // tile) + 1)), tile - 1)
+    t -= t % quantum
+    return t if t >= 1 else tile
 
 
 def greedy_tiling(g, l1_bytes: int, cost: dict | None = None) -> LayerTiling:
@@ -94,9 +97,12 @@ def greedy_tiling(g, l1_bytes: int, cost: dict | None = None) -> LayerTiling:
 def _shrink(g, l1_bytes: int, ci: int, cost: dict | None) -> LayerTiling:
     tile = [g.out_h, g.out_w, g.out_c]
     extents = (g.out_h, g.out_w, g.out_c)
+    quanta = (1, 1, g.c_quantum)
     while g.l1_bytes(*tile, ci) > l1_bytes:
-        d = max((i for i in range(3) if tile[i] > 1), key=lambda i: (tile[i], -i))
-        tile[d] = _next_smaller(extents[d], tile[d])
+        shrinkable = [i for i in range(3) if _next_smaller(extents[i], tile[i], quanta[i]) < tile[i]
+                      and not (i == 1 and g.full_width)]
+        d = max(shrinkable, key=lambda i: (tile[i], -i))  # minimum_l1 promised that a smaller tile fits
+        tile[d] = _next_smaller(extents[d], tile[d], quanta[d])
     whole = tuple(tile) == extents and not ci
     return LayerTiling(g.layer, *tile, g.l1_bytes(*tile, ci), g.tiles(*tile, ci),
                        "untiled" if whole else "greedy", "OPTIMAL" if whole else "FEASIBLE",

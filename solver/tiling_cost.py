@@ -147,8 +147,9 @@ class _Layer:
 
     def weights(self, c):
         g = self.g
-        wt = self.dma(c * g.weight_bytes_per_channel, 1)
-        pr = self.dma(c * g.param_bytes, 1)
+        staged = g.stage_weights  # weights read where they are cost no transfer
+        wt = self.dma(c * g.weight_bytes_per_channel * staged, 1)
+        pr = self.dma(c * g.param_bytes * staged, 1)
         return tuple(a + b for a, b in zip(wt, pr))
 
     def output(self, h, w, c):

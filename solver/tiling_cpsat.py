@@ -160,8 +160,9 @@ def build_tiling_model(g, l1_bytes: int) -> TilingVars:
     a = g.alignment
     io = (_aligned(m, input_, g.operands * g.in_h * g.in_w * in_c, a, "input")
           + _aligned(m, output, g.out_h * g.out_w * g.out_c, a, "output"))
-    weights = (_aligned(m, tc * g.weight_bytes_per_channel, g.out_c * g.weight_bytes_per_channel, a, "weights")
-               + _aligned(m, tc * g.param_bytes, g.out_c * g.param_bytes, a, "params"))
+    w_bytes, p_bytes = (g.weight_bytes_per_channel, g.param_bytes) if g.stage_weights else (0, 0)
+    weights = (_aligned(m, tc * w_bytes, g.out_c * w_bytes, a, "weights")
+               + _aligned(m, tc * p_bytes, g.out_c * p_bytes, a, "params"))
     # whole extents: a single tile needs no second buffer; all channels: weights stay put
     full = []
     for t, e, d in zip(tile, ext, "hwc"):
@@ -169,6 +170,12 @@ def build_tiling_model(g, l1_bytes: int) -> TilingVars:
         m.add(t == e).only_enforce_if(f)
         m.add(t <= e - 1).only_enforce_if(~f)
         full.append(f)
+    # what the layer's kernel variant can run: whole rows, channels by its quantum
+    if g.full_width:
+        m.add(tw == g.out_w)
+    if g.c_quantum > 1 and g.out_c > g.c_quantum:
+        q = m.new_int_var(1, g.out_c // g.c_quantum, "tile_c_quanta")
+        m.add(tc == g.c_quantum * q).only_enforce_if(~full[2])
     whole = m.new_bool_var("whole")
     m.add_bool_and(full).only_enforce_if(whole)
     m.add_bool_or([~f for f in full] + [whole])
@@ -284,7 +291,7 @@ def _l1_vec(g, th, tw, tc):
         return -(-x // a) * a
 
     io = up(g.operands * rows * cols * (tc if g.channels_follow_output else g.in_c)) + up(th * tw * tc)
-    wp = up(tc * g.weight_bytes_per_channel) + up(tc * g.param_bytes)
+    wp = up(tc * g.weight_bytes_per_channel) + up(tc * g.param_bytes) if g.stage_weights else 0 * tc
     whole = (th == g.out_h) & (tw == g.out_w) & (tc == g.out_c)
     return np.where(whole, io + wp, 2 * io + np.where(tc < g.out_c, 2, 1) * wp)
 
@@ -316,14 +323,16 @@ def _lower_bound_vec(g, th, tw, tc, p):
     in_c = tc if g.channels_follow_output else g.in_c
     first_in = g.operands * np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h) * \
         np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w) * in_c
-    first_w = tc * (g.weight_bytes_per_channel + g.param_bytes)
+    first_w = tc * (g.weight_bytes_per_channel + g.param_bytes) * g.stage_weights
     last_out = border[0] * border[1] * border[2]
     ends = np.ceil(first_in / bw) + np.ceil(first_w / bw) + np.ceil(last_out / bw) + 2 * setup
     tiles = n[0] * n[1] * n[2]
     outputs = ext[0] * ext[1] * ext[2]
     reload = (n[0] * n[1] > 1) | g.channels_follow_output
-    loads = np.where(reload, tiles, 1) * g.operands + n[2] * ((g.weight_bytes_per_channel > 0) + (g.param_bytes > 0))
-    moved = outputs + g.operands * g.in_h * g.in_w * g.in_c + g.out_c * (g.weight_bytes_per_channel + g.param_bytes)
+    loads = np.where(reload, tiles, 1) * g.operands + n[2] * ((g.weight_bytes_per_channel > 0) + (g.param_bytes > 0)) \
+        * g.stage_weights
+    moved = outputs + g.operands * g.in_h * g.in_w * g.in_c + g.out_c * (g.weight_bytes_per_channel + g.param_bytes) \
+        * g.stage_weights
     dma = np.ceil(moved / bw) + setup * (tiles + loads)
     return np.maximum(compute + ends, dma)
 
@@ -340,7 +349,8 @@ def cycle_candidates(g, l1_bytes: int, cost: dict, must=(), k: int = CANDIDATES)
         axes = [sorted(_one_more_tile_sizes(e, mu) | {t[i] for t in must}) for i, (e, mu) in
                 enumerate(zip(extents, mult))]
     th, tw, tc = (a.ravel() for a in np.meshgrid(*[np.array(a, dtype=np.int64) for a in axes], indexing="ij"))
-    fits = _l1_vec(g, th, tw, tc) <= l1_bytes
+    fits = (_l1_vec(g, th, tw, tc) <= l1_bytes) & ((tc == g.out_c) | (tc % g.c_quantum == 0)) \
+        & ((tw == g.out_w) | (not g.full_width))
     th, tw, tc = th[fits], tw[fits], tc[fits]
     bound = _lower_bound_vec(g, th, tw, tc, p)
     order = np.argsort(bound, kind="stable")
