@@ -22,6 +22,7 @@ class Backend:
     runs_on_host: bool = False  # its engines can be built with this machine's gcc and run here
     l1_attribute: str = ""  # placed before the L1 buffer's declaration (e.g. a section macro)
     l1_in_sram: bool = False  # the L1 buffer of tiled layers is carved out of SRAM (no scratchpad or TCM)
+    async_dma: bool = False  # a DMA engine moves tiles while the cores compute (else the copies are the core's)
     engine_note: str = ""  # how to call the engine on this target, for the engine's header comment
     # Tiling: soft rules for tile shapes (solver.tiling_cpsat.add_heuristics keys) and the
     # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.

@@ -21,6 +21,7 @@ GAP8 = Backend(
     flash_bytes=8 * 1024 * 1024,  # HyperFlash: the boot image
     l3_bytes=8 * 1024 * 1024,  # HyperRAM
     weights_in_sram=True,
+    async_dma=True,
     l3_init="int inference_l3_init(struct pi_device *ram, uint32_t base);",
     # The kernels split tile rows over the 8 cores and produce 2 pixels x 4 channels per
     # inner loop (packed SIMD): tiles whose sizes are multiples of those keep every core

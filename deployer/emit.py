@@ -10,7 +10,7 @@ import numpy as np
 from backends import Backend
 from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
-from layer_analyzer.tiling import l1_align
+from layer_analyzer.tiling import l1_align, tile_windows
 from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
@@ -236,18 +236,6 @@ def _group_words(kern, layout) -> int:
     return 4 + layout.row_words + (9 if layout.fast_requant else 0)  # a stream: biases, weights, requantization
 
 
-def axis_windows(out: int, tile: int, stride: int, pad: int, eff: int, extent: int) -> list[tuple[int, int, int]]:
-    """(outputs, inputs read, padding before) of each tile along one axis, as the tile grid
-    clips its input window to the image."""
-    spans = []
-    for i in range(-(-out // tile)):
-        o0 = i * tile
-        o = min(tile, out - o0)
-        raw0, raw1 = o0 * stride - pad, (o0 + o - 1) * stride - pad + eff
-        spans.append((o, min(raw1, extent) - max(raw0, 0), max(raw0, 0) - raw0))
-    return spans
-
-
 def window_kernel(kern, rows: tuple[int, int, int], cols: tuple[int, int, int], channels: int):
     """The layer's kernel record restricted to one window: its outputs, the inputs it reads and the
     padding around them, ``channels`` output channels."""
@@ -272,15 +260,8 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
     if isinstance(whole.get("int_rq"), dict):
         args.update(rq_mul=whole["int_rq"]["mul"], rq_add=whole["int_rq"]["add"])
     per_group = {"wq": _group_words(kern, variant.layout)} if variant.layout is not None else {}
-    if g.kind in ("fc", "eltwise"):
-        rows = cols = [(1, 1, 0)] if g.kind == "fc" else None
-        if g.kind == "eltwise":
-            rows = [(o, o, 0) for o, _, _ in axis_windows(g.out_h, t.tile_h, 1, 0, 1, g.in_h)]
-            cols = [(o, o, 0) for o, _, _ in axis_windows(g.out_w, t.tile_w, 1, 0, 1, g.in_w)]
-    else:
-        rows = axis_windows(g.out_h, t.tile_h, g.stride_h, kern.pad_t, (g.k_h - 1) * g.dil_h + 1, g.in_h)
-        cols = axis_windows(g.out_w, t.tile_w, g.stride_w, kern.pad_l, (g.k_w - 1) * g.dil_w + 1, g.in_w)
-    chans = [min(t.tile_c, g.out_c - c0) for c0 in range(0, g.out_c, t.tile_c)]
+    w = tile_windows(g, t.tile_h, t.tile_w, t.tile_c)
+    rows, cols, chans = w["rows"], w["cols"], w["chans"]
     classes = {axis: sorted(set(spans)) for axis, spans in (("rows", rows), ("cols", cols), ("chans", chans))}
     index = {axis: [classes[axis].index(x) for x in spans] for axis, spans in
              (("rows", rows), ("cols", cols), ("chans", chans))}
@@ -372,7 +353,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                                    comment=f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype)}, live ops "
                                            f"{lt.first_op}..{lt.last_op}"))
         macro.update({t: m for t, m in l3_macro.items() if isinstance(t, int)})
-    in_place = {r.layer: r for r in plan.reuses if r.rule == "depthwise-in-place"}
+    # depthwise layers computing over their input through a scratch plane (tiles store from L1 instead)
+    in_place = {r.layer: r for r in plan.reuses if r.rule == "depthwise-in-place" and r.layer not in tilings}
     life = {lt.tensor: lt for lt in lives}
     sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset())
 

@@ -14,6 +14,7 @@ from backends import BACKENDS, Backend
 from backends.variants import CODE_BYTES_PORTABLE, choose
 from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
+from layer_analyzer.tiling import window_shapes, writes_behind_reads
 from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import Lifetime, lifetimes, owner_groups
@@ -149,9 +150,11 @@ def lower(plan: Plan) -> Plan:
     return plan.but(layers=tuple(LayerPlan(k, kern) for k, kern in enumerate(K.lower_graph(plan.graph))))
 
 
-def _rules(plan: Plan) -> tuple:
-    """The target's variants, unless --kernels plain keeps every layer on the portable kernels."""
-    return () if plan.options.kernels == "plain" else plan.backend.variants
+def _rules(plan: Plan, layer: LayerPlan | None = None) -> tuple:
+    """The target's variants, unless --kernels plain keeps every layer on the portable kernels (or
+    the flash relaxation this one)."""
+    keep = plan.options.kernels == "plain" or (layer is not None and layer.keep_portable)
+    return () if keep else plan.backend.variants
 
 
 def _weight_bytes(plan: Plan, kern) -> int:
@@ -161,9 +164,8 @@ def _weight_bytes(plan: Plan, kern) -> int:
 
 def choose_variants(plan: Plan, use=lambda layer: "whole") -> Plan:
     """Each layer's kernel variant among the target's, for how it runs (``use(layer)``)."""
-    rules = _rules(plan)
-    return plan.with_layers(lambda lp: replace(lp, variant=choose(rules, lp.kernel, _weight_bytes(plan, lp.kernel),
-                                                                   use(lp))))
+    return plan.with_layers(lambda lp: replace(lp, variant=choose(_rules(plan, lp), lp.kernel,
+                                                                   _weight_bytes(plan, lp.kernel), use(lp))))
 
 
 def bind_variants(plan: Plan) -> Plan:
@@ -183,6 +185,10 @@ def bind_variants(plan: Plan) -> Plan:
     plan = plan.with_layers(lambda lp: replace(lp, variant=choose((), lp.kernel, _weight_bytes(plan, lp.kernel)))
                             if lp.index in portable else lp)
     return measure(plan)
+
+
+def _variant_for_tiles(plan: Plan, k: int):
+    return choose(_rules(plan, plan.layers[k]), plan.kernels[k], 0, "tile")
 
 
 # ---- memory: the arena and what it takes ----------------------------------------------------------
@@ -244,8 +250,23 @@ def deployment_problem(plan: Plan) -> ArenaProblem:
 
 
 def code_estimate(layers) -> int:
-    return CODE_BYTES_BASE + sum(lp.variant.code_bytes if lp.variant is not None else CODE_BYTES_PORTABLE
-                                 for lp in layers)
+    """The engine's code: its runtime and each layer's function; a layer whose variant runs its
+    tiles has its tile loop and one kernel per distinct window (shared by layers whose windows and
+    literals are the same, as the engine shares them)."""
+    windows, total = set(), CODE_BYTES_BASE
+    for lp in layers:
+        v = lp.variant
+        if v is None:
+            total += CODE_BYTES_PORTABLE
+        elif lp.tiling is not None and v.dsp:
+            (g, t), k = lp.tiling, lp.kernel
+            literals = (v.name, g.kind, g.k_h, g.k_w, g.stride_h, g.stride_w, g.in_c, *(getattr(k, f, None) for f in (
+                "input_offset", "output_offset", "act_min", "act_max")))
+            windows |= {(literals, v.code_bytes, shape) for shape in window_shapes(g, t.tile_h, t.tile_w, t.tile_c)}
+            total += CODE_BYTES_PORTABLE  # the tile loop: descriptors, loads, stores
+        else:
+            total += v.code_bytes
+    return total + sum(size for _, size, _ in windows)
 
 
 def l1_scratch(plan: Plan) -> int:
@@ -303,16 +324,27 @@ def plan_memory(plan: Plan) -> Plan:
     more than the first plan."""
     options = plan.options
     tile_cache: dict = {}
+    over = True  # depthwise tiles may write over their input (whole-row tiles)
 
     def attempt(target):
         p = split_patches(plan, target)
-        p = tile(p, tile_cache)
-        p = in_place(p)
+        p = tile(p, tile_cache, over)
+        p = in_place(p, over)
         p = place_and_plan(p)
         return p
 
     first = result = attempt(options.sram)
     need = result.memory.sram_bytes
+    if options.l3 is not None and options.sram is not None and need > options.sram and \
+            any(lp.reuse is not None and lp.tiling is not None for lp in result.layers):
+        # a tensor another one writes over cannot move to L3: without that the placement may do better
+        over = False
+        alt = attempt(options.sram)
+        if alt.memory.sram_bytes < need:
+            first = result = alt
+            need = result.memory.sram_bytes
+        else:
+            over = True
     if options.patch != "auto" or options.sram is None or need <= options.sram:
         return result
     # Over, split or not: live bytes under --sram are no promise of an arena under it.
@@ -365,14 +397,15 @@ def split_choice(plan: Plan, sram_target: int | None, lives=None):
                       min(options.time_limit_s, 1.0))
 
 
-def tile(plan: Plan, cache: dict | None = None) -> Plan:
+def tile(plan: Plan, cache: dict | None = None, over_input: bool = True) -> Plan:
     """With an L1 budget, cut every tileable layer outside the patch stage into tiles that fit it
-    (double-buffered). ``cache`` keeps each layer's tiling across calls."""
-    tilings = tile_layers(plan, skip=plan.stage, cache=cache)
+    (double-buffered). ``cache`` keeps each layer's tiling across calls; ``over_input``: depthwise
+    layers that could write over their input get whole-row tiles, so that they still can."""
+    tilings = tile_layers(plan, skip=plan.stage, cache=cache, over_input=over_input)
     return plan.with_layers(lambda lp: replace(lp, tiling=tilings.get(lp.index)))
 
 
-def tile_layers(plan: Plan, skip=(), cache: dict | None = None) -> dict:
+def tile_layers(plan: Plan, skip=(), cache: dict | None = None, over_input: bool = True) -> dict:
     """op -> (TileGeometry, LayerTiling) of every tileable layer not in ``skip`` (none without --l1)."""
     cache = {} if cache is None else cache
     options, backend = plan.options, plan.backend
@@ -386,14 +419,18 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None) -> dict:
                           time_limit_s=min(2.0, options.time_limit_s / max(1, len(tileable))))
     result, worst = {}, None
     todo = [(k, g) for k, g in tileable if k not in skip]
-    rules = _rules(plan)
-    with progress.step(f"tiling ({options.tiler})", total=sum(1 for k, _ in todo if k not in cache)) as s:
+    # depthwise layers that write over their input when they run whole: their tiles span whole
+    # rows, so that they may do so tile by tile too
+    wanted = {r.layer for r in plan_in_place(plan.graph, options.in_place, lanes=_lanes(plan))
+              if r.rule == "depthwise-in-place"} if over_input else set()
+    with progress.step(f"tiling ({options.tiler})", total=sum(1 for k, _ in todo if (k, k in wanted) not in cache)) as s:
         for k, g in todo:
             try:
-                if k not in cache:
-                    cache[k] = _tile_layer(g, options, config, choose(rules, plan.kernels[k], 0, "tile"))
+                key = (k, k in wanted)
+                if key not in cache:
+                    cache[key] = _tile_layer(g, options, config, _variant_for_tiles(plan, k), k in wanted)
                     s.advance()
-                result[k] = cache[k]
+                result[k] = cache[key]
             except TilingInfeasible as e:
                 s.advance()
                 if worst is None or e.minimum_l1 > worst.minimum_l1:
@@ -407,25 +444,34 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None) -> dict:
     return result
 
 
-def _tile_layer(g, options: Options, config: TilingConfig, variant):
-    """(geometry, tiling) of one layer: as the target's variant runs a tile (its weights read in
-    place or moved, its channel quantum, no split input channels), else as the portable
-    kernels do when that variant's tiles cannot fit."""
-    if variant.dsp:
-        own = replace(g, stage_weights=variant.stages_weights, c_quantum=variant.channel_quantum, split_ok=False)
+def _tile_layer(g, options: Options, config: TilingConfig, variant, over_input: bool = False):
+    """(geometry, tiling) of one layer, the first that fits of: as the target's variant runs a tile
+    (its weights read in place or moved, its channel quantum, no split input channels), then as the
+    portable kernels do; each first with whole-row tiles when the layer would write over its input."""
+    own = replace(g, stage_weights=variant.stages_weights, c_quantum=variant.channel_quantum, split_ok=False)
+    shapes = [own] if variant.dsp else []
+    shapes.append(g)
+    if over_input:
+        shapes = [s for shape in shapes for s in (replace(shape, full_width=True), shape)]
+    for i, shape in enumerate(shapes):
         try:
-            return own, plan_tiling(own, options.l1, options.tiler, config)
+            return shape, plan_tiling(shape, options.l1, options.tiler, config)
         except TilingInfeasible:
-            pass
-    return g, plan_tiling(g, options.l1, options.tiler, config)
+            if i == len(shapes) - 1:
+                raise
 
 
-def in_place(plan: Plan) -> Plan:
+def in_place(plan: Plan, over_input: bool = True) -> Plan:
     """The in-place rules, then the lifetimes they leave: a tiled layer with a halo must not
     overwrite its input (elementwise tiles have none); a patch stage keeps every tensor it reads."""
     tilings = plan.tilings
-    keep = {k for k, (g, _) in tilings.items() if g.kind != "eltwise"} | plan.stage
-    reuses = {r.layer: r for r in plan_in_place(plan.graph, plan.options.in_place, keep=keep, lanes=_lanes(plan))}
+    # elementwise tiles read what they write; depthwise tiles of whole rows may, when no tile after
+    # the next still reads what a store overwrites (layer_analyzer.tiling.writes_behind_reads)
+    over = {k for k, (g, t) in tilings.items()
+            if over_input and writes_behind_reads(g, t.tile_h, t.tile_w, t.tile_c, plan.backend.async_dma)}
+    keep = {k for k, (g, _) in tilings.items() if g.kind != "eltwise" and k not in over} | plan.stage
+    reuses = {r.layer: r for r in plan_in_place(plan.graph, plan.options.in_place, keep=keep, lanes=_lanes(plan),
+                                                planeless=over)}
     plan = plan.with_layers(lambda lp: replace(lp, reuse=reuses.get(lp.index)))
     lives = lifetimes(plan.graph, plan.reuses)
     if plan.patch is not None:
@@ -517,9 +563,11 @@ def fit_flash(plan: Plan) -> Plan:
     n = len(plain)
     note = (f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit --flash: "
             f"op{'s' if n > 1 else ''} {', '.join(map(str, sorted(plain)))}")
-    plan = plan.with_layers(lambda lp: replace(lp, variant=choose((), lp.kernel, _weight_bytes(plan, lp.kernel)))
-                            if lp.index in plain else lp)
-    return measure(plan.but(notes=(*plan.notes, note), relaxed=(*plan.relaxed, "plain kernels")))
+    relaxed = plan.with_layers(lambda lp: replace(lp, keep_portable=lp.keep_portable or lp.index in plain))
+    relaxed = relaxed.but(notes=(*plan.notes, note), relaxed=(*plan.relaxed, "plain kernels"))
+    if any(plan.layers[k].tiling is not None for k in plain):  # their tiles now move int8 weights too
+        return bind_variants(plan_memory(choose_variants(relaxed.but(patch=None, l3=None, arena=None))))
+    return bind_variants(relaxed)
 
 
 # ---- the files --------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ class TileGeometry:
     dil_w: int = 1
     operands: int = 1  # input tensors streamed in (2 for ADD/MUL without broadcast)
     param_bytes: int = 0  # per output channel
+    pad_t: int = 0  # padding before the first input row and column
+    pad_l: int = 0
     # How the layer's kernel variant runs a tile (set by the tiling pass, from the variant):
     stage_weights: bool = True  # weights and parameters are moved into L1 (else read where they are)
     c_quantum: int = 1  # a tile's output channels are a multiple of this, or all of them
@@ -164,11 +166,12 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
                 return None
             return TileGeometry(layer, kind, kernel.out_h, kernel.out_w, kernel.out_c, kernel.in_h,
                                 kernel.in_w, kernel.in_c, kernel.k_h, kernel.k_w, kernel.stride_h,
-                                kernel.stride_w, kernel.dil_h, kernel.dil_w, param_bytes=CONV_PARAM_BYTES)
+                                kernel.stride_w, kernel.dil_h, kernel.dil_w, param_bytes=CONV_PARAM_BYTES,
+                                pad_t=kernel.pad_t, pad_l=kernel.pad_l)
         case K.Pool(batch=1):
             return TileGeometry(layer, "pool", kernel.out_h, kernel.out_w, kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, kernel.f_h, kernel.f_w, kernel.stride_h,
-                                kernel.stride_w)
+                                kernel.stride_w, pad_t=kernel.pad_t, pad_l=kernel.pad_l)
         case K.Add() | K.Mul() | K.IntAdd() if kernel.view.dense and kernel.view.shape[0] == 1:
             _, h, w, c = kernel.view.shape
             return TileGeometry(layer, "eltwise", h, w, c, h, w, c, operands=2)
@@ -176,3 +179,55 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "fc", 1, 1, kernel.units, 1, 1, kernel.in_features,
                                 param_bytes=FC_PARAM_BYTES)
     return None
+
+
+def writes_behind_reads(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int, async_dma: bool = False) -> bool:
+    """Can a depthwise layer whose output takes over its input's bytes (output pixel p, channel c
+    at the byte of input pixel p, channel c) run tile by tile? The tile schedule loads tile t + 1
+    before it stores tile t: with copies that finish before the next starts, a store must only
+    overwrite bytes no tile after the next one still reads; with an asynchronous DMA engine (the
+    load of t + 1 may still run during the store of t), bytes no later tile reads. Tiles run
+    channel slice by channel slice, rows inside; they must span whole rows."""
+    if g.kind != "depthwise" or tile_w != g.out_w:
+        return False
+    rows = [(r, min(tile_h, g.out_h - r)) for r in range(0, g.out_h, tile_h)]
+    reads, writes = [], []  # flat pixel ranges of each row tile, the same in every channel slice
+    for r, h in rows:
+        y0 = max(r * g.stride_h - g.pad_t, 0)
+        y1 = min((r + h - 1) * g.stride_h - g.pad_t + (g.k_h - 1) * g.dil_h + 1, g.in_h)
+        reads.append((y0 * g.in_w, y1 * g.in_w))
+        writes.append((r * g.out_w, (r + h) * g.out_w))
+    return all(writes[t][1] <= reads[u][0] or reads[u][1] <= writes[t][0]
+               for t in range(len(rows)) for u in range(t + (1 if async_dma else 2), len(rows)))
+
+
+def axis_windows(out: int, tile: int, stride: int, pad: int, eff: int, extent: int) -> list[tuple[int, int, int]]:
+    """(outputs, inputs read, padding before) of each tile along one axis, as the tile grid
+    clips its input window to the image."""
+    spans = []
+    for i in range(-(-out // tile)):
+        o0 = i * tile
+        o = min(tile, out - o0)
+        raw0, raw1 = o0 * stride - pad, (o0 + o - 1) * stride - pad + eff
+        spans.append((o, min(raw1, extent) - max(raw0, 0), max(raw0, 0) - raw0))
+    return spans
+
+
+def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict[str, list]:
+    """Every tile's window along each axis ("rows", "cols": (outputs, inputs, padding before);
+    "chans": output channels), in tile order: what a kernel run on one tile sees."""
+    if g.kind == "fc":
+        rows = cols = [(1, 1, 0)]
+    elif g.kind == "eltwise":
+        rows = [(o, o, 0) for o, _, _ in axis_windows(g.out_h, tile_h, 1, 0, 1, g.in_h)]
+        cols = [(o, o, 0) for o, _, _ in axis_windows(g.out_w, tile_w, 1, 0, 1, g.in_w)]
+    else:
+        rows = axis_windows(g.out_h, tile_h, g.stride_h, g.pad_t, (g.k_h - 1) * g.dil_h + 1, g.in_h)
+        cols = axis_windows(g.out_w, tile_w, g.stride_w, g.pad_l, (g.k_w - 1) * g.dil_w + 1, g.in_w)
+    return dict(rows=rows, cols=cols, chans=[min(tile_c, g.out_c - c0) for c0 in range(0, g.out_c, tile_c)])
+
+
+def window_shapes(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> list[tuple]:
+    """The distinct (rows, cols, chans) windows of a tiling: one kernel each."""
+    w = tile_windows(g, tile_h, tile_w, tile_c)
+    return [(r, c, ch) for r in sorted(set(w["rows"])) for c in sorted(set(w["cols"])) for ch in sorted(set(w["chans"]))]

@@ -53,6 +53,7 @@ class LayerPlan:
     in_stage: bool = False  # runs region by region, patch by patch (the patch stage)
     reuse: Any = None  # network_parser.inplace.Reuse: it writes over an input that dies
     l3_weights: bool = False  # its weights stream from L3
+    keep_portable: bool = False  # runs the portable kernels whatever the target has (their weights take less flash)
     bank: str = "arena"  # the memory its output lives in (one L2 arena today)
 
 

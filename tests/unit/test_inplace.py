@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deployer.pipeline import Options, arena_problem, deploy, tensor_rows
 from network_parser.inplace import plan_in_place
@@ -167,3 +169,45 @@ def test_checker_catches_misalignment_and_overflow(example_deployment):
     for fault in ((*rows[0][:4], rows[0][4] + 8, rows[0][5]), (*rows[0][:4], dep.arena.peak, rows[0][5])):
         with pytest.raises(PlanError):
             check_tensor_plan([fault, *rows[1:]], dep.arena.peak, 16)
+
+
+# ---- in place, tile by tile ----------------------------------------------------------------------
+
+def _simulated_safe(g, tile_h: int, async_dma: bool) -> bool:
+    """Run the tile schedule on one channel plane: every tile's load must read bytes no store has
+    replaced yet. Loads of tile t + 1 come before the store of tile t; with an asynchronous DMA
+    the store of t may land before the load of t + 1 finishes."""
+    from layer_analyzer.tiling import axis_windows
+    rows = axis_windows(g.out_h, tile_h, g.stride_h, g.pad_t, (g.k_h - 1) * g.dil_h + 1, g.in_h)
+    written = set()  # flat pixel indices (input layout) already replaced by an output
+    starts = list(range(0, g.out_h, tile_h))
+    reads = []
+    for r0, (o, i, pad) in zip(starts, rows):
+        y0 = max(r0 * g.stride_h - g.pad_t, 0)
+        reads.append(set(range(y0 * g.in_w, (y0 + i) * g.in_w)))
+    for t, r0 in enumerate(starts):
+        if t == 0 and reads[0] & written:
+            return False
+        h = min(tile_h, g.out_h - r0)
+        store = set(range(r0 * g.out_w, (r0 + h) * g.out_w))
+        if async_dma and t + 1 < len(starts) and reads[t + 1] & store:
+            return False
+        written |= store
+        if t + 2 < len(starts) and reads[t + 2] & written:
+            return False
+    return True
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 12), st.integers(1, 9), st.sampled_from([1, 2]), st.sampled_from([1, 3, 5]),
+       st.integers(0, 2), st.integers(1, 12), st.booleans())
+def test_tiles_write_behind_their_reads_exactly_when_a_simulation_says_so(h, w, stride, k, pad, tile_h, async_dma):
+    from layer_analyzer.tiling import TileGeometry, writes_behind_reads
+    pad = min(pad, k - 1)
+    out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    if out_h < 1 or out_w < 1 or out_h * out_w > h * w:
+        return
+    g = TileGeometry(0, "depthwise", out_h, out_w, 4, h, w, 4, k, k, stride, stride, pad_t=pad, pad_l=pad)
+    tile_h = min(tile_h, out_h)
+    assert writes_behind_reads(g, tile_h, out_w, 4, async_dma) == _simulated_safe(g, tile_h, async_dma)
+    assert not writes_behind_reads(g, tile_h, max(out_w - 1, 1), 4, async_dma) or out_w == 1
