@@ -2,6 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Emulation:
+    """The target's runtime emulated on this machine, so that ``deploy verify`` can build its
+    engines with the host gcc against it and run them here (the engine's C is the target's)."""
+    folder: Path  # the emulation's headers and sources
+    sources: tuple[str, ...]  # compiled with every engine
+    cflags: tuple[str, ...]
+    l3_sources: tuple[str, ...] = ()  # an engine using L3: the start-up that fills the emulated L3
+    l3_setup: str = ""  # that start-up's function, run by the harness before the first inference
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,4 +54,5 @@ class Backend:
     qemu_machine: str | None = None
     tcm_bytes: int | None = None
     stack_bytes: int = 0
-    board: bool = False  # a board preset: its SRAM and flash are the default --sram and --flash
+    emulation: Emulation | None = None  # deploy verify builds against it and runs here
+    part: bool = False  # a real part (a board preset, GAP8): its SRAM and flash are the default --sram and --flash

@@ -39,12 +39,12 @@ CORTEX_M7 = replace(
 )
 
 # Board presets: the core plus the part's memories (the defaults of --sram and --flash).
-STM32F446 = replace(CORTEX_M4, name="stm32f446", board=True, sram_bytes=128 * K, flash_bytes=512 * K,
+STM32F446 = replace(CORTEX_M4, name="stm32f446", part=True, sram_bytes=128 * K, flash_bytes=512 * K,
                     description="ST STM32F446 (Cortex-M4F, 180 MHz): 128 KiB SRAM, 512 KiB flash")
-NRF52840 = replace(CORTEX_M4, name="nrf52840", board=True, sram_bytes=256 * K, flash_bytes=1024 * K,
+NRF52840 = replace(CORTEX_M4, name="nrf52840", part=True, sram_bytes=256 * K, flash_bytes=1024 * K,
                    description="Nordic nRF52840 (Cortex-M4F, 64 MHz): 256 KiB RAM, 1 MiB flash")
 STM32H743 = replace(
-    CORTEX_M7, name="stm32h743", board=True, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
+    CORTEX_M7, name="stm32h743", part=True, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
     # With --l1 the L1 tiles are staged in the DTCM (the linker script's .dtcm section), not in SRAM.
     l1_attribute='__attribute__((section(".dtcm"))) ', l1_in_sram=False,
     description="ST STM32H743 (Cortex-M7, 480 MHz): 512 KiB AXI SRAM, 128 KiB DTCM as L1 (--l1), 2 MiB flash")

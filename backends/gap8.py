@@ -2,7 +2,19 @@
 cluster DMA from 512 KiB of L2 (8 MiB of L3 HyperRAM/flash behind it). Tiled layers move
 their tiles with PMSIS cluster DMA and split each tile's outputs across the cores with
 ``pi_cl_team_fork``; the other layers run on the cluster's master core."""
-from .base import Backend
+from pathlib import Path
+
+from .base import Backend, Emulation
+
+# PMSIS emulated with pthreads (8 cores, barriers) and queued copies (cluster DMA, HyperRAM): a
+# schedule that reads a tile before waiting for it reads stale bytes and fails verification.
+EMULATION = Emulation(
+    folder=Path(__file__).resolve().parent / "gap8_emulation",
+    sources=("pmsis_emu.c",),
+    cflags=("-std=gnu99", "-Wall", "-Wextra", "-Werror", "-pthread", "-O2"),
+    l3_sources=("l3_loader.c",),
+    l3_setup="l3_setup",
+)
 
 GAP8 = Backend(
     name="gap8",
@@ -17,9 +29,11 @@ GAP8 = Backend(
     engine_note=("Call inference_run() on the cluster's master core (from a cluster task): tiled layers "
                  "fork the whole team of cores over each L1 tile; the other layers run on the master."),
     l1_bytes=64 * 1024,
-    sram_bytes=512 * 1024,
+    sram_bytes=512 * 1024,  # L2: the default --sram budget (part=True)
     flash_bytes=8 * 1024 * 1024,  # HyperFlash: the boot image
     l3_bytes=8 * 1024 * 1024,  # HyperRAM
+    part=True,
+    emulation=EMULATION,
     weights_in_sram=True,
     async_dma=True,
     l3_init="int inference_l3_init(struct pi_device *ram, uint32_t base);",

@@ -188,7 +188,7 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     """Convolutions and fully connected layers, whole from the arena or tile by tile in L1 (the
     tile's input and output there, the packed weights read where they are: a Cortex-M core reads
     flash directly, and copying them would only cost instructions)."""
-    if use not in ("whole", "tile") or not isinstance(kern, (K.Conv, K.FullyConnected)):
+    if use not in ("whole", "tile", "region") or not isinstance(kern, (K.Conv, K.FullyConnected)):
         return None
     if kern.int_rq is not None and (kern.act_min < -128 or kern.act_max > 127 or kern.batch > 1):
         return None  # an integer graph's raw int32 output, or a Gemm bias per row: the portable kernel

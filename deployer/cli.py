@@ -465,11 +465,10 @@ def _check_verify_target(target: str, on_qemu: bool, sanitize: bool) -> None:
             raise UsageError(f"--qemu: target '{target}' has no QEMU board (targets that have one: {qemu_targets})")
         if sanitize:
             raise UsageError("--sanitize builds with the host gcc: not with --qemu")
-    elif backend is not None and not backend.runs_on_host:
+    elif backend is not None and not backend.runs_on_host and backend.emulation is None:
         qemu_hint = f", or --qemu to run it on QEMU's {backend.qemu_machine}" if backend.qemu_machine else ""
-        raise UsageError(f"deploy verify runs engines on this machine: use --target host (the same tile "
-                         f"schedules with --l1){qemu_hint}; '{target}' engines are checked by the test suite's "
-                         f"emulation of the target")
+        raise UsageError(f"deploy verify runs engines on this machine, and '{target}' engines need a board: "
+                         f"use --target host (the same tile schedules with --l1){qemu_hint}")
 
 
 def qemu_summary(result: dict) -> str:
@@ -497,29 +496,33 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         return
     from .compare import compare_planners, comparison_table, live_bytes
     from .report_html import planners_report
-    from .pipeline import arena_problem
+    from .pipeline import arena_problem, plan_deployment
     from solver.arena import SolverConfig, lower_bound
 
-    options = _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, tiler, tile_objective, l3,
+    options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, *onnx_options)
     with _progress(False):
-        dep = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
+        # the plan deploy makes with these flags (its split, tiles, in-place, L3), budgets and all;
+        # only its L2 arena is planned again, by every planner
+        dep = plan_deployment(model, options)
         problem, _ = arena_problem(list(dep.lives), dep.backend.alignment)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
     say(comparison_table(plans, lower_bound(problem)))
     before, patch_line = None, None
     if dep.patch is not None:
-        whole = deploy(model, replace(options, sram=None, flash=None, patch="off"))
+        whole = plan_deployment(model, replace(options, patch="off"))
         c, st = dep.patch.choice, dep.patch.stage
         patch_line = (f"Patch split: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
                       f"arena without it {whole.memory.arena_bytes:,} B, with it {dep.memory.arena_bytes:,} B; "
                       f"MAC overhead {c.macs_extra:,} ({100 * c.overhead:.1f}%).")
         say(patch_line)
         before = live_bytes(arena_problem(list(whole.lives), whole.backend.alignment)[0])
-    if options.sram is not None:
+    sram = dep.options.sram  # the flag, or the part's own
+    if sram is not None:
+        rest = dep.memory.sram_bytes - dep.memory.arena_bytes  # what SRAM holds beside the arena
         for p in plans:
-            fits = "fits" if p.peak <= options.sram else "OVER"
-            say(f"{p.method:<14} {p.peak:>12,} B  {fits} --sram {options.sram:,}")
+            need = rest + p.peak
+            say(f"{p.method:<14} {need:>12,} B of SRAM  {'fits' if need <= sram else 'OVER'} --sram {sram:,}")
     html = planners_report(dep.graph.name, problem, plans, live_bytes(problem), before, patch_line)
     try:
         report.write_text(html)
@@ -534,7 +537,7 @@ def _compare_tiling(model, options) -> None:
 
     if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
         raise UsageError("--tiling needs an L1 budget: pass --l1")
-    greedy = deploy(model, replace(options, sram=None, flash=None, board_budgets=False))
+    greedy = deploy(model, replace(options, sram=None, flash=None, part_budgets=False))
     cpsat = tile_layers(greedy.but(options=replace(greedy.options, tiler="cpsat")))
     rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
     say(tiling_table(rows))

@@ -15,6 +15,7 @@ from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
+from .patching import region_windows
 from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
                      c_int64)
 from .render import environment as template_environment
@@ -252,13 +253,7 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
     """The kernels of a tiled layer run by a DSP variant: one function per distinct tile shape
     (a window of the layer, its own literal bounds and borders), called through a table indexed
     by the tile's row, column and channel classes, with the layer's arrays (kernel_args_t)."""
-    whole = L["simd"]  # the layer's packed arrays, in .rodata
-    args = {field: name for field, name in (
-        (f, whole.get(key) if not isinstance(whole.get(key), dict) else None) for f, key in
-        (("wq", "wq"), ("bias", "bias"), ("mult", "mult"), ("shift", "shift"), ("rq_hi", "rq_hi"),
-         ("rq_e1", "rq_e1"), ("frq", "float_rq"), ("scale", "scale"))) if name}
-    if isinstance(whole.get("int_rq"), dict):
-        args.update(rq_mul=whole["int_rq"]["mul"], rq_add=whole["int_rq"]["add"])
+    args = _args_of(L["simd"])  # the layer's packed arrays, in .rodata
     per_group = {"wq": _group_words(kern, variant.layout)} if variant.layout is not None else {}
     w = tile_windows(g, t.tile_h, t.tile_w, t.tile_c)
     rows, cols, chans = w["rows"], w["cols"], w["chans"]
@@ -292,7 +287,29 @@ def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph) -
     return dict(name=f"{variant.name}_{shape}_{digest}", text=text)
 
 
-def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict) -> dict:
+def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env) -> dict:
+    """The kernels of a patch-stage op run by a DSP variant: per patch (row, column) the window of
+    its input it reads (inside the input's patch buffer, or the whole input tensor) as a kernel of
+    its own, shared where windows and literals agree; the byte offset of that window in its buffer."""
+    per_group = {"wq": _group_words(kern, variant.layout)}
+    windows = region_windows(kern, patch, k)
+    table = [[kernel_function(env, replace(window_kernel(kern, rows, cols, kern.out_c), in_row=width * kern.in_c), k,
+                              variant, per_group, graph) for rows, cols, _, width in row] for row in windows]
+    offsets = [[offset * kern.in_c for _, _, offset, _ in row] for row in windows]
+    return dict(args=_args_of(L["simd"]), table=table, offsets=offsets)
+
+
+def _args_of(whole: dict) -> dict:
+    """The layer's arrays (their .rodata names) by the kernel_args_t field each fills."""
+    args = {field: whole.get(key) for field, key in (
+        ("wq", "wq"), ("bias", "bias"), ("mult", "mult"), ("shift", "shift"), ("rq_hi", "rq_hi"),
+        ("rq_e1", "rq_e1"), ("frq", "float_rq"), ("scale", "scale")) if isinstance(whole.get(key), str)}
+    if isinstance(whole.get("int_rq"), dict):
+        args.update(rq_mul=whole["int_rq"]["mul"], rq_add=whole["int_rq"]["add"])
+    return args
+
+
+def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict, variant=None, env=None) -> dict:
     """How op ``k`` of the patch stage computes its region of one patch."""
     st = patch.stage
     view = next(v for v in st.layers if v.layer == k)
@@ -310,10 +327,13 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict)
                out_ptr=f"(arena + {macro[view.output]})")
     if view.output == st.output:
         ctx.update(out_ptr=f"(arena + {macro[scratch_key(k)]})", full_out=f"(arena + {macro[view.output]})")
+    ctx["dsp"] = None
     if kind == "spatial":
         g = tiling_geometry(kern, k)
         whole = LayerTiling(k, g.out_h, g.out_w, g.out_c, 0, 1, "untiled", "OPTIMAL")
         ctx["view"] = dict(L, tiling=_tiling_context(kern, g, whole))
+        if variant is not None and variant.dsp:
+            ctx["dsp"] = _dsp_regions(L, kern, k, variant, patch, view, graph, env)
     if kind == "transpose":
         ctx.update(in_h=kern.in_shape[2], in_w=kern.in_shape[3])
     return ctx
@@ -408,7 +428,10 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {plan.options.l1} B")
         L["patch"] = None
         if patch is not None and lp.in_stage:
-            L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro)
+            L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro, variant, env)
+            if L["patch"]["dsp"]:
+                for fn in (f for row in L["patch"]["dsp"]["table"] for f in row):
+                    functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
             L["patch_first"] = k == patch.stage.start
             if layer.outputs[0] != patch.stage.output:
                 L["y"] = None  # a patch buffer: nothing whole to trace

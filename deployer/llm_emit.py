@@ -219,7 +219,7 @@ def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:
     lives, plan, offsets, problem = plan_activations(graph, options.planner, options.time_limit_s, guard)
     memory = memory_of(graph, plan.peak)
     sram, flash = options.sram, options.flash
-    if backend.board:  # a board preset's memories are the default budgets
+    if backend.part:  # a part's memories are the default budgets
         sram, flash = sram or backend.sram_bytes, flash or backend.flash_bytes
     check_budgets(graph, memory, sram, flash, guard)
     files = render_engine(graph, backend, lives, plan, offsets, guard, options.rtos)

@@ -188,3 +188,32 @@ def patch_lifetimes(lives: list[Lifetime], plan: PatchPlan) -> list[Lifetime]:
             result.append(lt)
     result.append(Lifetime(scratch_key(s.end), f"op{s.end}_patch", plan.buffers[s.output], s.end, s.end, None))
     return result
+
+
+def region_windows(kern, patch: PatchPlan, k: int) -> list[list[tuple]]:
+    """Per patch (row, column) of the stage, what spatial op ``k`` reads: (rows, cols, offset,
+    buffer width), rows and cols each (outputs, inputs read, padding before) and the offset in
+    elements (pixels x channels) of that window in its input's buffer (the input's patch buffer, or
+    the whole input tensor), whose rows are ``buffer width`` pixels wide."""
+    view = next(v for v in patch.stage.layers if v.layer == k)
+    src = view.inputs[0]
+
+    def window(intervals, i, stride, pad, eff, extent):
+        o0, o1 = intervals[i][view.output]
+        raw0, raw1 = o0 * stride - pad, (o1 - 1) * stride - pad + eff
+        w0, w1 = max(raw0, 0), min(raw1, extent)
+        b0, b1 = intervals[i][src] if src in patch.buffers else (0, extent)
+        return (o1 - o0, w1 - w0, w0 - raw0), w0 - b0, b1 - b0
+
+    eff_h, eff_w = (kern.k_h - 1) * kern.dil_h + 1, (kern.k_w - 1) * kern.dil_w + 1
+    if isinstance(kern, K.Pool):
+        eff_h, eff_w = kern.f_h, kern.f_w
+    table = []
+    for r in range(patch.rows.parts):
+        rows, dy, _ = window(patch.rows.intervals, r, kern.stride_h, kern.pad_t, eff_h, kern.in_h)
+        row = []
+        for c in range(patch.cols.parts):
+            cols, dx, width = window(patch.cols.intervals, c, kern.stride_w, kern.pad_l, eff_w, kern.in_w)
+            row.append((rows, cols, dy * width + dx, width))
+        table.append(row)
+    return table

@@ -29,7 +29,7 @@ from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
 from . import emit, progress
 from .manifest import build_manifest, manifest_text
-from .patching import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split
+from .patching import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
 from .placement import layout_l3, place, staging_lifetimes
 from .report_html import deployment_report
 
@@ -52,7 +52,7 @@ class Options:
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
     kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
-    board_budgets: bool = True  # a board preset's memories fill an unset --sram / --flash
+    part_budgets: bool = True  # a real part's memories fill an unset --sram / --flash
     input_layout: str = "nchw"  # ONNX graphs: the layout of the engine's 3-D/4-D inputs ("nchw" = the model's)
     output_layout: str = "nchw"  # ... and of its outputs
     input_type: str | None = None  # integer ONNX graphs: "int8" | "uint8" input values (None: guessed)
@@ -106,7 +106,7 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
     options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
     options = replace(options, l3=None) if options.l3 == 0 else options  # --l3 0: no external memory
-    if backend.board and options.board_budgets:  # a board's memories are its default budgets
+    if backend.part and options.part_budgets:  # a part's memories are its default budgets
         options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
     if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
         raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
@@ -121,7 +121,12 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
 
 def start(model: Path, options: Options) -> Plan:
     options, backend = resolve_options(options)
-    return Plan(Path(model), options, backend)
+    notes = ()
+    if options.l1 is not None and backend.l1_in_sram:
+        notes = (f"{backend.name} has no scratchpad or tightly-coupled memory: the --l1 buffer is SRAM too, "
+                 f"so tiling adds its {options.l1:,} B to the SRAM need and a copy of every tile; it saves "
+                 f"SRAM only where tiles stream from --l3",)
+    return Plan(Path(model), options, backend, notes=notes)
 
 
 def read_model(path: Path, options: Options | None = None):
@@ -138,7 +143,7 @@ def read_model(path: Path, options: Options | None = None):
 def read(plan: Plan) -> Plan:
     with progress.step("read"):
         graph = read_model(plan.model, plan.options)
-    return plan.but(graph=graph, notes=tuple(graph.source.notes if graph.source else ()))
+    return plan.but(graph=graph, notes=(*plan.notes, *(graph.source.notes if graph.source else ())))
 
 
 def rewrite(plan: Plan) -> Plan:
@@ -249,21 +254,26 @@ def deployment_problem(plan: Plan) -> ArenaProblem:
     return arena_problem(list(plan.lives), plan.backend.alignment, guard_bytes(plan.options))[0]
 
 
-def code_estimate(layers) -> int:
+def code_estimate(layers, patch=None) -> int:
     """The engine's code: its runtime and each layer's function; a layer whose variant runs its
-    tiles has its tile loop and one kernel per distinct window (shared by layers whose windows and
-    literals are the same, as the engine shares them)."""
+    tiles (or its patch-stage regions) has its tile loop and one kernel per distinct window (shared
+    by layers whose windows and literals are the same, as the engine shares them)."""
     windows, total = set(), CODE_BYTES_BASE
     for lp in layers:
-        v = lp.variant
+        v, k = lp.variant, lp.kernel
         if v is None:
             total += CODE_BYTES_PORTABLE
-        elif lp.tiling is not None and v.dsp:
-            (g, t), k = lp.tiling, lp.kernel
-            literals = (v.name, g.kind, g.k_h, g.k_w, g.stride_h, g.stride_w, g.in_c, *(getattr(k, f, None) for f in (
-                "input_offset", "output_offset", "act_min", "act_max")))
+            continue
+        literals = (v.name, type(k).__name__, *(getattr(k, f, None) for f in (
+            "k_h", "k_w", "stride_h", "stride_w", "in_c", "input_offset", "output_offset", "act_min", "act_max")))
+        if lp.tiling is not None and v.dsp:
+            g, t = lp.tiling
             windows |= {(literals, v.code_bytes, shape) for shape in window_shapes(g, t.tile_h, t.tile_w, t.tile_c)}
             total += CODE_BYTES_PORTABLE  # the tile loop: descriptors, loads, stores
+        elif lp.in_stage and v.dsp and patch is not None:
+            windows |= {(literals, v.code_bytes, (rows, cols, width)) for row in region_windows(k, patch, lp.index)
+                        for rows, cols, _, width in row}
+            total += CODE_BYTES_PORTABLE  # its region loop
         else:
             total += v.code_bytes
     return total + sum(size for _, size, _ in windows)
@@ -283,7 +293,7 @@ def measure(plan: Plan) -> Plan:
     sections = emit.constant_sections(graph, plan.layers)
     sections["weights"] -= sum(graph.tensors[plan.layers[k].kernel.weights].nbytes for k in (l3.weights if l3 else ()))
     weights = sum(sections.values())
-    code = code_estimate(plan.layers)
+    code = code_estimate(plan.layers, plan.patch)
     scratch = l1_scratch(plan)
     arena = plan.arena.peak if plan.arena is not None else 0
     sram = arena + scratch + (weights + code if backend.weights_in_sram else 0)
@@ -365,24 +375,19 @@ def _lanes(plan: Plan) -> dict[int, int]:
 
 
 def split_patches(plan: Plan, sram_target: int | None) -> Plan:
-    """The first stage split into patches: as forced, or (auto) when the split is needed to fit
-    --sram (aiming at ``sram_target``), or saves a larger share of memory than the share of
-    MACs it recomputes (not on targets with DSP kernels, which the stage does not use)."""
+    """The first stage split into patches: as forced (--patch RxC@LAYER), or (auto) when the
+    split is needed to fit --sram, aiming at ``sram_target``: recomputing MACs nobody needs to
+    save memory for is not a saving."""
     options = plan.options
     patch = None
-    if options.patch != "off":
+    if options.patch != "off" and (options.patch != "auto" or options.sram is not None):
         lives = lifetimes(plan.graph, plan_in_place(plan.graph, options.in_place, lanes=_lanes(plan)))
         if options.patch != "auto":
             patch = forced_plan(plan.graph, plan.kernels, lives, parse_patch(options.patch))
         else:
             choice = split_choice(plan, sram_target, lives)
-            if choice.end is not None:
-                needed = options.sram is not None and choice.unsplit_peak > options.sram
-                saving = 1 - choice.peak / max(choice.unsplit_peak, 1)
-                # The stage runs the portable kernels: where the target's DSP kernels are several times
-                # faster, a split that is not needed costs more time than its recomputed MACs say.
-                worth = saving > choice.overhead and not any(lp.variant.dsp for lp in plan.layers)
-                patch = make_plan(plan.graph, plan.kernels, choice) if needed or worth else None
+            if choice.end is not None and choice.unsplit_peak > sram_target:
+                patch = make_plan(plan.graph, plan.kernels, choice)
     stage = set(patch.layers) if patch else set()
     return plan.but(patch=patch).with_layers(lambda lp: replace(lp, in_stage=lp.index in stage))
 
@@ -529,7 +534,7 @@ def stream_from_l3(plan: Plan, lives, sram_target: int | None):
     scratch = l1_scratch(plan)
     placement = place(graph, plan.kernels, lives, plan.tilings,
                       sram=None if sram_target is None else sram_target - scratch, flash=options.flash,
-                      code_bytes=code_estimate(plan.layers),
+                      code_bytes=code_estimate(plan.layers, plan.patch),
                       resident_bytes=sum(emit.constant_sections(graph, plan.layers).values()),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)
     if not placement:

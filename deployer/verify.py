@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,7 @@ class Engine:
     exe: Path
     graph: Graph
     trace: bool
+    env: tuple[tuple[str, str], ...] = ()  # what its start-up reads (an emulated target's L3)
 
 
 def as_bytes(data: str | bytes) -> bytes:
@@ -69,6 +72,38 @@ def build_engine(dep: Plan, sanitize: bool = False, trace: bool = False,
         flags.append("-DINFERENCE_TRACE")
     exe = compile_files(dep.files, cc or dep.backend.cc, tuple(flags), HARNESS, tuple(extra_sources))
     return Engine(exe, dep.graph, trace)
+
+
+def emulated_engine(dep: Plan, folder: Path | None = None, cflags: tuple[str, ...] | None = None,
+                    trace: bool = False) -> Engine:
+    """The engine of a target that has an emulation of its runtime (``Backend.emulation``), built
+    with the host gcc against it (``cflags`` replace the emulation's). An engine using L3 gets the
+    start-up that fills the emulated L3; with a ``folder``, the weight image it loads is written
+    there and named in the engine's environment."""
+    emu = dep.backend.emulation
+    flags = (*(emu.cflags if cflags is None else cflags), f"-I{emu.folder}")
+    sources = tuple(emu.folder / name for name in emu.sources)
+    if dep.l3 is None:
+        return build_engine(dep, trace=trace, cc="gcc", cflags=flags, extra_sources=sources)
+    engine = build_engine(dep, trace=trace, cc="gcc", cflags=(*flags, f"-DVERIFY_SETUP={emu.l3_setup}"),
+                          extra_sources=(*sources, *(emu.folder / name for name in emu.l3_sources)))
+    if folder is None:
+        return engine
+    image = folder / "l3_weights.bin"
+    image.write_bytes(dep.l3.image(dep.graph, dep.kernels))
+    return replace(engine, env=(("L3_BYTES", str(dep.l3.bytes)), ("L3_IMAGE", str(image))))
+
+
+def host_engine(dep: Plan, folder: Path, sanitize: bool = False, trace: bool = False) -> Engine:
+    """The engine built to run on this machine: with the host gcc, or against the target's
+    emulation (``folder`` keeps what its start-up reads)."""
+    emu = dep.backend.emulation
+    if dep.backend.runs_on_host or emu is None:
+        return build_engine(dep, sanitize=sanitize, trace=trace)
+    flags = emu.cflags
+    if sanitize:
+        flags = (*(f for f in flags if not f.startswith("-O")), *SANITIZE_FLAGS)
+    return emulated_engine(dep, folder, flags, trace)
 
 
 def compile_files(files: dict, cc: str, flags: tuple[str, ...], harness: Path,
@@ -113,8 +148,9 @@ def samples_payload(graph: Graph, samples: list[list[np.ndarray]]) -> bytes:
 
 def run_engine(engine: Engine, samples: list[list[np.ndarray]]):
     """Run every sample through the engine; returns (outputs per sample, traces per sample)."""
+    env = dict(os.environ, **dict(engine.env)) if engine.env else None
     proc = subprocess.run([str(engine.exe)], input=samples_payload(engine.graph, samples), capture_output=True,
-                          timeout=600)
+                          timeout=600, env=env)
     if proc.returncode != 0:
         raise BuildError(f"engine exited with status {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}")
     return parse_output(engine.graph, proc.stdout, len(samples), engine.trace)
@@ -171,7 +207,8 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 def verify(dep: Plan, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False,
            expected: Expected | None = None) -> dict:
     """Compare the compiled engine with the reference interpreter (or ``expected``) on every sample."""
-    outs, _ = run_engine(build_engine(dep, sanitize=sanitize), samples)
+    with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
+        outs, _ = run_engine(host_engine(dep, Path(folder), sanitize=sanitize), samples)
     return compare(dep, model, samples, outs, expected)
 
 
@@ -210,7 +247,11 @@ def compare(dep: Plan, model: Path, samples: list[list[np.ndarray]], outs: list[
 def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: list | None = None) -> dict:
     """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference.
     ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here."""
-    traces = [trace] if trace is not None else run_engine(build_engine(dep, trace=True), [sample])[1]
+    if trace is None:
+        with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
+            traces = run_engine(host_engine(dep, Path(folder), trace=True), [sample])[1]
+    else:
+        traces = [trace]
     _, gold = golden.run(dep.graph, sample, dep.kernels)
     if Path(model).suffix.lower() == ".onnx":  # no per-tensor reference: the C against the golden executor
         reference, tensors = "numpy executor", None

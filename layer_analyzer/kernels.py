@@ -47,6 +47,12 @@ class Conv:
     bias: int  # tensor index or -1
     int_rq: IntRequant | None = None  # integer graphs: used instead of multiplier/shift
     float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
+    in_row: int = 0  # bytes from one input row to the next when the input is a window of a wider buffer
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes from one input row to the next."""
+        return self.in_row or self.in_w * self.in_c
 
     @property
     def macs(self) -> int:

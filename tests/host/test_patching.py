@@ -116,7 +116,8 @@ def test_patch_stage_with_the_rest_tiled_bit_exact(target):
     """With an L1, the patch stage runs region by region from L2 and every later layer is tiled."""
     from tests.target.test_gap8 import emulated
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
-    dep = deploy(model, Options(target=target, l1=16 * K, patch="auto"))
+    whole = deploy(model, Options(target=target, l1=16 * K, l3=0, patch="off"))
+    dep = deploy(model, Options(target=target, l1=16 * K, l3=0, patch="auto", sram=whole.memory.sram_bytes - 4 * K))
     assert dep.patch is not None and dep.tilings
     assert not set(dep.tilings) & set(dep.patch.layers)
     engine = build_engine(dep) if target == "host" else emulated(dep)
@@ -126,9 +127,13 @@ def test_patch_stage_with_the_rest_tiled_bit_exact(target):
 def test_compare_shows_the_split_and_draws_the_curve_before(tmp_path):
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
     report = tmp_path / "report.html"
-    result = CliRunner().invoke(main, ["compare", str(model), "--report", str(report)])
+    result = CliRunner().invoke(main, ["compare", str(model), "--sram", "48K", "--report", str(report)])
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("Patch split:"))
     assert "arena without it 55,296 B" in line and "MAC overhead" in line
+    # the plan deploy makes with the same flags: its arena is compare's row for deploy's planner
+    dep = deploy(model, Options(sram=48 * K))
+    row = next(x for x in result.output.splitlines() if x.startswith("cpsat ") and "of SRAM" in x)
+    assert f"{dep.memory.sram_bytes:,} B of SRAM  fits" in row
     html = report.read_text()
     assert html.count('class="before"') == html.count('class="live"') >= 1

@@ -1,5 +1,5 @@
 """GAP8 / PULP target: every shared int8 model, deployed with --target gap8, built with the host
-gcc against a host emulation of the PMSIS cluster API (tests/target/pulp_emu: pthreads for the
+gcc against a host emulation of the PMSIS cluster API (backends/gap8_emulation: pthreads for the
 8 cores, memcpy for the cluster DMA), run bit-exact against the reference, once more under
 ThreadSanitizer, and cross-compiled for rv32imc with -Werror so the engine is target-clean."""
 from __future__ import annotations
@@ -14,17 +14,17 @@ import pytest
 
 from deployer import build_cache
 from deployer.pipeline import Options, deploy
-from deployer.verify import BuildError, build_engine, files_digest, random_inputs, run_engine, write_files
+from backends.gap8 import EMULATION
+from deployer.verify import BuildError, build_engine, emulated_engine, files_digest, random_inputs, run_engine, write_files
 from network_parser.errors import InfeasibleBudget
 from tests.host.test_models import assert_bit_exact
 from tests.host.test_tiled import smallest_l1
 from tests.models import INT8_MODELS, shared_model
 
 K = 1024
-EMU = Path(__file__).resolve().parent / "pulp_emu"
-EMU_SOURCES = (EMU / "pmsis_emu.c",)
-HOST_FLAGS = ("-std=gnu99", "-Wall", "-Wextra", "-Werror", "-pthread", f"-I{EMU}")
-EMULATED = (*HOST_FLAGS, "-O2")
+EMU = EMULATION.folder
+HOST_FLAGS = tuple(f for f in EMULATION.cflags if not f.startswith("-O"))
+EMULATED = EMULATION.cflags
 TSAN = (*HOST_FLAGS, "-O1", "-g", "-fsanitize=thread")
 CROSS_CC = "riscv64-unknown-elf-gcc"
 
@@ -46,10 +46,7 @@ EMULATED_TILES = 2_000_000
 def emulated(dep, flags=EMULATED):
     """Build for the emulated cluster; an engine using L3 also gets the start-up that stores its
     weight image in the emulated HyperRAM (run it under ``l3_env``)."""
-    if dep.l3 is not None:
-        return build_engine(dep, cc="gcc", cflags=(*flags, "-DVERIFY_SETUP=l3_setup"),
-                            extra_sources=(*EMU_SOURCES, EMU / "l3_loader.c"))
-    return build_engine(dep, cc="gcc", cflags=flags, extra_sources=EMU_SOURCES)
+    return emulated_engine(dep, cflags=flags)
 
 
 def l3_env(dep, folder: Path, monkeypatch) -> None:
@@ -106,7 +103,7 @@ def test_thread_sanitizer_catches_a_missing_barrier(monkeypatch):
     assert text.count("pi_cl_team_barrier();") >= 2
     broken = dict(dep.files)
     broken[engine] = text.replace("pi_cl_team_barrier();", "/* barrier removed */", 1)
-    bad = build_engine(replace(dep, files=broken), cc="gcc", cflags=TSAN, extra_sources=EMU_SOURCES)
+    bad = build_engine(replace(dep, files=broken), cc="gcc", cflags=TSAN, extra_sources=(EMU / "pmsis_emu.c",))
     with pytest.raises(BuildError, match="ThreadSanitizer"):
         run_engine(bad, [random_inputs(dep.graph, 7)])
 
@@ -199,3 +196,27 @@ def test_gap8_streams_from_its_hyperram_by_default():
     dep = deploy(model, Options(patch="off", target="gap8", l1=16 * K, sram=128 * K))
     assert dep.options.l3 == 8 * 1024 * K and dep.l3 is not None and dep.memory.sram_bytes <= 128 * K
     assert "inference_l3_init" in next(v for n, v in dep.files.items() if n.endswith("_engine.h"))
+
+
+@pytest.mark.parametrize("flags", [["--l1", "16K"], ["--l1", "16K", "--sram", "40K"]], ids=["l2", "l3"])
+def test_deploy_verify_runs_gap8_engines_on_the_emulated_cluster(flags):
+    """`deploy verify --target gap8` builds against the emulation and runs here; with --sram 40K
+    the weights and activations that do not fit L2 stream from the emulated L3, whose image the
+    engine's start-up loads."""
+    import json
+    from click.testing import CliRunner
+    from deployer.cli import main
+    result = CliRunner().invoke(main, ["verify", str(shared_model("mlperf_tiny/kws_ref_model.tflite")), "--target",
+                                       "gap8", *flags, "--seeds", "2", "--json", "--per-layer"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["target"] == "gap8" and out["samples"] == 2
+    assert all(o["max_abs_diff"] == 0 for o in out["outputs"]) and out["first_divergence"]["layer"] is None
+
+
+def test_gap8_l2_is_a_budget():
+    """GAP8's 512 KiB of L2 is the default --sram: MobileNetV2-224 streams its weights from L3
+    to fit it instead of planning megabytes of L2."""
+    dep = deploy(shared_model("tflm/mobilenet_v2_quantized_1x3x224x224.tflite"), Options(target="gap8", l1=32 * K))
+    assert dep.options.sram == 512 * K and dep.memory.sram_bytes <= 512 * K
+    assert dep.l3 is not None and dep.memory.l3_weights_bytes > 0

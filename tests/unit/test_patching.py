@@ -55,7 +55,9 @@ def test_estimated_peak_is_the_planned_arenas_lower_bound(rel):
     """The split's estimate is the live bytes of the lifetimes the pipeline plans (up to the
     arena's 16-byte alignment), so the solver optimises what the arena will hold."""
     from deployer.pipeline import arena_problem
-    dep = deploy(shared_model(rel), Options(patch="auto", max_overhead=0.25))
+    whole = deploy(shared_model(rel), Options(patch="off"))
+    budget = whole.memory.sram_bytes * 3 // 4  # a budget the model needs the split for
+    dep = deploy(shared_model(rel), Options(patch="auto", max_overhead=0.25, sram=budget))
     assert dep.patch is not None
     bound = lower_bound(arena_problem(dep.lives, 16)[0])
     assert dep.patch.choice.peak <= bound <= dep.patch.choice.peak + 16 * len(dep.lives)
@@ -94,3 +96,14 @@ def test_a_split_is_sought_when_the_first_plan_without_one_is_over():
     assert len(needs) == 1
     need = needs.pop()
     assert deploy(path, Options(target="gap8", sram=need, l1=16 * K)).memory.sram_bytes <= need
+
+
+def test_auto_split_only_when_a_budget_needs_it():
+    """--patch auto recomputes MACs only to fit --sram: none without a budget, none when the
+    unsplit plan fits it."""
+    path = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    assert deploy(path, Options(patch="auto")).patch is None
+    whole = deploy(path, Options(patch="off"))
+    assert deploy(path, Options(patch="auto", sram=whole.memory.sram_bytes)).patch is None
+    split = deploy(path, Options(patch="auto", sram=whole.memory.sram_bytes - 8 * K))
+    assert split.patch is not None and split.memory.sram_bytes <= whole.memory.sram_bytes - 8 * K
