@@ -406,7 +406,8 @@ def _input_type(model: Path, given: str | None) -> str | None:
               "interpreter")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1), help="number of seeded random inputs")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-@click.option("--per-layer", is_flag=True, help="report the first layer whose output differs")
+@click.option("--per-layer", is_flag=True, help="report the first layer whose output differs; with --qemu also "
+              "each layer's instructions beside the cycles the tiling cost model gives it")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined,float-cast-overflow")
 @click.option("--debug-guards", is_flag=True,
               help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
@@ -418,7 +419,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
                sanitize, debug_guards, on_qemu):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
     and compare with the reference interpreter, or with the model's own test vectors."""
-    from .qemu import require_tools, trace_on_qemu, verify_on_qemu
+    from .qemu import instructions_per_layer, require_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, random_inputs, verify
 
     _check_verify_target(target, on_qemu, sanitize)
@@ -436,6 +437,10 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
     if per_layer:
         trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
         result["first_divergence"] = first_divergence(dep, model, samples[0], trace)
+        if on_qemu:
+            from .profile import layer_times, per_layer_json
+            times = layer_times(dep, instructions_per_layer(dep, samples[0]))
+            result["per_layer"] = per_layer_json(times)
     exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -453,6 +458,9 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
                            f"golden vs reference {d['golden_vs_reference']}")
         if on_qemu:
             say(qemu_summary(result))
+            if per_layer:
+                from .profile import per_layer_table
+                say(per_layer_table(times))
         say("bit-exact" if exact else "MISMATCH")
     sys.exit(0 if exact else 1)
 

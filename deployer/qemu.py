@@ -47,17 +47,19 @@ class Elf:
     trace: bool
 
 
-def build_elf(dep: Plan, trace: bool = False) -> Elf:
-    """``make`` in the engine's qemu/ folder (cached by the files' digest and the flags)."""
+def build_elf(dep: Plan, trace: bool = False, profile: bool = False) -> Elf:
+    """``make`` in the engine's qemu/ folder (cached by the files' digest and the flags); with
+    ``profile``, the trace hook is a mark between layers that writes nothing."""
     if dep.backend.qemu_machine is None:
         raise QemuError(f"target '{dep.backend.name}' has no QEMU board (use a Cortex-M target)")
     require_tools(BUILD_TOOLS, "building the ELF")
     digest = files_digest(dep.files)
-    digest.update(b"elf" + (b"trace" if trace else b""))
+    defs = ["-DINFERENCE_TRACE"] * (trace or profile) + ["-DINFERENCE_PROFILE"] * profile
+    digest.update(b"elf" + " ".join(defs).encode())
 
     def build(folder: Path) -> None:
         write_files(dep.files, folder)
-        cmd = ["make", "-s", "-C", str(folder / "qemu"), "all"] + (["DEFS=-DINFERENCE_TRACE"] if trace else [])
+        cmd = ["make", "-s", "-C", str(folder / "qemu"), "all"] + ([f"DEFS={' '.join(defs)}"] if defs else [])
         proc = build_run(cmd, "make (arm-none-eabi-gcc)")
         if proc.returncode != 0:
             raise BuildError(f"arm-none-eabi-gcc failed on the generated engine:\n{(proc.stdout + proc.stderr)[-4000:]}")
@@ -83,14 +85,16 @@ def plugin() -> Path:
 class Run:
     output: bytes
     histogram: dict[int, int] | None  # instruction address -> executions
+    marks: list[int] | None = None  # instructions executed so far, each time the mark ran
 
 
 EXIT_MEANING = {2: "inference_init failed", 3: "input.bin ended inside a sample", 4: "inference_run failed",
                 5: "output.bin could not be written", 98: "stack overflow", 99: "a CPU fault"}
 
 
-def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_S) -> Run:
-    """Run on the board with ``payload`` as input.bin; with ``count``, an instruction histogram."""
+def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_S, mark: int | None = None) -> Run:
+    """Run on the board with ``payload`` as input.bin; with ``count``, an instruction histogram,
+    and with ``mark`` (an address) the running count each time that instruction ran."""
     with tempfile.TemporaryDirectory(prefix="qemu-") as d:
         work = Path(d)
         (work / "input.bin").write_bytes(payload)
@@ -99,7 +103,9 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
         if count:
             # QEMU splits option values at commas (",," is a literal one): a path must not add options
             so, out = (str(p).replace(",", ",,") for p in (plugin(), work / "histogram.txt"))
-            cmd += ["-plugin", f"{so},out={out}", "-d", "plugin"]
+            marks = str(work / "marks.txt").replace(",", ",,")
+            extra = f",mark={mark:x},marks={marks}" if mark is not None else ""
+            cmd += ["-plugin", f"{so},out={out}{extra}", "-d", "plugin"]
         try:
             proc = subprocess.run(cmd, cwd=work, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -115,7 +121,10 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
                 if line:
                     addr, n = line.split()
                     histogram[int(addr, 16)] = int(n)
-        return Run((work / "output.bin").read_bytes(), histogram)
+        marked = None
+        if count and mark is not None:
+            marked = [int(x) for x in (work / "marks.txt").read_text().split()]
+        return Run((work / "output.bin").read_bytes(), histogram, marked)
 
 
 _SECTION = re.compile(r"^(\.\S+)\s+(\d+)\s+(\d+)\s*$")
@@ -192,6 +201,21 @@ def instructions_per_inference(elf: Elf, sample_payload: bytes) -> tuple[int, di
     diff = {name: two.get(name, 0) - one.get(name, 0) for name in two if not is_harness(name)}
     diff = {k: v for k, v in diff.items() if v}
     return sum(diff.values()), diff
+
+
+def instructions_per_layer(dep: Plan, sample: list[np.ndarray]) -> list[int]:
+    """Instructions each layer executes in one inference, counted between the marks the engine
+    built with INFERENCE_PROFILE passes before its first layer and after every layer."""
+    require_tools()
+    elf = build_elf(dep, profile=True)
+    hook = next((start for start, _, name in functions(elf.path) if name == "inference_trace"), None)
+    if hook is None:
+        raise QemuError("the profiling build has no inference_trace mark")
+    marks = run(elf, samples_payload(dep.graph, [sample]), count=True, mark=hook).marks
+    if len(marks) != len(dep.graph.layers) + 1:
+        raise QemuError(f"expected {len(dep.graph.layers) + 1} marks, one before and one after each layer, "
+                        f"not {len(marks)}")
+    return [b - a for a, b in zip(marks, marks[1:])]
 
 
 def toolchain() -> str:

@@ -96,11 +96,17 @@ def _round_up(x: int, m: int) -> int:
 
 
 def compute_cycles(g, h: int, w: int, c: int, p: dict) -> int:
-    """Cycles of the kernel on one tile of ``h x w x c`` outputs (``p``: filled cost params)."""
+    """Cycles of the kernel on one tile of ``h x w x c`` outputs (``p``: filled cost params).
+    ``macs_per_cycle_<kind>`` and ``cycles_per_output_<kind>`` (a layer kind: conv, depthwise,
+    fc, pool, eltwise) override the throughput and add the per-output work (requantization,
+    stores) of that kind's kernels."""
     hm, wm, cm = (1, 1, p["c_multiple"]) if g.kind == "fc" else (p["h_multiple"], p["w_multiple"], p["c_multiple"])
     macs = _round_up(h, hm) * _round_up(w, wm) * _round_up(c, cm) * g.macs_per_output()
     leftovers = (h % hm != 0) + (w % wm != 0) + (c % cm != 0)
-    return math.ceil(macs / p["macs_per_cycle"]) + p["tile_setup_cycles"] + p["leftover_penalty"] * leftovers
+    rate = p.get(f"macs_per_cycle_{g.kind}", p["macs_per_cycle"])
+    per_output = p.get(f"cycles_per_output_{g.kind}", 0)
+    return (math.ceil(macs / rate) + math.ceil(h * w * c * per_output) + p["tile_setup_cycles"]
+            + p["leftover_penalty"] * leftovers)
 
 
 def _chunks(rows: int, cols: int, chans: int, whole_rows: bool, whole_pixels: bool, dims: int) -> int:

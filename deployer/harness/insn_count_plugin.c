@@ -13,6 +13,11 @@
  *   qemu-system-arm -M mps2-an386 -nographic -monitor none -serial none \
  *       -semihosting-config enable=on,target=native -kernel engine.elf \
  *       -plugin ./insn_count.so,out=histogram.txt
+ * With mark=HEXADDR,marks=PATH it also writes, to PATH, the running total of
+ * executed instructions each time the instruction at HEXADDR runs (one line
+ * per time, in order): marks between a program's phases (an engine's layers)
+ * give each phase's count. Every block adds its size to the total on entry, so
+ * a mark is exact up to the instructions of the block it starts.
  * Written against QEMU 7.2's API (version 1); later QEMUs changed the
  * inline-counter calls.
  */
@@ -37,6 +42,10 @@ struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb
 uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
 void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *tb, enum qemu_plugin_op op,
                                               void *ptr, uint64_t imm);
+enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS = 0 };
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
+                                            void (*cb)(unsigned int vcpu_index, void *userdata),
+                                            enum qemu_plugin_cb_flags flags, void *userdata);
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = 1;
 
@@ -56,6 +65,26 @@ static struct block **blocks;
 static size_t n_blocks, cap_blocks;
 static char *out_path;
 
+/* the marks: a running total (the board has one vCPU) and its value at each mark */
+static uint64_t total;
+static uint64_t mark_addr;
+static int marking;
+static char *marks_path;
+static uint64_t *marks;
+static size_t n_marks, cap_marks;
+
+static void on_mark(unsigned int vcpu_index, void *udata)
+{
+    (void)vcpu_index, (void)udata;
+    if (n_marks == cap_marks) {
+        cap_marks = cap_marks ? 2 * cap_marks : 1024;
+        if ((marks = realloc(marks, cap_marks * sizeof *marks)) == NULL) {
+            abort();
+        }
+    }
+    marks[n_marks++] = total;
+}
+
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
@@ -66,7 +95,11 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     }
     b->n = n;
     for (size_t i = 0; i < n; ++i) {
-        b->addr[i] = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i));
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        b->addr[i] = qemu_plugin_insn_vaddr(insn);
+        if (marking && b->addr[i] == mark_addr) {
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, on_mark, QEMU_PLUGIN_CB_NO_REGS, NULL);
+        }
     }
     pthread_mutex_lock(&lock);
     if (n_blocks == cap_blocks) {
@@ -78,6 +111,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     blocks[n_blocks++] = b;
     pthread_mutex_unlock(&lock);
     qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->count, 1);
+    qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &total, n);
 }
 
 static int by_addr(const void *a, const void *b)
@@ -116,7 +150,29 @@ static void write_histogram(qemu_plugin_id_t id, void *udata)
     }
     fclose(f);
     free(hits);
+    if (marking) {
+        FILE *m = fopen(marks_path, "w");
+        if (m == NULL) {
+            fprintf(stderr, "insn_count: cannot write %s\n", marks_path);
+            abort();
+        }
+        for (size_t i = 0; i < n_marks; ++i) {
+            fprintf(m, "%" PRIu64 "\n", marks[i]);
+        }
+        fclose(m);
+    }
     pthread_mutex_unlock(&lock);
+}
+
+/* a copy of an option's value: QEMU frees argv after install */
+static char *value(const char *arg)
+{
+    const size_t len = strlen(arg) + 1;
+    char *copy = malloc(len);
+    if (copy != NULL) {
+        memcpy(copy, arg, len);
+    }
+    return copy;
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, char **argv)
@@ -124,11 +180,17 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info
     (void)info;
     for (int i = 0; i < argc; ++i) {
         if (strncmp(argv[i], "out=", 4) == 0) {
-            const size_t len = strlen(argv[i] + 4) + 1;  /* QEMU frees argv after install */
-            if ((out_path = malloc(len)) != NULL) {
-                memcpy(out_path, argv[i] + 4, len);
-            }
+            out_path = value(argv[i] + 4);
+        } else if (strncmp(argv[i], "marks=", 6) == 0) {
+            marks_path = value(argv[i] + 6);
+        } else if (strncmp(argv[i], "mark=", 5) == 0) {
+            mark_addr = strtoull(argv[i] + 5, NULL, 16);
+            marking = 1;
         }
+    }
+    if (marking && marks_path == NULL) {
+        fprintf(stderr, "insn_count: mark= needs marks=PATH\n");
+        return -1;
     }
     if (out_path == NULL) {
         fprintf(stderr, "insn_count: usage -plugin insn_count.so,out=PATH\n");

@@ -38,6 +38,28 @@ def test_verify_qemu_summary():
     assert "every layer matches" in out and out.rstrip().endswith("bit-exact")
 
 
+def test_verify_qemu_per_layer_counts_each_layer_beside_the_model():
+    """--per-layer on QEMU: each layer's instructions between the engine's marks; they add up to
+    the inference's count (up to the marks' own calls), the modeled layers have modeled cycles,
+    and the model's fit is stated."""
+    code, out, err = run_clirunner("verify", shared_model(KWS), "--target", "stm32h743", "--l1", "32K", "--qemu",
+                                   "--seeds", "1", "--per-layer", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    layers = r["per_layer"]["layers"]
+    assert [x["index"] for x in layers] == list(range(len(layers))) and all(x["instructions"] > 0 for x in layers)
+    marks = 4 * (len(layers) + 1)  # a call and a return per mark, and the arguments
+    assert r["instructions"] <= sum(x["instructions"] for x in layers) <= r["instructions"] + marks
+    convs = [x for x in layers if x["kind"] == "conv"]
+    assert convs and all(x["tiled"] and x["modeled_cycles"] > 0 and "smlad" in x["variant"] for x in convs)
+    fit = r["per_layer"]["fit"]
+    assert fit["layers"] == sum(1 for x in layers if x["modeled_cycles"]) and -1 <= fit["rank_correlation"] <= 1
+    code, text, err = run_clirunner("verify", shared_model(KWS), "--target", "stm32h743", "--l1", "32K", "--qemu",
+                                    "--seeds", "1", "--per-layer")
+    assert code == 0, err
+    assert "cost model: rank correlation" in text and "(tiled)" in text
+
+
 def test_deploy_records_the_elf(tmp_path):
     """Two processes, each with its own build cache (the ELF linked twice), write identical files."""
     for name, seed in (("a", "1"), ("b", "2")):
