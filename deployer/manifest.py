@@ -9,7 +9,7 @@ from network_parser.ir import Graph, Tensor
 
 from .emit import GUARD_BYTES, c_identifier
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: each layer's kernel variant and in-place rule
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
@@ -137,7 +137,9 @@ def build_manifest(plan) -> dict:
                                 if i >= 0 and not graph.tensors[i].is_const],
                         outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],
                         tiling=_tiling(tilings, k, l3),
-                        patch_stage=lp.in_stage)
+                        patch_stage=lp.in_stage,
+                        kernel=lp.variant.name if lp.variant is not None else None,
+                        writes_over=lp.reuse.rule if lp.reuse is not None else None)
                    for k, (layer, lp) in enumerate(zip(graph.layers, plan.layers))],
     })
     return manifest

@@ -246,7 +246,7 @@ def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
 
 
 def _dsp_note(dep: Plan) -> str:
-    return "; the stage runs the portable kernels, not SMLAD" if _dsp(dep) else ""
+    return "; the stage runs the SMLAD kernels region by region" if _dsp(dep) else ""
 
 
 def _dsp(dep: Plan) -> bool:
@@ -262,7 +262,7 @@ def _tiling(model: Path, s: Suggestion) -> Recommendation:
     if o.l1 is None:
         tcm = base.backend.tcm_bytes
         hint = (f"the part's {tcm // 1024}K tightly-coupled memory can hold L1 tiles (--l1 up to {tcm // 1024}K), "
-                f"but tiled layers run the portable kernels" if tcm else "the target has no L1 scratchpad; --l1 N "
+                f"each tile run by the layer's own kernel" if tcm else "the target has no L1 scratchpad; --l1 N "
                 "tiles layers for one")
         return Recommendation("tiling", "L1", False, 0, f"{hint}; the largest layer (op {layer}) needs {need:,} B "
                               f"of L1 untiled" if layer is not None else hint)

@@ -12,7 +12,7 @@ import numpy as np
 from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
 
-from . import geometry as geo
+from network_parser import conv_geometry as geo
 from .requant import (activation_range, f32, quantize_multiplier, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from layer_analyzer import geometry as geo
+from . import conv_geometry as geo
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import Conv2D, DepthwiseConv2D, Layer, NoAttrs, Quant, Tensor, Transpose

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from layer_analyzer import geometry as geo
+from . import conv_geometry as geo
 
 from .ir import Graph, Layer
 

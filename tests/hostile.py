@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from network_parser import tflite_builder as tb
+from tests import tflite_builder as tb
 
 
 @dataclass(frozen=True)

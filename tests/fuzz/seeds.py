@@ -10,7 +10,7 @@ MAX_SEED_BYTES = 160_000  # larger seeds make every execution slow; small ones c
 
 
 def _built_tflite() -> dict[str, bytes]:
-    from network_parser.tflite_builder import ModelBuilder
+    from tests.tflite_builder import ModelBuilder
 
     out = {}
     mb = ModelBuilder(seed=1)

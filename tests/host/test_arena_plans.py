@@ -6,7 +6,7 @@ import pytest
 
 from deployer.pipeline import Options, deploy
 from deployer.verify import build_engine, random_inputs
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.host.test_models import assert_bit_exact
 from tests.models import INT8_MODELS, shared_model
 

@@ -10,7 +10,7 @@ import pytest
 from deployer.output import write_output
 from deployer.pipeline import Options, deploy
 from deployer.verify import write_files
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 
 
 def every_op_model(path):

@@ -14,7 +14,7 @@ import pytest
 from deployer.output import write_output
 from deployer.pipeline import Options, deploy
 from deployer.render import c_identifier, c_text, cmake_text, make_text
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests import gptneo_builder
 
 INJECT_CMAKE = "k\nexecute_process(COMMAND touch PWNED)\n#"

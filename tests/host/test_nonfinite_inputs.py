@@ -17,7 +17,7 @@ from deployer.pipeline import Options, deploy
 from deployer.reference import run_litert, run_onnxruntime
 from deployer.test_vectors import to_engine_input, to_engine_output, to_model_input
 from deployer.verify import build_engine, run_engine
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.host.test_models import assert_outputs_match
 from tests.models import shared_model
 

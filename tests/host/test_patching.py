@@ -14,7 +14,7 @@ from deployer.cli import main
 from deployer.patching import split_tables
 from deployer.pipeline import Options, deploy
 from deployer.verify import build_engine, random_inputs
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.host.test_models import assert_bit_exact
 from tests.models import shared_model
 

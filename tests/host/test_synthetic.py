@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from deployer.pipeline import Options, deploy
 from deployer.reference import run_litert
 from deployer.verify import build_engine, random_inputs, run_engine
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 
 ACTS = st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1"])
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,

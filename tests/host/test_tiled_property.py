@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from deployer.pipeline import Options, deploy
 from deployer.verify import build_engine, random_inputs
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from solver.tiling import minimum_l1
 from tests.host.test_l3 import reported_need
 from tests.host.test_models import assert_bit_exact

@@ -135,3 +135,24 @@ def test_gptneo_engine_on_the_m7(which, tmp_path):
     out = qemu.run(qemu.build_elf(SimpleNamespace(backend=BACKENDS["cortex-m7"], files=dep.files)), ids.tobytes()).output
     s = Session(m, context=5, weights="q4_0", kv="int4", kv_group=dep.kv_group)
     assert rel_err(np.frombuffer(out, np.float32).reshape(len(ids), -1), np.stack([s.step(int(t)) for t in ids])) < 1e-5
+
+
+@pytest.mark.parametrize("rel, options", [
+    ("mlperf_tiny/vww_96_int8.tflite", dict(target="cortex-m7", sram=48 * K)),  # needs the patch split
+    ("mlperf_tiny/pretrainedResnet_quant.tflite", dict(target="stm32h743", l1=16 * K)),  # tiles in DTCM
+    ("mlperf_tiny/vww_96_int8.tflite", dict(target="stm32h743", l1=32 * K, sram=48 * K)),  # both
+], ids=["patch-stage", "tiles", "tiles-and-patch-stage"])
+def test_dsp_kernels_run_on_tiles_and_patch_regions(rel, options):
+    """Tiled layers and the patch stage run the SMLAD variants (one static kernel per window shape,
+    called through tables), not the portable kernels, and stay bit-exact on QEMU."""
+    dep = deploy(shared_model(rel), Options(**options))
+    engine = dep.files[next(n for n in dep.files if n.endswith("_engine.c"))]
+    if "l1" in options:
+        assert dep.tilings and all(dep.layers[k].variant.dsp for k in dep.tilings
+                                   if dep.layers[k].kernel.__class__.__name__ in ("Conv", "FullyConnected"))
+        assert "kernel_args_t" in engine
+    if "sram" in options and options["sram"] < 64 * K:
+        assert dep.patch is not None and all(dep.layers[k].variant.dsp for k in dep.patch.layers
+                                             if dep.layers[k].kernel.__class__.__name__ == "Conv")
+        assert "_kernels[" in engine
+    assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, seed) for seed in range(2)])

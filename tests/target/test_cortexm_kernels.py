@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from deployer import golden, qemu
 from deployer.pipeline import Options, deploy
 from deployer.verify import random_inputs
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.target.test_cortexm import run_on_qemu
 
 pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from deployer.pipeline import arena_problem
 from network_parser.lifetimes import lifetimes
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from network_parser.tflite_reader import read_tflite
 from solver.arena import (GREEDY, ArenaProblem, Buffer, PlanError, align, lower_bound, overlaps_in_time,
                           plan_arena)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from deployer.cli import main, parse_size
 from deployer.pipeline import Options, deploy
 from network_parser.errors import UsageError
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.cli_output import messages
 
 MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tflite"
@@ -432,7 +432,7 @@ def test_deploy_without_arm_tools(tmp_path, monkeypatch):
 def test_compare_on_a_board_preset_plans_without_its_budgets(tmp_path):
     """deploy compare plans every planner unconstrained: a board preset's SRAM (128K on the
     stm32f446) must not turn a larger model into a budget error."""
-    from network_parser.tflite_builder import ModelBuilder
+    from tests.tflite_builder import ModelBuilder
 
     mb = ModelBuilder(3)
     mb.output(mb.conv2d(mb.input((1, 128, 128, 8)), 8, kernel=(1, 1)))  # 256 KiB of activations

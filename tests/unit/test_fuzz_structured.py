@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from network_parser import tflite_builder as tb
+from tests import tflite_builder as tb
 from tests.fuzz.harness import exercise
 from tests.hostile import _cnn, _mixed
 

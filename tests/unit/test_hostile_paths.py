@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from deployer import output
 from deployer.cli import main
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.cli_output import messages, one_error
 from tests.fuzz.harness import ROOT
 

@@ -9,7 +9,7 @@ from deployer.pipeline import Options, arena_problem, deploy, tensor_rows
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import lifetimes
 from network_parser.rewrites import apply_rewrites
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from network_parser.tflite_reader import read_tflite
 from solver.arena import lower_bound
 from solver.plan_checker import PlanError, check_tensor_plan

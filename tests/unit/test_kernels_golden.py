@@ -24,7 +24,7 @@ from layer_analyzer import kernels as K
 from layer_analyzer.requant import quantize_multiplier, round_away
 from network_parser.errors import UnsupportedOperator
 from network_parser.rewrites import apply_rewrites
-from network_parser.tflite_builder import FLOAT_INPUT_RANGE, ModelBuilder
+from tests.tflite_builder import FLOAT_INPUT_RANGE, ModelBuilder
 from network_parser.tflite_reader import read_tflite
 
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

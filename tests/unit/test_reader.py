@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from deployer.pipeline import Options, deploy
 from network_parser.errors import DeployError, ModelFormatError, UnsupportedOperator
 from network_parser.ir import Graph
-from network_parser.tflite_builder import ModelBuilder, _opts
+from tests.tflite_builder import ModelBuilder, _opts
 from network_parser.tflite_reader import read_tflite
 from tests.models import LSTM_MODELS
 from tests.models import shared_model as shared

@@ -23,7 +23,7 @@ from deployer.pipeline import Options, deploy
 from deployer.placement import data_inputs
 from layer_analyzer.receptive_field import Stages, axis_extents, axis_plan
 from network_parser.lifetimes import Lifetime, live_bytes_per_op
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from solver import arena_cpsat, cpsat
 from solver.arena import ArenaProblem, Buffer, SolverConfig, align, lower_bound, plan_arena
 from solver.patching import exhaustive

@@ -11,7 +11,7 @@ import pytest
 from deployer.pipeline import Options, deploy
 from deployer.suggest import PRIORITIES, auto_optimize, suggest, suggestion_json, suggestion_text
 from network_parser.errors import InfeasibleBudget
-from network_parser.tflite_builder import ModelBuilder
+from tests.tflite_builder import ModelBuilder
 from tests.models import INT8_MODELS, LSTM_MODELS, shared_model
 from tests.unit.test_cli import builder_model, run_subprocess, unsupported_model
 

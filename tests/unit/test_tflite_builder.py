@@ -7,7 +7,7 @@ from tflite.BuiltinOperator import BuiltinOperator
 from tflite.Model import Model
 from tflite.TensorType import TensorType
 
-from network_parser.tflite_builder import FLOAT_INPUT_RANGE, ModelBuilder
+from tests.tflite_builder import FLOAT_INPUT_RANGE, ModelBuilder
 
 
 def random_inputs(mb, seed=0):
