@@ -8,8 +8,9 @@ from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
 
 from .emit import GUARD_BYTES, c_identifier
+from .relaxations import BY_NAME
 
-MANIFEST_VERSION = 2  # 2: each layer's kernel variant and in-place rule
+MANIFEST_VERSION = 2  # 2: each layer's kernel variant and in-place rule; the relaxations taken
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
@@ -107,6 +108,7 @@ def build_manifest(plan) -> dict:
         "target": backend.name,
         "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash,
                     "l3_bytes": options.l3},
+        "relaxations": [dict(name=r.name, memory=r.memory, cost=r.cost) for r in map(BY_NAME.get, plan.relaxed)],
         "planner": {"method": arena.method, "status": arena.status, "peak": arena.peak,
                     "lower_bound": arena.lower_bound, "tiler": options.tiler if tilings else None},
         "solvers": solver_statistics(arena, options, tilings, patch),

@@ -27,7 +27,7 @@ from solver.plan import LayerPlan, Memory, Plan
 from solver.plan_checker import check_tensor_plan
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
-from . import emit, progress
+from . import emit, progress, relaxations
 from .manifest import build_manifest, manifest_text
 from .patching import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
 from .placement import layout_l3, place, staging_lifetimes
@@ -72,15 +72,40 @@ def guard_bytes(options: Options) -> int:
 
 def plan_deployment(model: Path, options: Options) -> Plan:
     """Every decision, pass by pass; everything but the budget check and the files."""
+    return plan_back(plan_front(model, options))
+
+
+def plan_front(model: Path, options: Options) -> Plan:
+    """What the memory search's flags do not change: the model read, rewritten and lowered."""
     plan = start(model, options)  # the target, its memories filling the flags left unset
     plan = read(plan)  # the model file into the IR (network_parser)
     plan = rewrite(plan)  # graph rewrites: PAD folded into convolutions
     plan = lower(plan)  # each layer's integer kernel (layer_analyzer)
+    return plan
+
+
+def plan_back(plan: Plan) -> Plan:
+    """The memory search (deployer.relaxations) on a lowered plan."""
+    plan = note_target(plan)  # what the flags cost on this target
     plan = choose_variants(plan)  # the target's kernel per layer, as if it ran whole (backends)
     plan = plan_memory(plan)  # patch split, L1 tiles, in-place, lifetimes, L3, arena offsets
     plan = bind_variants(plan)  # each layer's kernel as it really runs (whole, tile, region, streamed)
     plan = fit_flash(plan)  # over --flash: the layers whose packed weights cost most keep int8 ones
-    return plan
+    return plan.but(relaxed=relaxations.taken(plan))
+
+
+# flags the front passes read: a plan replanned with others would not be the model they read
+FRONT_FLAGS = ("target", "input_layout", "output_layout", "input_type", "fuse")
+
+
+def replan(front: Plan, options: Options) -> Plan:
+    """The memory search again, with other search flags, on a plan_front result: what suggest
+    and --auto-optimize measure, without reading the model again."""
+    changed = [f for f in FRONT_FLAGS if getattr(front.options, f) != getattr(options, f)]
+    if changed:
+        raise ValueError(f"replan cannot change {', '.join(changed)}: plan_front reads them")
+    options, backend = resolve_options(options)
+    return plan_back(front.but(options=options, backend=backend))
 
 
 def deploy(model: Path, options: Options) -> Plan:
@@ -121,12 +146,16 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
 
 def start(model: Path, options: Options) -> Plan:
     options, backend = resolve_options(options)
-    notes = ()
-    if options.l1 is not None and backend.l1_in_sram:
-        notes = (f"{backend.name} has no scratchpad or tightly-coupled memory: the --l1 buffer is SRAM too, "
-                 f"so tiling adds its {options.l1:,} B to the SRAM need and a copy of every tile; it saves "
-                 f"SRAM only where tiles stream from --l3",)
-    return Plan(Path(model), options, backend, notes=notes)
+    return Plan(Path(model), options, backend)
+
+
+def note_target(plan: Plan) -> Plan:
+    options, backend = plan.options, plan.backend
+    if options.l1 is None or not backend.l1_in_sram:
+        return plan
+    return plan.but(notes=(*plan.notes, f"{backend.name} has no scratchpad or tightly-coupled memory: the --l1 "
+                           f"buffer is SRAM too, so tiling adds its {options.l1:,} B to the SRAM need and a copy of "
+                           f"every tile; it saves SRAM only where tiles stream from --l3"))
 
 
 def read_model(path: Path, options: Options | None = None):
@@ -327,11 +356,11 @@ def check_budgets(plan: Plan) -> Plan:
 # ---- the memory plan: patch split -> L1 tiles -> in-place -> lifetimes -> L3 -> arena ------------
 
 def plan_memory(plan: Plan) -> Plan:
-    """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena. An
-    automatic split aims at --sram from live bytes; when the planned arena is still over, it
-    aims lower by the excess, and at last takes the split with the least peak (whose need is
-    then the smallest --sram reported, and the one a rerun with it reaches), unless that needs
-    more than the first plan."""
+    """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena, the SRAM
+    relaxations in the search's order (deployer.relaxations). An automatic split aims at --sram
+    from live bytes; when the planned arena is still over, it aims lower by the excess, and at
+    last takes the split with the least peak (whose need is then the smallest --sram reported,
+    and the one a rerun with it reaches), unless that needs more than the first plan."""
     options = plan.options
     tile_cache: dict = {}
     over = True  # depthwise tiles may write over their input (whole-row tiles)
@@ -343,7 +372,7 @@ def plan_memory(plan: Plan) -> Plan:
         p = place_and_plan(p)
         return p
 
-    first = result = attempt(options.sram)
+    result = attempt(options.sram)
     need = result.memory.sram_bytes
     if options.l3 is not None and options.sram is not None and need > options.sram and \
             any(lp.reuse is not None and lp.tiling is not None for lp in result.layers):
@@ -351,22 +380,28 @@ def plan_memory(plan: Plan) -> Plan:
         over = False
         alt = attempt(options.sram)
         if alt.memory.sram_bytes < need:
-            first = result = alt
+            result = alt
             need = result.memory.sram_bytes
         else:
             over = True
     if options.patch != "auto" or options.sram is None or need <= options.sram:
         return result
     # Over, split or not: live bytes under --sram are no promise of an arena under it.
-    target = options.sram
-    for _ in range(3):
-        target = max(1, target - (need - options.sram))
+    return aim_lower(attempt, options.sram, result, tries=3, keep_first=True)
+
+
+def aim_lower(attempt, budget: int, first: Plan, tries: int, keep_first: bool) -> Plan:
+    """A relaxation that aims at a byte target (the patch split, the L3 placement) and misses
+    the SRAM ``budget``: aim lower by the excess, ``tries`` times, then as low as it goes; that
+    last plan (or ``first``, when ``keep_first`` and it needs less) is the one reported over."""
+    result, target = first, budget
+    for _ in range(tries):
+        target = max(1, target - (result.memory.sram_bytes - budget))
         result = attempt(target)
-        need = result.memory.sram_bytes
-        if need <= options.sram or target == 1:
+        if result.memory.sram_bytes <= budget or target == 1:
             return result
     least = attempt(1)
-    return least if least.memory.sram_bytes <= first.memory.sram_bytes else first
+    return first if keep_first and first.memory.sram_bytes < least.memory.sram_bytes else least
 
 
 def _lanes(plan: Plan) -> dict[int, int]:
@@ -517,13 +552,7 @@ def place_and_plan(plan: Plan) -> Plan:
     result = attempt(options.sram)
     if options.l3 is None or options.sram is None or result.memory.sram_bytes <= options.sram:
         return result
-    target = options.sram
-    for _ in range(4):
-        target = max(1, target - (result.memory.sram_bytes - options.sram))
-        result = attempt(target)
-        if result.memory.sram_bytes <= options.sram or target == 1:
-            return result
-    return attempt(1)
+    return aim_lower(attempt, options.sram, result, tries=4, keep_first=False)
 
 
 def stream_from_l3(plan: Plan, lives, sram_target: int | None):
@@ -569,7 +598,7 @@ def fit_flash(plan: Plan) -> Plan:
     note = (f"{n} layer{'s keep' if n > 1 else ' keeps'} the plain kernels (int8 weights) to fit --flash: "
             f"op{'s' if n > 1 else ''} {', '.join(map(str, sorted(plain)))}")
     relaxed = plan.with_layers(lambda lp: replace(lp, keep_portable=lp.keep_portable or lp.index in plain))
-    relaxed = relaxed.but(notes=(*plan.notes, note), relaxed=(*plan.relaxed, "plain kernels"))
+    relaxed = relaxed.but(notes=(*plan.notes, note))
     if any(plan.layers[k].tiling is not None for k in plain):  # their tiles now move int8 weights too
         return bind_variants(plan_memory(choose_variants(relaxed.but(patch=None, l3=None, arena=None))))
     return bind_variants(relaxed)

@@ -70,6 +70,8 @@ def summary_table(dep) -> str:
         tiles = sum(t.tiles for _, t in dep.tilings.values())
         rows.append(f"{'L1':<8} {_kib(used):>12} {_kib(dep.options.l1):>12}   ({len(dep.tilings)} layers in "
                     f"{tiles} double-buffered tiles)")
+    if dep.relaxed:
+        rows.append(f"memory search took: {', '.join(dep.relaxed)}")
     rows += [f"note: {display(n)}" for n in dep.notes]  # what the reader and the rewrites decided
     return "\n".join(rows)
 

@@ -23,7 +23,9 @@ from . import progress
 from .render import display
 from solver.plan import Memory, Plan
 
-from .pipeline import Options, arena_problem, over_budget, plan_deployment, resolve_options, split_choice
+from .pipeline import (Options, arena_problem, over_budget, plan_deployment, plan_front, replan,
+                       resolve_options, split_choice)
+from .relaxations import RELAXATIONS
 
 PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
 MED_SHARE = 0.10  # a saving of at least this share of the memory's need is worth a MED
@@ -88,6 +90,7 @@ class Suggestion:
     l1_need: int | None = None  # smallest --l1 that works, when the given one is too small
     l1_budget: int | None = None  # the --l1 asked for
     recommendations: tuple[Recommendation, ...] = field(default=())
+    front: Plan | None = field(default=None, repr=False)  # the model read and lowered: alternatives replan it
 
     @property
     def memory(self) -> Memory:
@@ -142,17 +145,18 @@ def _prioritize(rec: Recommendation, s: Suggestion) -> Recommendation:
     return replace(rec, priority="LOW", why=f"{rec.memory} fits without it")
 
 
-def _measure(model: Path, options: Options) -> Plan | None:
-    """The plan with ``options``, or None when it cannot be made (an L1 too small)."""
+def _measure(s: Suggestion, options: Options) -> Plan | None:
+    """The plan with ``options`` (the model as read once), or None when it cannot be made (an L1
+    too small)."""
     try:
-        return plan_deployment(model, options)
+        return replan(s.front, options)
     except InfeasibleBudget:
         return None
 
 
 def _in_place(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
-    alt = _measure(model, replace(s.options, in_place=not s.options.in_place))
+    alt = _measure(s, replace(s.options, in_place=not s.options.in_place))
     on = s.options.in_place
     with_, without = (base, alt) if on else (alt, base)
     if with_ is None or without is None:
@@ -193,7 +197,7 @@ def _patch(model: Path, s: Suggestion) -> Recommendation:
         if more is not None:
             return more
         c, st = base.patch.choice, base.patch.stage
-        alt = _measure(model, replace(o, patch="off"))
+        alt = _measure(s, replace(o, patch="off"))
         saving = alt.memory.sram_bytes - base.memory.sram_bytes if alt else 0
         return Recommendation("patch inference", "SRAM", True, saving,
                               f"ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches; recomputes "
@@ -208,7 +212,7 @@ def _patch(model: Path, s: Suggestion) -> Recommendation:
         return Recommendation("patch inference", "SRAM", False, 0,
                               f"no split within --max-overhead {100 * o.max_overhead:g}% lowers the peak")
     flag = f"{choice.grid[0]}x{choice.grid[1]}@{choice.end}"
-    alt = _measure(model, replace(o, patch=flag))
+    alt = _measure(s, replace(o, patch=flag))
     saving = base.memory.sram_bytes - alt.memory.sram_bytes if alt else 0
     return Recommendation("patch inference", "SRAM", False, saving,
                           f"ops ..{choice.end} in {choice.grid[0]}x{choice.grid[1]} patches: SRAM "
@@ -226,7 +230,7 @@ def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
         choice = split_choice(base.but(options=replace(o, max_overhead=share)), o.sram)
         if choice.end is None or choice.peak >= peak:  # the split's own estimate: no lower peak, no plan
             continue
-        alt = _measure(model, replace(o, patch="auto", max_overhead=share))
+        alt = _measure(s, replace(o, patch="auto", max_overhead=share))
         if alt is None or alt.patch is None:
             continue
         saving = base.memory.sram_bytes - alt.memory.sram_bytes
@@ -281,7 +285,7 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
     resident = "SRAM" if base.backend.weights_in_sram else "flash"
     key = MEMORY_KEYS[resident][0]
     if base.l3 is not None:  # already streaming from L3: what it saves against none
-        alt = _measure(model, replace(o, l3=0))
+        alt = _measure(s, replace(o, l3=0))
         saving = getattr(alt.memory, key) - getattr(base.memory, key) if alt else 0
         pl = base.l3.placement
         return Recommendation("weight placement", resident, True, saving,
@@ -289,7 +293,7 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
                               f"{len(pl.tensors)} activations in L3; {sum(x.l3_traffic for x in pl.slabs.values()):,} "
                               f"B streamed per inference")
     if _dsp(base):
-        alt = _measure(model, replace(o, kernels="plain"))
+        alt = _measure(s, replace(o, kernels="plain"))
         saving = base.memory.flash_bytes - alt.memory.flash_bytes if alt else 0
         plain = sum(1 for lp in base.layers if not lp.variant.dsp)
         return Recommendation("weight placement", "flash", False, saving,
@@ -300,7 +304,7 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
             getattr(base.memory, key) > getattr(o, MEMORY_KEYS[resident][1]):
         # Nothing on the part holds the weights: measure an external memory it could add.
         l1 = o.l1 or HYPOTHETICAL_L1
-        alt = _measure(model, replace(o, l1=l1, l3=HYPOTHETICAL_L3, tiler="greedy"))  # flash, not tile quality
+        alt = _measure(s, replace(o, l1=l1, l3=HYPOTHETICAL_L3, tiler="greedy"))  # flash, not tile quality
         if alt is not None and alt.l3 is not None:
             l3_need = -(-alt.memory.l3_bytes // 1024)
             flags = (*(() if o.l1 else (f"--l1 {l1 // 1024}K",)), f"--l3 {l3_need}K")
@@ -315,30 +319,37 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
                           f"{'they fit' if not over_budget(base.memory, o) else 'the target has no external memory'}")
 
 
-KNOBS = (_in_place, _arena_planner, _patch, _tiling, _weight_placement)
+# Each relaxation of the memory search (deployer.relaxations) measured by the knob that names it,
+# in the search's order; then the choices that are not relaxations (the arena planner, tiling).
+KNOBS = ((("in-place ops",), _in_place), (("patch inference",), _patch),
+         (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling))
+assert [r.name for r in RELAXATIONS] == [name for names, _ in KNOBS for name in names]
 
 
-def _plan_estimate(model: Path, options: Options) -> tuple[Plan, int | None]:
+def _plan_estimate(front: Plan, options: Options) -> tuple[Plan, int | None]:
     """The plan deploy makes; with an --l1 below the smallest tile, the plan at that smallest L1."""
     try:
-        return plan_deployment(model, options), None
+        return replan(front, options), None
     except InfeasibleBudget as e:
         if "--l1" not in e.needs:
             raise
-        return plan_deployment(model, replace(options, l1=e.needs["--l1"])), e.needs["--l1"]
+        return replan(front, replace(options, l1=e.needs["--l1"])), e.needs["--l1"]
 
 
-def suggest(model: Path, options: Options, recommend: bool = True) -> Suggestion:
-    """The model's signature, the estimate with ``options`` and (``recommend``) every knob measured."""
+def suggest(model: Path, options: Options, recommend: bool = True, front: Plan | None = None) -> Suggestion:
+    """The model's signature, the estimate with ``options`` and (``recommend``) every knob
+    measured; ``front``: the model as plan_front read it (read here when not given)."""
     model = Path(model)
     inv = inventory(model)
     resolved, _ = resolve_options(options)
     try:
         with progress.step("estimate"):
-            dep, l1_need = _plan_estimate(model, options)
+            front = front or plan_front(model, options)
+            dep, l1_need = _plan_estimate(front, options)
     except UnsupportedOperator as e:
         return Suggestion(model.stem, resolved.target, resolved, signature(inv, None, str(e)), None)
-    s = Suggestion(model.stem, resolved.target, dep.options, signature(inv, dep, None), dep, l1_need, resolved.l1)
+    s = Suggestion(model.stem, resolved.target, dep.options, signature(inv, dep, None), dep, l1_need, resolved.l1,
+                   front=front)
     return recommendations(model, s) if recommend else s
 
 
@@ -346,10 +357,11 @@ def recommendations(model: Path, s: Suggestion) -> Suggestion:
     """``s`` with every knob measured against its estimate, most useful first."""
     recs = []
     with progress.step("measuring the optimisations", total=len(KNOBS)) as step:
-        for knob in KNOBS:
+        for _, knob in KNOBS:
             recs.append(_prioritize(knob(Path(model), s), s))
             step.advance()
-    recs.sort(key=lambda r: (PRIORITIES.index(r.priority), -r.saving, r.name))
+    order = [r.name for r in recs]  # the search's order breaks ties
+    recs.sort(key=lambda r: (PRIORITIES.index(r.priority), -r.saving, order.index(r.name)))
     return replace(s, recommendations=tuple(recs))
 
 
@@ -384,7 +396,7 @@ def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Optio
         if rec is None:
             break
         options = replace(options, **dict(rec.changes))
-        after = suggest(model, options, recommend=False)
+        after = suggest(model, options, recommend=False, front=s.front)
         steps.append(Step(rec, s.memory, after.memory))
         s = after
     if s.deployment is not None and not s.fits:

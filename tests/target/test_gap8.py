@@ -23,7 +23,7 @@ from tests.models import INT8_MODELS, shared_model
 
 K = 1024
 EMU = EMULATION.folder
-HOST_FLAGS = tuple(f for f in EMULATION.cflags if not f.startswith("-O"))
+HOST_FLAGS = (*(f for f in EMULATION.cflags if not f.startswith("-O")), f"-I{EMU}")
 EMULATED = EMULATION.cflags
 TSAN = (*HOST_FLAGS, "-O1", "-g", "-fsanitize=thread")
 CROSS_CC = "riscv64-unknown-elf-gcc"
@@ -31,9 +31,10 @@ CROSS_CC = "riscv64-unknown-elf-gcc"
 
 @functools.lru_cache(maxsize=None)
 def gap8(rel: str, l1: int):
-    """The gap8 deployment of a shared model at an L1 budget (skips when it does not fit)."""
+    """The gap8 deployment of a shared model at an L1 budget (skips when it does not fit); L2 as
+    large as it needs (the L2 budget and L3 streaming are tested on their own below)."""
     try:
-        return deploy(shared_model(rel), Options(patch="off", target="gap8", l1=l1))
+        return deploy(shared_model(rel), Options(patch="off", target="gap8", l1=l1, part_budgets=False))
     except InfeasibleBudget as e:
         pytest.skip(f"{rel} needs {e.minimum_bytes} B of L1 (> {l1})")
 

@@ -1,0 +1,48 @@
+"""The memory search, declared: what the deployer may give up to meet the budgets, in the order
+it gives it up. Each relaxation trades something (recomputed MACs, DMA traffic, the DSP kernels'
+speed) for bytes of a memory; the flags say which ones the search may take.
+
+``deploy`` takes them in this order (pipeline.plan_memory: the in-place rules, which cost
+nothing and are always taken when allowed, then while SRAM is over the patch split aimed lower
+until it fits, then L3 streaming of what still does not fit; pipeline.fit_flash: while flash is
+over, plain kernels for the layers whose packed weights cost most), and records in
+``Plan.relaxed`` which ones the plan took. ``deploy suggest`` measures each one
+against the plan (and the choices that are not relaxations: the arena planner, tiling), and
+``--auto-optimize`` turns on, most useful first, those a flag keeps off."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from solver.plan import Plan
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    name: str  # as plans, suggest and reports name it
+    memory: str  # the memory it saves
+    cost: str  # what it gives up for that
+    allowed: Callable  # Options -> bool: the flags let the search take it
+    flag: str  # the flag that allows it
+    taken: Callable[[Plan], bool]  # did the plan take it
+
+
+RELAXATIONS = (
+    Relaxation("in-place ops", "SRAM", "nothing: a layer writes over an input that dies there",
+               lambda o: o.in_place, "on unless --no-in-place",
+               lambda p: any(r.rule != "zero-copy-reshape" for r in p.reuses)),  # reshapes alias always
+    Relaxation("patch inference", "SRAM", "recomputed MACs (the patches' halos), within --max-overhead",
+               lambda o: o.patch != "off", "--patch auto", lambda p: p.patch is not None),
+    Relaxation("L3 streaming", "SRAM and flash", "DMA traffic per inference, through the L1 tiles",
+               lambda o: o.l3 is not None, "--l3 SIZE (with --l1)", lambda p: p.l3 is not None),
+    Relaxation("plain kernels", "flash", "the DSP kernels' speed on the layers kept plain",
+               lambda o: o.kernels == "auto", "--kernels auto",
+               lambda p: any(lp.keep_portable for lp in p.layers)),
+)
+
+BY_NAME = {r.name: r for r in RELAXATIONS}
+
+
+def taken(plan: Plan) -> tuple[str, ...]:
+    """The relaxations ``plan`` took, in the search's order."""
+    return tuple(r.name for r in RELAXATIONS if r.taken(plan))

@@ -1,0 +1,62 @@
+"""The memory search, declared (deployer.relaxations): what the plan took is recorded in its
+order, suggest measures every relaxation, and replanning a read model equals planning it anew
+without reading the file again."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from deployer import pipeline
+from deployer.manifest import build_manifest
+from deployer.pipeline import Options, plan_deployment, plan_front, replan
+from deployer.relaxations import RELAXATIONS
+from deployer.suggest import KNOBS
+from tests.models import shared_model
+
+K = 1024
+VWW = "mlperf_tiny/vww_96_int8.tflite"
+
+
+def test_suggest_measures_every_relaxation_in_the_search_order():
+    assert [name for names, _ in KNOBS for name in names] == [r.name for r in RELAXATIONS]
+
+
+def test_the_plan_records_what_the_search_took():
+    path = shared_model(VWW)
+    whole = plan_deployment(path, Options(patch="off"))
+    assert whole.relaxed == ("in-place ops",)
+    split = plan_deployment(path, Options(sram=whole.memory.sram_bytes - 8 * K))
+    assert split.relaxed == ("in-place ops", "patch inference")
+    assert plan_deployment(path, Options(in_place=False, patch="off")).relaxed == ()
+    streamed = plan_deployment(path, Options(target="gap8", l1=16 * K, sram=96 * K, patch="off"))
+    assert "L3 streaming" in streamed.relaxed
+    person = shared_model("tflm/person_detect.tflite")
+    tight = plan_deployment(person, Options(target="cortex-m4", flash=320 * K))
+    assert tight.relaxed[-1] == "plain kernels"
+
+
+def test_the_manifest_lists_the_relaxations_taken():
+    plan = pipeline.deploy(shared_model(VWW), Options(sram=48 * K))
+    names = [r["name"] for r in build_manifest(plan)["relaxations"]]
+    assert names == ["in-place ops", "patch inference"]
+
+
+@pytest.mark.parametrize("changes", [dict(patch="off"), dict(in_place=False), dict(sram=48 * K),
+                                     dict(l1=16 * K, tiler="greedy"), dict(kernels="plain", target="cortex-m7")])
+def test_replan_equals_a_fresh_plan_and_reads_nothing(changes, monkeypatch):
+    path = shared_model(VWW)
+    target = changes.get("target", "host")
+    front = plan_front(path, Options(target=target))
+    fresh = plan_deployment(path, Options(**changes))
+    monkeypatch.setattr(pipeline, "read", lambda plan: pytest.fail("replan read the model again"))
+    again = replan(front, replace(Options(target=target), **changes))
+    assert again.memory == fresh.memory and again.relaxed == fresh.relaxed
+    assert [lp.variant.name for lp in again.layers] == [lp.variant.name for lp in fresh.layers]
+    assert dict(again.offsets) == dict(fresh.offsets)
+
+
+def test_replan_refuses_flags_the_front_read():
+    front = plan_front(shared_model(VWW), Options())
+    with pytest.raises(ValueError, match="target"):
+        replan(front, Options(target="cortex-m7"))
