@@ -55,9 +55,9 @@ def main() -> None:
             code = text_bytes(out / next(n for n in dep.files if n.endswith("_engine.c")))
             g = generate(out, args.prompt, args.tokens, args.tokenizer)
         m = dep.memory
-        flash = m["weights_bytes"] + code
-        rows.append((f"{weights} / {kv}", flash, m["weights_bytes"], code, m["sram_bytes"], m["kv_cache_bytes"],
-                     m["arena_bytes"], g["tokens_per_s"], g["text"][:48]))
+        flash = m.weights_bytes + code
+        rows.append((f"{weights} / {kv}", flash, m.weights_bytes, code, m.sram_bytes, m.state_bytes,
+                     m.arena_bytes, g["tokens_per_s"], g["text"][:48]))
     print(f"model {args.model.parent.name}, context {args.context}, prompt {args.prompt!r}, {args.tokens} tokens\n")
     print("| weights / KV | flash B | weights B | code B | SRAM B | KV B | arena B | host tok/s | continuation |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")

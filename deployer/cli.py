@@ -23,6 +23,7 @@ import numpy as np
 from network_parser.errors import DeployError, UsageError
 from network_parser.side_files import load_npy
 
+from .frontends import frontend_for
 from .llm_passes import KV_FORMATS, WEIGHT_FORMATS
 from .output import write_output
 from .render import ERROR_CHARS, display, terminal_text
@@ -224,7 +225,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
-    if Path(model).suffix.lower() == ".safetensors":
+    if frontend_for(model, "build").kind == "language model":
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet)
     start = time.perf_counter()
@@ -291,9 +292,9 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
         worst = min(dep.quant_report, key=lambda r: r[2])
         say(f"quantization: {len(dep.quant_report)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
                    f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
-    say(f"flash {m['flash_bytes']:,} B (weights {m['weights_bytes']:,} + code estimate "
-               f"{m['code_bytes_estimate']:,}); SRAM {m['sram_bytes']:,} B (KV cache {m['kv_cache_bytes']:,} + "
-               f"arena {m['arena_bytes']:,}, {dep.plan.method})")
+    say(f"flash {m.flash_bytes:,} B (weights {m.weights_bytes:,} + code estimate "
+               f"{m.code_bytes_estimate:,}); SRAM {m.sram_bytes:,} B (KV cache {m.state_bytes:,} + "
+               f"arena {m.arena_bytes:,}, {dep.plan.method})")
     say(f"wrote {len(dep.files)} files to {out_dir}/")
 
 
@@ -332,6 +333,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
                 tile_objective, kernels, input_layout, output_layout, input_type, as_json, quiet):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
     on, in order of priority, each saving measured by planning it."""
+    frontend_for(model, "suggest")  # a kind of model this command does not take: a usage error
     from .suggest import suggest, suggestion_json, suggestion_text
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -419,6 +421,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
                sanitize, debug_guards, on_qemu):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
     and compare with the reference interpreter, or with the model's own test vectors."""
+    frontend_for(model, "verify")  # a kind of model this command does not take: a usage error
     from .qemu import instructions_per_layer, require_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, random_inputs, verify
 
@@ -497,6 +500,7 @@ def qemu_summary(result: dict) -> str:
 def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
                 kernels, input_layout, output_layout, input_type, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
+    frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
     onnx_options = (input_layout, output_layout, _input_type(model, input_type))
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",

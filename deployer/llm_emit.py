@@ -21,12 +21,14 @@ from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
                                            TransformerGraph, lifetimes, lower_gptneo, op_summary)
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
+from solver.plan import Memory
 
 from . import gptneo_quant as Q
 from . import llm_passes
 from .emit import (GUARD_BYTES, STACK_LAYER_BYTES, STACK_RUN_BYTES, TASK_EXTRA_BYTES, c_array, c_identifier,
                    core_flags, environment, qemu_files, template_environment)
 from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
+from .manifest import MANIFEST_VERSION
 from .report_html import language_model_report
 from .tokenizer import present as gpt2_files_present, read_gpt2_files
 
@@ -58,7 +60,7 @@ class LlmDeployment:
     options: LlmOptions
     offsets: dict  # arena buffer -> byte offset
     plan: ArenaPlan
-    memory: dict
+    memory: Memory
     quant_report: list = field(default_factory=list)  # (matrix, RMSE, SNR dB)
     files: dict = field(default_factory=dict, repr=False)
 
@@ -159,10 +161,14 @@ def plan_activations(graph: TransformerGraph, planner: str, time_limit_s: float,
     return lives, plan, {a.name: off + guard for (a, *_), off in zip(lives, plan.offsets)}, problem
 
 
-def memory_of(graph: TransformerGraph, arena_bytes: int) -> dict:
+def memory_of(graph: TransformerGraph, arena_bytes: int) -> Memory:
+    """The network's memory record: the KV cache is state kept across calls, every constant
+    (matrices, their scales, biases, norms) counts as weights."""
     weights, kv = llm_passes.weight_bytes(graph), llm_passes.kv_cache_bytes(graph)
-    return dict(flash_bytes=weights + CODE_BYTES_ESTIMATE, weights_bytes=weights, code_bytes_estimate=CODE_BYTES_ESTIMATE,
-                kv_cache_bytes=kv, arena_bytes=arena_bytes, sram_bytes=kv + arena_bytes)
+    return Memory(arena_bytes=arena_bytes, state_bytes=kv, sram_bytes=kv + arena_bytes, weights_bytes=weights,
+                  code_bytes_estimate=CODE_BYTES_ESTIMATE, flash_bytes=weights + CODE_BYTES_ESTIMATE,
+                  flash_sections=(("weights", weights), ("biases", 0), ("parameters", 0),
+                                  ("code_estimate", CODE_BYTES_ESTIMATE)))
 
 
 def _sram_at(graph: TransformerGraph, fmt: str, context: int, guard: int) -> int:
@@ -171,14 +177,14 @@ def _sram_at(graph: TransformerGraph, fmt: str, context: int, guard: int) -> int
     return llm_passes.kv_cache_bytes(g) + plan_activations(g, "first-fit", 1.0, guard)[1].peak
 
 
-def check_budgets(graph: TransformerGraph, memory: dict, sram: int | None, flash: int | None, guard: int) -> None:
+def check_budgets(graph: TransformerGraph, memory: Memory, sram: int | None, flash: int | None, guard: int) -> None:
     """Every memory over its budget in one error: the need, by how much, the smallest budget
     that works, and what would fit this budget (a shorter context, a lighter KV cache or weight
     format)."""
     over, needs = [], {}
     kv = graph.kv
-    if sram is not None and memory["sram_bytes"] > sram:
-        need = memory["sram_bytes"]
+    if sram is not None and memory.sram_bytes > sram:
+        need = memory.sram_bytes
         lighter = ("f32", "int8", "int4")
         fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, guard):,} (at --context {kv.context})"
                  for f in lighter[lighter.index(kv.format) + 1:]]
@@ -188,18 +194,18 @@ def check_budgets(graph: TransformerGraph, memory: dict, sram: int | None, flash
             lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, guard) <= sram else (lo, mid - 1)
         if lo:
             fixes.insert(0, f"--context {lo} fits")
-        over.append(f"the engine needs {need:,} bytes of SRAM (KV cache {memory['kv_cache_bytes']:,} + arena "
-                    f"{memory['arena_bytes']:,}) but --sram is {sram:,} ({need - sram:,} over); the smallest --sram "
+        over.append(f"the engine needs {need:,} bytes of SRAM (KV cache {memory.state_bytes:,} + arena "
+                    f"{memory.arena_bytes:,}) but --sram is {sram:,} ({need - sram:,} over); the smallest --sram "
                     f"that works is {need} ({-(-need // 1024)}K)" + (f"; at --sram {sram}: {', '.join(fixes)}"
                                                                       if fixes else ""))
         needs["--sram"] = need
-    if flash is not None and memory["flash_bytes"] > flash:
-        need = memory["flash_bytes"]
-        code = memory["code_bytes_estimate"]
+    if flash is not None and memory.flash_bytes > flash:
+        need = memory.flash_bytes
+        code = memory.code_bytes_estimate
         order = ("f32", "int8", "q4_0")
         fixes = [f"--weights {f} needs {llm_passes.weight_bytes_as(graph, f) + code:,}"
                  for f in order[order.index(graph.weight_format) + 1:]]
-        over.append(f"the engine needs {need:,} bytes of flash (weights {memory['weights_bytes']:,} + code about "
+        over.append(f"the engine needs {need:,} bytes of flash (weights {memory.weights_bytes:,} + code about "
                     f"{code:,}) but --flash is {flash:,} ({need - flash:,} over); the smallest --flash that works is "
                     f"{need} ({-(-need // 1024)}K)" + (f"; {', '.join(fixes)}" if fixes else "")
                     + "; --prune-vocab shrinks the embedding and the head")
@@ -291,13 +297,13 @@ def render_engine(graph: TransformerGraph, backend, lives, plan, offsets: dict, 
     return files
 
 
-def _manifest(graph: TransformerGraph, options: LlmOptions, memory: dict, lives, plan, offsets: dict, guard: int,
+def _manifest(graph: TransformerGraph, options: LlmOptions, memory: Memory, lives, plan, offsets: dict, guard: int,
               report: list) -> dict:
     c, kv = graph.config, graph.kv
-    return dict(kind="gpt_neo", model=graph.name, library=c_identifier(graph.name), target=options.target,
+    return dict(manifest_version=MANIFEST_VERSION, kind="gpt_neo", model=graph.name, library=c_identifier(graph.name), target=options.target,
                 config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)},
                 weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
-                memory=memory, ops=[op_summary(op) for op in graph.ops],
+                memory=memory.as_dict(), ops=[op_summary(op) for op in graph.ops],
                 arena=dict(bytes=plan.peak, planner=plan.method, status=plan.status, lower_bound=plan.lower_bound,
                            guard_bytes=guard,
                            buffers=[dict(name=a.name, offset=offsets[a.name], size=a.nbytes, first_op=first,

@@ -15,7 +15,7 @@ from backends.variants import CODE_BYTES_PORTABLE, choose
 from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import window_shapes, writes_behind_reads
-from network_parser.errors import InfeasibleBudget, ModelFormatError, UsageError
+from network_parser.errors import InfeasibleBudget, UsageError
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import Lifetime, lifetimes, owner_groups
 from network_parser.onnx_reader import read_onnx
@@ -28,6 +28,7 @@ from solver.plan_checker import check_tensor_plan
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
 from . import emit, progress, relaxations
+from .frontends import FRONTENDS, frontend_for
 from .manifest import build_manifest, manifest_text
 from .patching import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
 from .placement import layout_l3, place, staging_lifetimes
@@ -160,10 +161,11 @@ def note_target(plan: Plan) -> Plan:
 
 def read_model(path: Path, options: Options | None = None):
     options = options or Options()
-    suffix = path.suffix.lower()
-    if suffix not in (".tflite", ".onnx"):
-        raise ModelFormatError(f"{path}: unknown model format '{suffix}' (supported: .tflite, .onnx)")
-    graph = read_tflite(path) if suffix == ".tflite" else \
+    front = frontend_for(path)
+    if front.kind != "network":
+        raise UsageError(f"{path}: a {front.kind}; this command takes "
+                         f"{', '.join(s for s, f in FRONTENDS.items() if f.kind == 'network')} models")
+    graph = read_tflite(path) if front.suffix == ".tflite" else \
         read_onnx(path, options.input_layout, options.output_layout, options.input_type)
     check_graph(graph, str(path))
     return graph

@@ -313,10 +313,10 @@ def language_model_report(graph, memory: dict, budgets: dict, problem: ArenaProb
     c, kv = graph.config, graph.kv
     plans = report_plans(plan, problem)
     curve = live_bytes(problem)
-    rows = [("SRAM", memory["sram_bytes"], budgets.get("sram")), ("  KV cache (.bss)", memory["kv_cache_bytes"], None),
-            ("  activation arena", memory["arena_bytes"], None), ("flash", memory["flash_bytes"], budgets.get("flash")),
-            ("  weights (.rodata)", memory["weights_bytes"], None),
-            ("  code (estimate)", memory["code_bytes_estimate"], None)]
+    rows = [("SRAM", memory.sram_bytes, budgets.get("sram")), ("  KV cache (.bss)", memory.state_bytes, None),
+            ("  activation arena", memory.arena_bytes, None), ("flash", memory.flash_bytes, budgets.get("flash")),
+            ("  weights (.rodata)", memory.weights_bytes, None),
+            ("  code (estimate)", memory.code_bytes_estimate, None)]
     memory_rows = [dict(name=name, need=f"{need:,}", kib=_kib(need), budget=f"{b:,}" if b is not None else "-",
                         share=f"{100 * need / b:.1f}%" if b else "-",
                         state="-" if b is None else ("OVER" if need > b else "OK"), elf=None)

@@ -24,10 +24,12 @@ FROZEN_EMPTY = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """Bytes per memory, as planned (the manifest's ``memory``). ``sram_bytes``: the arena, the
-    L1 tile buffer when it is carved out of SRAM, and weights and code on parts that run from L2."""
+    """Bytes per memory, as planned (the manifest's ``memory``, for every kind of model).
+    ``sram_bytes``: the arena, the state kept across inferences, the L1 tile buffer when it is
+    carved out of SRAM, and weights and code on parts that run from L2."""
     arena_bytes: int = 0
     scratch_bytes: int = 0  # L1 tile buffer in SRAM (parts without a scratchpad or TCM)
+    state_bytes: int = 0  # kept across inferences outside the arena (.bss): a language model's KV cache
     sram_bytes: int = 0
     weights_bytes: int = 0  # .rodata in the kernels' layouts
     code_bytes_estimate: int = 0

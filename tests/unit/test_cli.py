@@ -442,3 +442,18 @@ def test_compare_on_a_board_preset_plans_without_its_budgets(tmp_path):
     assert code == 0, err
     code, _, err = run_clirunner(path, "--target", "stm32f446", "-o", tmp_path / "out")
     assert code != 0 and "smallest --sram" in err
+
+
+@pytest.mark.parametrize("command", ["verify", "suggest", "compare"])
+def test_a_command_names_the_models_it_takes(command, tmp_path):
+    """The frontend table decides: a language model given to a network command is a usage error
+    naming what the command takes; an unknown suffix lists every format."""
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"{}")
+    code, _, err = run_clirunner(command, model)
+    line = assert_one_line_error(code, err, "UsageError")
+    assert code == 2 and f"deploy {command} takes .tflite, .onnx models, not language models" in line
+    other = tmp_path / "model.xyz"
+    other.write_bytes(b"x")
+    code, _, err = run_clirunner(command, other)
+    assert code == 1 and "(supported: .tflite, .onnx, .safetensors)" in err

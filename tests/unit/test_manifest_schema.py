@@ -61,3 +61,16 @@ def test_the_schema_catches_drift():
     assert any("surprise_bytes" in msg for msg in messages)
     assert any("'bound' is a required property" in msg for msg in messages)
     assert len(messages) >= 3
+
+
+def test_every_kind_of_model_shares_the_memory_record():
+    """The language-model manifest's memory is the network manifest's record, by definition and
+    in fact (state_bytes: the KV cache)."""
+    import json
+    from pathlib import Path
+    folder = Path(__file__).resolve().parents[2] / "deployer"
+    network = json.loads((folder / "manifest.schema.json").read_text())
+    language = json.loads((folder / "llm_manifest.schema.json").read_text())
+    assert language["$defs"]["memory"] == network["properties"]["memory"]
+    assert language["properties"]["manifest_version"] == {**network["properties"]["manifest_version"],
+                                                          "description": language["properties"]["manifest_version"]["description"]}
