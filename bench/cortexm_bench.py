@@ -200,8 +200,8 @@ def memory_table(results: dict) -> None:
     for (model, core, k), r in results.items():
         m = r.dep.memory
         fits = "yes" if r.flash <= FLASH and r.sram <= SRAM else "NO"
-        print(f"{model[:24]:<24} {core:<10} {k:<7} {r.flash:>9,} {m['flash_bytes']:>9,} {r.sram:>9,} "
-              f"{m['sram_bytes']:>9,} {fits:>4}")
+        print(f"{model[:24]:<24} {core:<10} {k:<7} {r.flash:>9,} {m.flash_bytes:>9,} {r.sram:>9,} "
+              f"{m.sram_bytes:>9,} {fits:>4}")
 
 
 def main(argv=None) -> int:

@@ -10,8 +10,9 @@ QEMU (``deploy verify --qemu --per-layer``: marks between layers) and print
 
 * per run: the measured instructions of one inference, the cost model's rank correlation with
   the measurement over the modeled layers, and measured/modeled per layer kind;
-* per model and budget: each CP-SAT tiler's instructions over greedy's (below 1: CP-SAT's tiles
-  run faster on the core, not only on the model).
+* per model and budget: instructions per MAC of each tiler beside the untiled engine's, and each
+  CP-SAT tiler's instructions over greedy's (below 1: CP-SAT's tiles run faster on the core,
+  not only on the model).
 
 ``--fit`` refits the model's coefficients (instructions per MAC and per output per kind, per
 tile, per copied byte and per copy) by least squares over every layer measured, the numbers
@@ -49,7 +50,7 @@ def features(dep, counts):
             continue
         outputs = g.out_h * g.out_w * g.out_c
         if lp.tiling is None:
-            rows.append((g.kind, outputs * g.macs_per_output(), outputs, 0, 0, 0, n))
+            rows.append((g.kind, outputs * g.macs_per_output(), outputs, 1, 0, 0, n))  # one call: one "tile"
             continue
         t = lp.tiling[1]
         s = schedule(g, (t.tile_h, t.tile_w, t.tile_c), dict(dma_dims=1, double_buffer=False,
@@ -86,11 +87,13 @@ def main() -> None:
         if path is None:
             print(f"{name}: not under {MODELS}, skipped")
             continue
+        whole = deploy(path, Options(target=args.target, patch="off", part_budgets=False))
+        untiled = sum(instructions_per_layer(whole, random_inputs(whole.graph, 0)))
         for l1 in args.l1.split(","):
             totals = {}
             for tiler, objective in TILERS:
                 dep = deploy(path, Options(target=args.target, l1=parse_size(l1), tiler=tiler,
-                                           tile_objective=objective, patch="off"))
+                                           tile_objective=objective, patch="off", part_budgets=False))
                 counts = instructions_per_layer(dep, random_inputs(dep.graph, 0))
                 f = model_fit(layer_times(dep, counts))
                 totals[(tiler, objective)] = sum(counts)
@@ -100,10 +103,14 @@ def main() -> None:
                 print(f"{name[:28]:<28} {l1:>5} {tiler + '/' + objective:<14} {sum(counts):>13,} "
                       f"{'-' if rho is None else f'{rho:.2f}':>5}  {kinds}", flush=True)
             greedy = totals[("greedy", "l1")]
-            summary.append((name, l1, totals[("cpsat", "l1")] / greedy, totals[("cpsat", "cycles")] / greedy))
-    print(f"\n{'model':<28} {'L1':>5} {'cpsat/l1 vs greedy':>19} {'cpsat/cycles vs greedy':>23}")
-    for name, l1, a, b in summary:
-        print(f"{name[:28]:<28} {l1:>5} {a:>19.4f} {b:>23.4f}")
+            per_mac = [totals[t] / whole.macs for t in TILERS]
+            summary.append((name, l1, untiled / whole.macs, per_mac, totals[("cpsat", "l1")] / greedy,
+                            totals[("cpsat", "cycles")] / greedy))
+    print(f"\n{'model':<28} {'L1':>5} {'/MAC untiled':>12} {'greedy':>7} {'cpsat/l1':>9} {'cpsat/cyc':>9} "
+          f"{'worst vs untiled':>17} {'cpsat/l1 vs greedy':>19} {'cpsat/cycles vs greedy':>23}")
+    for name, l1, base, per_mac, a, b in summary:
+        print(f"{name[:28]:<28} {l1:>5} {base:>12.3f} {per_mac[0]:>7.3f} {per_mac[1]:>9.3f} {per_mac[2]:>9.3f} "
+              f"{max(per_mac) / base:>17.3f} {a:>19.4f} {b:>23.4f}")
     if args.fit:
         fit(rows)
 

@@ -71,8 +71,8 @@ def main(argv=None) -> int:
         moved = sum(s.l3_traffic for s in slabs.values())
         everything = alone.memory.weights_bytes + sum(
             dep.graph.tensors[t].nbytes for t in dep.graph.activations())
-        print(f"{path.name[:40]:<40} {alone.memory.sram_bytes:>10,} {m['sram_bytes']:>10,} "
-              f"{m['sram_bytes'] / alone.memory.sram_bytes:>6.2f} {m['l3_bytes']:>10,} {moved:>10,} "
+        print(f"{path.name[:40]:<40} {alone.memory.sram_bytes:>10,} {m.sram_bytes:>10,} "
+              f"{m.sram_bytes / alone.memory.sram_bytes:>6.2f} {m.l3_bytes:>10,} {moved:>10,} "
               f"{moved / everything:>9.2f} {sum(s.slabs for s in slabs.values()):>6}{flash_row} {elapsed:>5.1f}s")
     return 0
 

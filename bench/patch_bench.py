@@ -4,8 +4,8 @@ stage and grid, the MACs recomputed, and CP-SAT against its exhaustive twin.
     python bench/patch_bench.py [--max-overhead 0.2] [--models GLOB] [--sram 256K]
 
 For every shared int8 TFLite model (LSTM models skipped): the planned arena unsplit
-(--patch off) and with the automatic split (--patch auto, which splits only when the
-share of memory saved exceeds the share of MACs recomputed, or when --sram needs it), the
+(--patch off) and split (with --sram: --patch auto, which splits only when that budget needs
+it; without: the split CP-SAT finds with the least peak, forced as --patch RxC@LAYER), the
 stage (ops), grid, recomputed MACs as a share of the network's, the split solvers' wall
 times and whether they agree. The arena is planned by CP-SAT (first-fit for the 224x224
 model, whose unsplit problem is large).
@@ -51,17 +51,18 @@ def main(argv=None) -> int:
         planner = "first-fit" if "224" in path.name else "cpsat"
         try:
             off = deploy(path, Options(patch="off", planner=planner, time_limit_s=5))
-            on = deploy(path, Options(patch="auto", sram=sram, planner=planner, time_limit_s=5,
+            start = time.perf_counter()
+            cp = plan_split(off.graph, off.kernels, off.lives, "cpsat", args.max_overhead, sram)
+            t_cp = time.perf_counter() - start
+            start = time.perf_counter()
+            ex = plan_split(off.graph, off.kernels, off.lives, "exhaustive", args.max_overhead, sram)
+            t_ex = time.perf_counter() - start
+            forced = f"{cp.grid[0]}x{cp.grid[1]}@{cp.end}" if cp.end is not None else "off"
+            on = deploy(path, Options(patch="auto" if sram else forced, sram=sram, planner=planner, time_limit_s=5,
                                       max_overhead=args.max_overhead))
         except DeployError as e:
             print(f"{path.name[:40]:<40} {type(e).__name__}: {e}")
             continue
-        start = time.perf_counter()
-        cp = plan_split(off.graph, off.kernels, off.lives, "cpsat", args.max_overhead, sram)
-        t_cp = time.perf_counter() - start
-        start = time.perf_counter()
-        ex = plan_split(off.graph, off.kernels, off.lives, "exhaustive", args.max_overhead, sram)
-        t_ex = time.perf_counter() - start
         agree = (cp.peak, cp.macs_extra) == (ex.peak, ex.macs_extra)
         p = on.patch
         stage = f"{p.stage.start}..{p.stage.end}" if p else "-"

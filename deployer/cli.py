@@ -92,8 +92,8 @@ def budget_options(f):
         click.option("--l3", default=None, help="external memory reached by DMA only (e.g. 8M): weights and "
                      "activations that do not fit flash or SRAM stream from there"),
         click.option("--patch", default="auto", show_default=True,
-                     help="run the first stage patch by patch: auto (when it fits --sram or saves more memory "
-                     "than it recomputes), off, or RxC@LAYER (e.g. 4x4@12)"),
+                     help="run the first stage patch by patch: auto (only when --sram, or the part's own SRAM, "
+                     "needs it), off, or RxC@LAYER (e.g. 4x4@12)"),
         click.option("--max-overhead", default="20%", show_default=True,
                      help="MACs the automatic patch split may recompute, as a share of the network's"),
         click.option("--planner", type=click.Choice(PLANNERS), default="cpsat", show_default=True,
@@ -545,11 +545,11 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
 
 def _compare_tiling(model, options) -> None:
     from .compare import tiling_table
-    from .pipeline import tile_layers
+    from .pipeline import plan_deployment, tile_layers
 
     if options.l1 is None and BACKENDS[options.target].l1_bytes is None:
         raise UsageError("--tiling needs an L1 budget: pass --l1")
-    greedy = deploy(model, replace(options, sram=None, flash=None, part_budgets=False))
+    greedy = plan_deployment(model, options)  # as deploy plans it (budgets kept, no budget error)
     cpsat = tile_layers(greedy.but(options=replace(greedy.options, tiler="cpsat")))
     rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
     say(tiling_table(rows))

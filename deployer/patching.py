@@ -205,9 +205,10 @@ def region_windows(kern, patch: PatchPlan, k: int) -> list[list[tuple]]:
         b0, b1 = intervals[i][src] if src in patch.buffers else (0, extent)
         return (o1 - o0, w1 - w0, w0 - raw0), w0 - b0, b1 - b0
 
-    eff_h, eff_w = (kern.k_h - 1) * kern.dil_h + 1, (kern.k_w - 1) * kern.dil_w + 1
     if isinstance(kern, K.Pool):
         eff_h, eff_w = kern.f_h, kern.f_w
+    else:
+        eff_h, eff_w = (kern.k_h - 1) * kern.dil_h + 1, (kern.k_w - 1) * kern.dil_w + 1
     table = []
     for r in range(patch.rows.parts):
         rows, dy, _ = window(patch.rows.intervals, r, kern.stride_h, kern.pad_t, eff_h, kern.in_h)

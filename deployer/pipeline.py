@@ -60,6 +60,7 @@ class Options:
     rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
     debug_guards: bool = False  # canaries around every arena buffer, checked after each layer; DMA bounds checks
     link_elf: bool = False  # targets with a QEMU board: link the engine and record the image's real memory
+    resolved: bool = False  # the target's memories filled in (resolve_options): None now means none
 
 
 GUARD_BYTES = emit.GUARD_BYTES
@@ -129,11 +130,13 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     backend = BACKENDS.get(options.target)
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
-    options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
-    options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
-    options = replace(options, l3=None) if options.l3 == 0 else options  # --l3 0: no external memory
-    if backend.part and options.part_budgets:  # a part's memories are its default budgets
-        options = replace(options, sram=options.sram or backend.sram_bytes, flash=options.flash or backend.flash_bytes)
+    if not options.resolved:  # once only: resolved options keep what they hold (an L3 of None stays none)
+        options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
+        options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
+        if backend.part and options.part_budgets:  # a part's memories are its default budgets
+            options = replace(options, sram=options.sram or backend.sram_bytes,
+                              flash=options.flash or backend.flash_bytes)
+    options = replace(options, l3=None, resolved=True) if options.l3 == 0 else replace(options, resolved=True)
     if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
         raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
                          f"of {backend.name}")
@@ -302,8 +305,9 @@ def code_estimate(layers, patch=None) -> int:
             windows |= {(literals, v.code_bytes, shape) for shape in window_shapes(g, t.tile_h, t.tile_w, t.tile_c)}
             total += CODE_BYTES_PORTABLE  # the tile loop: descriptors, loads, stores
         elif lp.in_stage and v.dsp and patch is not None:
-            windows |= {(literals, v.code_bytes, (rows, cols, width)) for row in region_windows(k, patch, lp.index)
-                        for rows, cols, _, width in row}
+            # a region kernel computes all the layer's channels: their count is one of its literals
+            windows |= {((*literals, getattr(k, "out_c", None)), v.code_bytes, (rows, cols, width))
+                        for row in region_windows(k, patch, lp.index) for rows, cols, _, width in row}
             total += CODE_BYTES_PORTABLE  # its region loop
         else:
             total += v.code_bytes

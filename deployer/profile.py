@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry
 from solver.plan import Plan
 from solver.tiling_cost import compute_cycles, cost_params, modeled_cycles
@@ -16,7 +17,7 @@ from .render import display
 
 @dataclass(frozen=True)
 class LayerTime:
-    index: int
+    index: int  # the op (the first one of the patch stage)
     op: str
     name: str
     kind: str | None  # the tiling view's kind (conv, depthwise, fc, pool, eltwise), None for moves
@@ -42,14 +43,26 @@ def modeled_layer_cycles(plan: Plan) -> list[int | None]:
 
 
 def layer_times(plan: Plan, instructions: list[int]) -> list[LayerTime]:
+    """One row per layer; the patch stage, which runs its layers region by region (the first
+    stage op's mark sees them all), is one row of its own with the MACs it recomputes, and the
+    tiling cost model has no figure for it."""
     modeled = modeled_layer_cycles(plan)
+    stage = sorted(plan.stage)
     rows = []
     for lp, n, m in zip(plan.layers, instructions, modeled):
+        if lp.index in plan.stage:
+            if lp.index == stage[0]:
+                c = plan.patch.choice
+                macs = sum(K.macs(plan.layers[k].kernel) for k in stage) + c.macs_extra
+                rows.append(LayerTime(lp.index, "patch stage", f"ops {stage[0]}..{stage[-1]}", "stage",
+                                      f"regions of {c.grid[0]}x{c.grid[1]} patches", False, macs,
+                                      sum(instructions[k] for k in stage), None))
+            continue
         layer = plan.graph.layers[lp.index]
         g = lp.tiling[0] if lp.tiling is not None else geometry(lp.kernel, lp.index)
         rows.append(LayerTime(lp.index, layer.op, layer.name, None if g is None else g.kind,
                               lp.variant.name if lp.variant is not None else "portable", lp.tiling is not None,
-                              getattr(lp.kernel, "macs", 0) or 0, n, m))
+                              K.macs(lp.kernel), n, m))
     return rows
 
 

@@ -22,8 +22,8 @@ class Relaxation:
     name: str  # as plans, suggest and reports name it
     memory: str  # the memory it saves
     cost: str  # what it gives up for that
-    allowed: Callable  # Options -> bool: the flags let the search take it
-    flag: str  # the flag that allows it
+    allowed: Callable  # Options -> bool: the flags let the search take it (a plan takes no other)
+    flag: str  # the flag that allows it, for people
     taken: Callable[[Plan], bool]  # did the plan take it
 
 

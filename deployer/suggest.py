@@ -25,7 +25,6 @@ from solver.plan import Memory, Plan
 
 from .pipeline import (Options, arena_problem, over_budget, plan_deployment, plan_front, replan,
                        resolve_options, split_choice)
-from .relaxations import RELAXATIONS
 
 PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
 MED_SHARE = 0.10  # a saving of at least this share of the memory's need is worth a MED
@@ -323,7 +322,6 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
 # in the search's order; then the choices that are not relaxations (the arena planner, tiling).
 KNOBS = ((("in-place ops",), _in_place), (("patch inference",), _patch),
          (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling))
-assert [r.name for r in RELAXATIONS] == [name for names, _ in KNOBS for name in names]
 
 
 def _plan_estimate(front: Plan, options: Options) -> tuple[Plan, int | None]:

@@ -15,7 +15,10 @@ grid is exact: along a dimension of extent ``E`` cut in tiles of ``t``, the firs
 Per tile ``i`` of sizes ``(h, w, c)``:
 
 compute_i
-    ``ceil(macs / macs_per_cycle) + tile_setup_cycles + leftover``, where ``macs`` counts
+    ``ceil(macs / rate) + ceil(outputs * per_output) + tile_setup_cycles + leftover``, where
+    ``rate`` is ``macs_per_cycle_<kind>`` (else ``macs_per_cycle``), ``per_output`` is
+    ``cycles_per_output_<kind>`` (else 0: requantization and stores per output on a core
+    without a SIMD epilogue), ``macs`` counts
     rows, columns and channels rounded *up* to ``h_multiple`` / ``w_multiple`` /
     ``c_multiple`` (a leftover group runs with idle cores or SIMD lanes: PULP splits rows
     over 8 cores and produces 4 channels x 2 pixels per inner loop, Cortex-M SMLAD makes
@@ -77,8 +80,20 @@ DEFAULTS = dict(
 
 
 def cost_params(cost: dict | None) -> dict:
-    """The cost dict with defaults filled in; unknown keys are kept (ignored by the model)."""
+    """The cost dict with defaults filled in; a key the model does not know is an error (a
+    mistyped key would otherwise be ignored silently)."""
+    unknown = [k for k in (cost or {}) if k not in DEFAULTS and not _per_kind(k)]
+    if unknown:
+        raise ValueError(f"unknown cost model keys: {', '.join(sorted(unknown))} (known: {', '.join(DEFAULTS)}, "
+                         f"and macs_per_cycle_<kind> / cycles_per_output_<kind> for kind in {', '.join(KINDS)})")
     return {**DEFAULTS, **(cost or {})}
+
+
+KINDS = ("conv", "depthwise", "fc", "pool", "eltwise")  # layer_analyzer.tiling.TileGeometry.kind
+
+
+def _per_kind(key: str) -> bool:
+    return any(key == f"{base}_{kind}" for base in ("macs_per_cycle", "cycles_per_output") for kind in KINDS)
 
 
 @dataclass(frozen=True, slots=True)

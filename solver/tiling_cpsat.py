@@ -309,6 +309,8 @@ def _lower_bound_vec(g, th, tw, tc, p):
     def up(x, m):
         return -(-x // m) * m
 
+    rate = p.get(f"macs_per_cycle_{g.kind}", p["macs_per_cycle"])  # as compute_cycles
+    per_output = p.get(f"cycles_per_output_{g.kind}", 0)
     compute = 0
     for classes in np.ndindex(2, 2, 2):  # 0: the full tiles of a dimension, 1: its border tile
         count, macs, left = 1, g.macs_per_output(), 0
@@ -317,8 +319,9 @@ def _lower_bound_vec(g, th, tw, tc, p):
             count = count * (n[d] - 1 if full_or_border == 0 else 1)
             macs = macs * up(size, mult[d])
             left = left + (size % mult[d] != 0)
-        per_tile = np.ceil(macs / p["macs_per_cycle"]) + p["tile_setup_cycles"] + p["leftover_penalty"] * left
+        per_tile = np.ceil(macs / rate) + p["tile_setup_cycles"] + p["leftover_penalty"] * left
         compute = compute + count * per_tile
+    compute = compute + np.ceil(ext[0] * ext[1] * ext[2] * per_output)  # the outputs' own work, whatever the tiles
     bw, setup = p["dma_bytes_per_cycle"], p["dma_setup_cycles"]
     in_c = tc if g.channels_follow_output else g.in_c
     first_in = g.operands * np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h) * \

@@ -157,7 +157,7 @@ class ModelBuilder:
     def __init__(self, seed: int = 0):
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.description = f"synthetic int8 model (tests.tflite_builder, seed={seed})"
+        self.description = f"synthetic int8 model (the deployer's model builder, seed={seed})"
         self._tensors: list[_Tensor] = []
         self._ops: list[_Op] = []
         self._buffers: list[bytes] = [b""]  # buffer 0 is the empty sentinel

@@ -22,7 +22,13 @@ int l3_setup(void)
         fprintf(stderr, "l3_loader: L3_BYTES is not set\n");
         return -1;
     }
-    ram.size = L3_BASE + (uint32_t)strtoul(bytes, NULL, 10);
+    char *end = NULL;
+    const unsigned long size = strtoul(bytes, &end, 10);
+    if (end == bytes || *end != '\0' || size == 0 || size > 0x7fffffffUL - L3_BASE) {
+        fprintf(stderr, "l3_loader: L3_BYTES is not a size: %s\n", bytes);
+        return -1;
+    }
+    ram.size = L3_BASE + (uint32_t)size;
     ram.mem = calloc(ram.size, 1);
     if (ram.mem == NULL) {
         return -1;
@@ -33,8 +39,15 @@ int l3_setup(void)
             fprintf(stderr, "l3_loader: cannot open %s\n", image);
             return -1;
         }
+        /* the image holds the weights; the activations placed in L3 follow them, so it may be
+         * shorter than the L3, never longer */
         const size_t n = fread(ram.mem + L3_BASE, 1, ram.size - L3_BASE, f);
+        const int failed = ferror(f), longer = fgetc(f) != EOF;
         fclose(f);
+        if (failed || longer) {
+            fprintf(stderr, "l3_loader: %s: %s\n", image, failed ? "cannot read it" : "larger than L3_BYTES");
+            return -1;
+        }
         (void)n;
     }
     return inference_l3_init(&ram, L3_BASE);

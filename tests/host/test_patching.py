@@ -127,13 +127,14 @@ def test_patch_stage_with_the_rest_tiled_bit_exact(target):
 def test_compare_shows_the_split_and_draws_the_curve_before(tmp_path):
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
     report = tmp_path / "report.html"
-    result = CliRunner().invoke(main, ["compare", str(model), "--sram", "48K", "--report", str(report)])
+    result = CliRunner().invoke(main, ["compare", str(model), "--sram", "48K", "--planner", "first-fit",
+                                       "--report", str(report)])
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("Patch split:"))
     assert "arena without it 55,296 B" in line and "MAC overhead" in line
     # the plan deploy makes with the same flags: its arena is compare's row for deploy's planner
-    dep = deploy(model, Options(sram=48 * K))
-    row = next(x for x in result.output.splitlines() if x.startswith("cpsat ") and "of SRAM" in x)
+    dep = deploy(model, Options(sram=48 * K, planner="first-fit"))
+    row = next(x for x in result.output.splitlines() if x.startswith("first-fit ") and "of SRAM" in x)
     assert f"{dep.memory.sram_bytes:,} B of SRAM  fits" in row
     html = report.read_text()
     assert html.count('class="before"') == html.count('class="live"') >= 1

@@ -60,6 +60,21 @@ def test_verify_qemu_per_layer_counts_each_layer_beside_the_model():
     assert "cost model: rank correlation" in text and "(tiled)" in text
 
 
+def test_verify_qemu_per_layer_shows_the_patch_stage_as_one_row():
+    """A split run: the stage's layers run region by region, so the stage is one row (its MACs
+    with the recomputed ones), left out of the cost model's fit."""
+    code, out, err = run_clirunner("verify", shared_model("mlperf_tiny/vww_96_int8.tflite"), "--target", "cortex-m7",
+                                   "--sram", "48K", "--qemu", "--seeds", "1", "--per-layer", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    layers = r["per_layer"]["layers"]
+    stages = [x for x in layers if x["kind"] == "stage"]
+    assert len(stages) == 1 and stages[0]["modeled_cycles"] is None and stages[0]["instructions"] > 0
+    assert sum(x["macs"] for x in layers) > r["macs"]  # the network's MACs and those the halos recompute
+    assert r["instructions"] <= sum(x["instructions"] for x in layers) <= r["instructions"] + 4 * 64
+    assert r["per_layer"]["fit"]["layers"] == sum(1 for x in layers if x["modeled_cycles"])
+
+
 def test_deploy_records_the_elf(tmp_path):
     """Two processes, each with its own build cache (the ELF linked twice), write identical files."""
     for name, seed in (("a", "1"), ("b", "2")):

@@ -212,6 +212,9 @@ def test_deploy_verify_runs_gap8_engines_on_the_emulated_cluster(flags):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["target"] == "gap8" and out["samples"] == 2
+    if "--sram" in flags:  # the L3 path really taken: weights and activations in the emulated HyperRAM
+        dep = deploy(shared_model("mlperf_tiny/kws_ref_model.tflite"), Options(target="gap8", l1=16 * K, sram=40 * K))
+        assert dep.l3 is not None and dep.memory.l3_bytes > 0
     assert all(o["max_abs_diff"] == 0 for o in out["outputs"]) and out["first_divergence"]["layer"] is None
 
 

@@ -429,9 +429,9 @@ def test_deploy_without_arm_tools(tmp_path, monkeypatch):
     assert "elf" not in json.loads((tmp_path / "host" / "manifest.json").read_text()) and "ELF" not in out
 
 
-def test_compare_on_a_board_preset_plans_without_its_budgets(tmp_path):
-    """deploy compare plans every planner unconstrained: a board preset's SRAM (128K on the
-    stm32f446) must not turn a larger model into a budget error."""
+def test_compare_on_a_board_preset_shows_the_plan_over_its_budget(tmp_path):
+    """deploy compare plans what deploy plans, the board's budgets kept: over the stm32f446's
+    128K it is no error, each planner's row says OVER, where deploy stops."""
     from tests.tflite_builder import ModelBuilder
 
     mb = ModelBuilder(3)
@@ -440,6 +440,7 @@ def test_compare_on_a_board_preset_plans_without_its_budgets(tmp_path):
     mb.save(path)
     code, out, err = run_clirunner("compare", path, "--target", "stm32f446", "--report", tmp_path / "r.html")
     assert code == 0, err
+    assert "OVER --sram 131,072" in out
     code, _, err = run_clirunner(path, "--target", "stm32f446", "-o", tmp_path / "out")
     assert code != 0 and "smallest --sram" in err
 

@@ -10,7 +10,7 @@ import pytest
 from deployer import pipeline
 from deployer.manifest import build_manifest
 from deployer.pipeline import Options, plan_deployment, plan_front, replan
-from deployer.relaxations import RELAXATIONS
+from deployer.relaxations import BY_NAME, RELAXATIONS
 from deployer.suggest import KNOBS
 from tests.models import shared_model
 
@@ -20,6 +20,13 @@ VWW = "mlperf_tiny/vww_96_int8.tflite"
 
 def test_suggest_measures_every_relaxation_in_the_search_order():
     assert [name for names, _ in KNOBS for name in names] == [r.name for r in RELAXATIONS]
+
+
+def test_every_relaxation_taken_was_allowed():
+    path = shared_model(VWW)
+    for options in (Options(sram=48 * K), Options(target="gap8", l1=16 * K, sram=96 * K, patch="off")):
+        plan = plan_deployment(path, options)
+        assert plan.relaxed and all(BY_NAME[name].allowed(plan.options) for name in plan.relaxed)
 
 
 def test_the_plan_records_what_the_search_took():
@@ -49,7 +56,8 @@ def test_replan_equals_a_fresh_plan_and_reads_nothing(changes, monkeypatch):
     target = changes.get("target", "host")
     front = plan_front(path, Options(target=target))
     fresh = plan_deployment(path, Options(**changes))
-    monkeypatch.setattr(pipeline, "read", lambda plan: pytest.fail("replan read the model again"))
+    for front_pass in ("start", "read", "rewrite", "lower"):
+        monkeypatch.setattr(pipeline, front_pass, lambda *a, **k: pytest.fail("replan ran a front pass again"))
     again = replan(front, replace(Options(target=target), **changes))
     assert again.memory == fresh.memory and again.relaxed == fresh.relaxed
     assert [lp.variant.name for lp in again.layers] == [lp.variant.name for lp in fresh.layers]
@@ -60,3 +68,15 @@ def test_replan_refuses_flags_the_front_read():
     front = plan_front(shared_model(VWW), Options())
     with pytest.raises(ValueError, match="target"):
         replan(front, Options(target="cortex-m7"))
+
+
+def test_replanning_a_plans_own_options_gives_the_same_plan():
+    """Resolved options stay resolved: an --l3 0 on GAP8 (no L3) does not come back as the part's
+    8 MiB when suggest replans an alternative."""
+    path = shared_model(VWW)
+    options = Options(target="gap8", l1=16 * K, l3=0, sram=400 * K)
+    front = plan_front(path, options)
+    plan = replan(front, options)
+    assert plan.l3 is None and plan.options.l3 is None
+    again = replan(front, plan.options)
+    assert again.options == plan.options and again.memory == plan.memory and again.l3 is None

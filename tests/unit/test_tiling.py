@@ -27,6 +27,7 @@ from solver.tiling_cost import (
     modeled_cycles,
     schedule,
 )
+from backends.cortexm import CORTEX_M7
 from solver.tiling_cpsat import (
     bonus,
     build_tiling_model,
@@ -41,7 +42,14 @@ GAP8_LIKE = dict(macs_per_cycle=12, dma_bytes_per_cycle=8, dma_setup_cycles=60, 
                  leftover_penalty=150, h_multiple=8, w_multiple=2, c_multiple=4)
 M7_LIKE = dict(macs_per_cycle=1.5, dma_bytes_per_cycle=4, dma_setup_cycles=100, tile_setup_cycles=100,
                leftover_penalty=40, w_multiple=2, c_multiple=2, dma_dims=2)
-COSTS = st.sampled_from([{}, GAP8_LIKE, M7_LIKE])
+# the Cortex-M model fitted to QEMU counts: per-kind rates and per-output work (and one kind faster
+# than the base rate, so that a lower bound using only the base rate would be wrong)
+CORTEX_M = dict(CORTEX_M7.cost_model)
+FAST_KIND = {**CORTEX_M, "macs_per_cycle_depthwise": 3.0, "macs_per_cycle_pool": 2.0}
+COSTS = st.sampled_from([{}, GAP8_LIKE, M7_LIKE, CORTEX_M, FAST_KIND])
+# what the tile-by-tile reference simulates (3-D DMA, double buffering), per-kind keys included
+SIMULATED_COSTS = st.sampled_from([{}, GAP8_LIKE, {**GAP8_LIKE, "macs_per_cycle_depthwise": 3.0,
+                                                   "cycles_per_output_conv": 11, "cycles_per_output_pool": 35}])
 
 
 @st.composite
@@ -129,7 +137,7 @@ def simulate(g, tile, cost) -> int:
 
 
 @PROPS
-@given(g=geometries(max_hw=12, max_c=20), data=st.data(), cost=COSTS)
+@given(g=geometries(max_hw=12, max_c=20), data=st.data(), cost=SIMULATED_COSTS)
 def test_cost_model_matches_tile_by_tile_simulation(g, data, cost):
     cost = {**cost, "dma_dims": 3}
     tile = (data.draw(st.integers(1, g.out_h)), data.draw(st.integers(1, g.out_w)), data.draw(st.integers(1, g.out_c)))
@@ -324,3 +332,9 @@ def test_unknown_objective_falls_back(monkeypatch):
     with pytest.warns(RuntimeWarning, match="unknown tiling objective"):
         t = plan_tiling_cpsat(LAYER, 16 * 1024, config(objective="latency"), greedy)
     assert t.status == "FALLBACK"
+
+
+def test_a_mistyped_cost_key_is_an_error():
+    with pytest.raises(ValueError, match="unknown cost model keys: macs_per_cycles_conv"):
+        cost_params({"macs_per_cycles_conv": 2})
+    assert cost_params({"cycles_per_output_pool": 3})["cycles_per_output_pool"] == 3
