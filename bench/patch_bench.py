@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deployer.patching import plan_split
+from solver.patch_split import plan_split
 from deployer.pipeline import Options, deploy
 from network_parser.errors import DeployError
 

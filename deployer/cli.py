@@ -320,7 +320,7 @@ def generate_cmd(out_dir, prompt, max_tokens, tokenizer, as_json):
 
 def _progress(quiet: bool):
     """Long steps shown on stderr: a bar on a terminal, plain lines otherwise, nothing when quiet."""
-    from . import progress
+    from solver import progress
     return progress.reporting(progress.Silent() if quiet else progress.for_stream(sys.stderr))
 
 

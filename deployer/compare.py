@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from solver.arena import ArenaProblem, SolverConfig, plan_arena
 
-from . import progress
+from solver import progress
 
 METHODS = ("cpsat", "first-fit", "best-fit", "bidirectional")
 

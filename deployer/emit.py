@@ -15,7 +15,7 @@ from network_parser.ir import Graph, Tensor
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
-from .patching import region_windows
+from solver.patch_split import region_windows
 from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
                      c_int64)
 from .render import environment as template_environment

@@ -25,13 +25,14 @@ from network_parser.validate import check_graph
 from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
 from solver.plan import LayerPlan, Memory, Plan
 from solver.plan_checker import check_tensor_plan
+from solver import progress
+from solver.l3_placement import layout_l3, place, staging_lifetimes
+from solver.patch_split import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
-from . import emit, progress, relaxations
+from . import emit, relaxations
 from .frontends import FRONTENDS, frontend_for
 from .manifest import build_manifest, manifest_text
-from .patching import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
-from .placement import layout_l3, place, staging_lifetimes
 from .report_html import deployment_report
 
 CODE_BYTES_BASE = 1024  # the engine's fixed runtime (inference_run, the API); a layer's own code: its variant's

@@ -19,7 +19,7 @@ from network_parser.inventory import Inventory, inventory
 from network_parser.lifetimes import live_bytes_per_op
 from solver.arena import GREEDY, SolverConfig, plan_arena
 
-from . import progress
+from solver import progress
 from .render import display
 from solver.plan import Memory, Plan
 

@@ -3,7 +3,7 @@
     plan_split(tables, method, max_overhead, sram, config) -> SplitChoice
 
 One ``StageTable`` per candidate stage end holds plain numbers (built by
-deployer.patching from layer_analyzer.receptive_field): per patch tensor its channels and
+solver.patch_split from layer_analyzer.receptive_field): per patch tensor its channels and
 the ops it lives across inside a patch, per op the tensor it writes and its MACs per output
 pixel, and per number of patch rows (columns) every tensor's largest and summed extent.
 For a stage end ``e`` and a grid ``R x C``:

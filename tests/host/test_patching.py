@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deployer.cli import main
-from deployer.patching import split_tables
+from solver.patch_split import split_tables
 from deployer.pipeline import Options, deploy
 from deployer.verify import build_engine, random_inputs
 from tests.tflite_builder import ModelBuilder

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from deployer.patching import plan_split, split_tables
+from solver.patch_split import plan_split, split_tables
 from deployer.pipeline import Options, deploy
 from layer_analyzer.receptive_field import Window
 from network_parser.errors import InfeasibleBudget, UsageError

@@ -6,7 +6,7 @@ import io
 import re
 import time
 
-from deployer import progress
+from solver import progress
 from deployer.pipeline import Options, deploy
 from tests.unit.test_cli import builder_model, run_subprocess
 

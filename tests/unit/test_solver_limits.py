@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployer import progress
-from deployer.patching import plan_split, split_tables
+from solver import progress
+from solver.patch_split import plan_split, split_tables
 from deployer.pipeline import Options, deploy
-from deployer.placement import data_inputs
+from solver.l3_placement import data_inputs
 from layer_analyzer.receptive_field import Stages, axis_extents, axis_plan
 from network_parser.lifetimes import Lifetime, live_bytes_per_op
 from tests.tflite_builder import ModelBuilder

@@ -15,7 +15,7 @@ from network_parser.lifetimes import Lifetime, live_bytes_per_op, scratch_key
 from solver.patching import Candidate, SplitChoice, StageTable, _key, evaluate, exhaustive, plan_split_cpsat, search
 
 from . import progress
-from .placement import data_inputs
+from .l3_placement import data_inputs
 
 MAX_PARTS = 8  # patches per axis considered
 # Stage ops whose tables the split search may build per second of time limit, and those CP-SAT
