@@ -416,9 +416,12 @@ def _input_type(model: Path, given: str | None) -> str | None:
               "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
 @click.option("--qemu", "on_qemu", is_flag=True,
               help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions")
+@click.option("--report", type=click.Path(path_type=Path), default=None,
+              help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
+              "beside its modeled cycles")
 def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, inputs, expected_files, seeds, as_json, per_layer,
-               sanitize, debug_guards, on_qemu):
+               sanitize, debug_guards, on_qemu, report):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
     and compare with the reference interpreter, or with the model's own test vectors."""
     frontend_for(model, "verify")  # a kind of model this command does not take: a usage error
@@ -426,6 +429,8 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
     from .verify import first_divergence, random_inputs, verify
 
     _check_verify_target(target, on_qemu, sanitize)
+    if report is not None and not (on_qemu and per_layer):
+        raise UsageError("--report needs --qemu --per-layer: it shows the instructions counted per layer")
     if expected_files and not inputs:
         raise UsageError("--expected needs the --input files it belongs to")
     if on_qemu:
@@ -444,6 +449,13 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
             from .profile import layer_times, per_layer_json
             times = layer_times(dep, instructions_per_layer(dep, samples[0]))
             result["per_layer"] = per_layer_json(times)
+            if report is not None:
+                from .pipeline import deployment_problem
+                from .report_html import deployment_report
+                try:
+                    report.write_text(deployment_report(dep, deployment_problem(dep), times=times))
+                except OSError as e:
+                    raise UsageError(f"--report {report}: cannot write it ({e.strerror or e})") from None
     exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
     if as_json:
         click.echo(json.dumps(result, indent=2))

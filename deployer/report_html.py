@@ -279,10 +279,29 @@ def report_plans(plan: ArenaPlan, problem: ArenaProblem) -> Comparison:
     return Comparison(plans, skipped)
 
 
-def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = False) -> str:
+def _time_rows(times) -> dict | None:
+    """Measured instructions beside modeled cycles (deployer.profile rows), and the model's fit."""
+    if times is None:
+        return None
+    from .profile import model_fit
+    fit = model_fit(times)
+    rows = [dict(index=r.index, op=r.op, name=short_name(r.name), full_name=r.name, kernel=r.variant,
+                 tiled="yes" if r.tiled else "", macs=f"{r.macs:,}", instructions=f"{r.instructions:,}",
+                 per_mac=f"{r.instructions / r.macs:.2f}" if r.macs else "",
+                 modeled=f"{r.modeled:,}" if r.modeled else "-",
+                 ratio=f"{r.instructions / r.modeled:.2f}" if r.modeled else "") for r in times]
+    rho = fit["rank_correlation"]
+    kinds = ", ".join(f"{k} {v['ratio']:g} ({v['layers']} layers)" for k, v in fit["measured_over_modeled"].items())
+    return dict(rows=rows, total=f"{sum(r.instructions for r in times):,}",
+                fit=f"rank correlation {'n/a' if rho is None else f'{rho:.2f}'} over {fit['layers']} modeled layers; "
+                    f"measured/modeled per kind: {kinds or 'none'}")
+
+
+def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = False, times=None) -> str:
     """The deployment: budgets and what each memory needs, bytes live per layer, flash by
     section, every arena planner's picture, the per-layer table (tiling, L3 slabs, patch
-    stage), the patch grid and the solvers' statistics."""
+    stage), the patch grid and the solvers' statistics; with ``times`` (deployer.profile rows
+    from QEMU) each layer's instructions beside its modeled cycles."""
     plans = report_plans(dep.arena, problem) if plans is None else plans
     curve = live_bytes(problem)
     o = dep.options
@@ -294,7 +313,7 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
                                                           ("--l3", o.l3)) if v is not None) or "none",
         memory=_memory_rows(dep), curve=curve_figure(dep, curve), flash=flash_figure(dep),
         layer_rows=_layer_rows(dep, curve), patch=patch_figure(dep), solvers=_solver_rows(dep),
-        notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None)
+        notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None, times=_time_rows(times))
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,
         planners=_planners(dep.graph.name, problem, plans, curve, timings=timings))

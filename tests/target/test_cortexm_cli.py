@@ -60,6 +60,19 @@ def test_verify_qemu_per_layer_counts_each_layer_beside_the_model():
     assert "cost model: rank correlation" in text and "(tiled)" in text
 
 
+def test_verify_qemu_per_layer_report_shows_measured_beside_modeled(tmp_path):
+    report = tmp_path / "where.html"
+    code, out, err = run_clirunner("verify", shared_model(KWS), "--target", "stm32h743", "--l1", "32K", "--qemu",
+                                   "--seeds", "1", "--per-layer", "--json", "--report", report)
+    assert code == 0, err
+    html = report.read_text()
+    r = json.loads(out)
+    assert 'id="times"' in html and "rank correlation" in html
+    assert all(f"<td>{x['instructions']:,}</td>" in html for x in r["per_layer"]["layers"])
+    code, _, err = run_clirunner("verify", shared_model(KWS), "--report", tmp_path / "x.html")
+    assert code == 2 and "--report needs --qemu --per-layer" in err
+
+
 def test_verify_qemu_per_layer_shows_the_patch_stage_as_one_row():
     """A split run: the stage's layers run region by region, so the stage is one row (its MACs
     with the recomputed ones), left out of the cost model's fit."""
