@@ -305,7 +305,7 @@ def code_estimate(layers, patch=None) -> int:
             g, t = lp.tiling
             windows |= {(literals, v.code_bytes, shape) for shape in window_shapes(g, t.tile_h, t.tile_w, t.tile_c)}
             total += CODE_BYTES_PORTABLE  # the tile loop: descriptors, loads, stores
-        elif lp.in_stage and v.dsp and patch is not None:
+        elif lp.in_stage and v.dsp and patch is not None and isinstance(k, K.Conv):  # as emit runs regions
             # a region kernel computes all the layer's channels: their count is one of its literals
             windows |= {((*literals, getattr(k, "out_c", None)), v.code_bytes, (rows, cols, width))
                         for row in region_windows(k, patch, lp.index) for rows, cols, _, width in row}

@@ -130,6 +130,7 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
 _SECTION = re.compile(r"^(\.\S+)\s+(\d+)\s+(\d+)\s*$")
 FLASH_SECTIONS = (".isr_vector", ".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".data")
 SRAM_SECTIONS = (".data", ".bss", ".stack")
+TCM_SECTIONS = (".dtcm",)  # in QEMU's RAM (it models no TCM), on the part its own memory: not SRAM
 
 
 def elf_memory(elf: Path) -> dict:
@@ -140,7 +141,8 @@ def elf_memory(elf: Path) -> dict:
         m = _SECTION.match(line)
         if m:
             sections[m.group(1)] = int(m.group(2))
-    return dict(sections={k: v for k, v in sections.items() if k in (*FLASH_SECTIONS, *SRAM_SECTIONS)},
+    return dict(sections={k: v for k, v in sections.items() if k in (*FLASH_SECTIONS, *SRAM_SECTIONS, *TCM_SECTIONS)
+                          and (v or k not in TCM_SECTIONS)},
                 flash_bytes=sum(sections.get(s, 0) for s in FLASH_SECTIONS),
                 sram_bytes=sum(sections.get(s, 0) for s in SRAM_SECTIONS))
 

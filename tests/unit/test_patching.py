@@ -107,3 +107,15 @@ def test_auto_split_only_when_a_budget_needs_it():
     assert deploy(path, Options(patch="auto", sram=whole.memory.sram_bytes)).patch is None
     split = deploy(path, Options(patch="auto", sram=whole.memory.sram_bytes - 8 * K))
     assert split.patch is not None and split.memory.sram_bytes <= whole.memory.sram_bytes - 8 * K
+
+
+def test_a_cortex_m_patch_stage_with_a_residual_add():
+    """On Cortex-M the stage's convolutions run the SMLAD region kernels and its ADD the portable
+    one: planning (the code estimate counts region kernels) and emitting such a stage works."""
+    path = shared_model("synthetic/mobilenetv2_035_96_random.tflite")
+    dep = deploy(path, Options(target="cortex-m7", patch="2x2@10"))
+    stage_ops = {dep.graph.layers[k].op for k in dep.patch.layers}
+    assert "ADD" in stage_ops and "CONV_2D" in stage_ops
+    convs = [dep.layers[k] for k in dep.patch.layers if dep.graph.layers[k].op == "CONV_2D"]
+    assert all(lp.variant.dsp for lp in convs)
+    assert "_window[" in dep.files[next(n for n in dep.files if n.endswith("_engine.c"))]
