@@ -41,6 +41,9 @@ class Variant:
     context: Callable | None = field(default=None, compare=False)
     # the same variant for a window of the layer (an L1 tile, a patch region): (variant, window kernel) -> variant
     for_window: Callable | None = field(default=None, compare=False)
+    # untiled, one C function per shape shared by the layers that have it (else a copy per layer,
+    # whose literal addresses can run faster)
+    shares_whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)

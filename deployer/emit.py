@@ -271,20 +271,34 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
                 row_class=index["rows"], col_class=index["cols"], chan_class=index["chans"])
 
 
-def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph) -> dict:
+def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, in_place: bool = False) -> dict:
     """One window's kernel as a C function (the ``KERNEL_FN`` placeholder its name), and a name
-    for it that says its variant and shape."""
+    for it that says its variant and shape. ``in_place`` (a whole depthwise layer writing over its
+    input): ``dst`` is the input it overwrites and ``src2`` its scratch plane."""
     bound = variant.for_window(variant, kern) if variant.for_window is not None else variant
     syms = _ArgSymbols(graph, per_group)
-    ctx = bound.context(kern, k, syms, bound, False)
+    ctx = bound.context(kern, k, syms, bound, in_place)
     F = dict(k=kern, simd=ctx, func="KERNEL_FN", params=KERNEL_SIGNATURE, x="src", x2="src2", y="dst",
-             in_place=False)
+             in_place=in_place, scratch=Code("(int8_t *)src2"))
     F["prologue"] = syms.prologue()
     text = env.get_template("kernel_function.c.j2").render(F=F)
     shape = f"{kern.out_h}x{kern.out_w}x{kern.out_c}" if isinstance(kern, K.Conv) else \
         (f"{kern.units}" if isinstance(kern, K.FullyConnected) else f"{kern.view.shape[3]}")
     digest = hashlib.sha256(text.encode()).hexdigest()[:6]
-    return dict(name=f"{variant.name}_{shape}_{digest}", text=text)
+    return dict(name=f"{variant.name}_{shape}{'_in_place' if in_place else ''}_{digest}", text=text)
+
+
+def _dsp_whole(L: dict, kern, k: int, variant, in_place: bool, graph: Graph, env) -> dict:
+    """An untiled layer run by a DSP variant: its kernel as a function shared by every layer
+    whose shape and literals are the same, called with the layer's buffers and arrays."""
+    per_group = {"wq": _group_words(kern, variant.layout)} if variant.layout is not None else {}
+    fn = kernel_function(env, kern, k, variant, per_group, graph, in_place)
+    none = "(const int8_t *)0"
+    if in_place:  # only dst (the input it overwrites) and the plane: no two restrict pointers alias
+        src, src2 = none, f"(const int8_t *)({L['scratch']})"
+    else:
+        src, src2 = L["x"] or none, L["x2"] or none
+    return dict(fn=fn, args=_args_of(L["simd"]), src=Code(src), src2=Code(src2), dst=Code(L["y"]))
 
 
 def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env) -> dict:
@@ -406,8 +420,13 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
             L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
+        L["whole_dsp"] = None
         if variant.context is not None:
             L["simd"] = variant.context(kern, k, sym, variant, k in in_place)
+            if variant.shares_whole and k not in tilings and not lp.in_stage and not lp.l3_weights:
+                L["whole_dsp"] = _dsp_whole(L, kern, k, variant, k in in_place, graph, env)
+                fn = L["whole_dsp"]["fn"]
+                functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
         else:
             L["simd"] = None
             L.update(_extra_context(kern, k, sym, data, lp.l3_weights))

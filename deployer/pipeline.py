@@ -36,6 +36,7 @@ from .manifest import build_manifest, manifest_text
 from .report_html import deployment_report
 
 CODE_BYTES_BASE = 1024  # the engine's fixed runtime (inference_run, the API); a layer's own code: its variant's
+CODE_BYTES_CALL = 32  # a layer calling a function it shares with others (its arguments, the call)
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,10 @@ def code_estimate(layers, patch=None) -> int:
             g, t = lp.tiling
             windows |= {(literals, v.code_bytes, shape) for shape in window_shapes(g, t.tile_h, t.tile_w, t.tile_c)}
             total += CODE_BYTES_PORTABLE  # the tile loop: descriptors, loads, stores
+        elif v.shares_whole and lp.tiling is None and not lp.in_stage:  # one function per shape, a call per layer
+            shape = (k.out_h, k.out_w, k.out_c, k.in_h, k.in_w, k.pad_t, k.pad_l, lp.reuse is not None)
+            windows.add((literals, v.code_bytes, shape))
+            total += CODE_BYTES_CALL
         elif lp.in_stage and v.dsp and patch is not None and isinstance(k, K.Conv):  # as emit runs regions
             # a region kernel computes all the layer's channels: their count is one of its literals
             windows |= {((*literals, getattr(k, "out_c", None)), v.code_bytes, (rows, cols, width))
