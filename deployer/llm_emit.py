@@ -29,6 +29,7 @@ from .emit import (GUARD_BYTES, STACK_LAYER_BYTES, STACK_RUN_BYTES, TASK_EXTRA_B
                    core_flags, environment, qemu_files, template_environment)
 from .llm_passes import KV_LEVELS, cache_kv, prune_vocabulary, quantize_weights
 from .manifest import MANIFEST_VERSION
+from .pipeline import budget_error, over_budget
 from .report_html import language_model_report
 from .tokenizer import present as gpt2_files_present, read_gpt2_files
 
@@ -178,13 +179,14 @@ def _sram_at(graph: TransformerGraph, fmt: str, context: int, guard: int) -> int
 
 
 def check_budgets(graph: TransformerGraph, memory: Memory, sram: int | None, flash: int | None, guard: int) -> None:
-    """Every memory over its budget in one error: the need, by how much, the smallest budget
-    that works, and what would fit this budget (a shorter context, a lighter KV cache or weight
-    format)."""
-    over, needs = [], {}
-    kv = graph.kv
+    """Every memory over its budget in one error, as a network's (pipeline.budget_error): the
+    need, the smallest budget that works, what the need is made of and what would fit this
+    budget (a shorter context, a lighter KV cache or weight format)."""
+    over = over_budget(memory, LlmOptions(sram=sram, flash=flash))
+    if not over:
+        return
+    kv, details = graph.kv, {}
     if sram is not None and memory.sram_bytes > sram:
-        need = memory.sram_bytes
         lighter = ("f32", "int8", "int4")
         fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, guard):,} (at --context {kv.context})"
                  for f in lighter[lighter.index(kv.format) + 1:]]
@@ -194,24 +196,17 @@ def check_budgets(graph: TransformerGraph, memory: Memory, sram: int | None, fla
             lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, guard) <= sram else (lo, mid - 1)
         if lo:
             fixes.insert(0, f"--context {lo} fits")
-        over.append(f"the engine needs {need:,} bytes of SRAM (KV cache {memory.state_bytes:,} + arena "
-                    f"{memory.arena_bytes:,}) but --sram is {sram:,} ({need - sram:,} over); the smallest --sram "
-                    f"that works is {need} ({-(-need // 1024)}K)" + (f"; at --sram {sram}: {', '.join(fixes)}"
-                                                                      if fixes else ""))
-        needs["--sram"] = need
+        details["--sram"] = (f"KV cache {memory.state_bytes:,} + arena {memory.arena_bytes:,}"
+                             + (f"; at --sram {sram}: {', '.join(fixes)}" if fixes else ""))
     if flash is not None and memory.flash_bytes > flash:
-        need = memory.flash_bytes
         code = memory.code_bytes_estimate
         order = ("f32", "int8", "q4_0")
         fixes = [f"--weights {f} needs {llm_passes.weight_bytes_as(graph, f) + code:,}"
                  for f in order[order.index(graph.weight_format) + 1:]]
-        over.append(f"the engine needs {need:,} bytes of flash (weights {memory.weights_bytes:,} + code about "
-                    f"{code:,}) but --flash is {flash:,} ({need - flash:,} over); the smallest --flash that works is "
-                    f"{need} ({-(-need // 1024)}K)" + (f"; {', '.join(fixes)}" if fixes else "")
-                    + "; --prune-vocab shrinks the embedding and the head")
-        needs["--flash"] = need
-    if over:
-        raise InfeasibleBudget("; ".join(over), next(iter(needs.values())), needs)
+        details["--flash"] = (f"weights {memory.weights_bytes:,} + code about {code:,}"
+                              + (f"; {', '.join(fixes)}" if fixes else "")
+                              + "; --prune-vocab shrinks the embedding and the head")
+    raise budget_error(over, details)
 
 
 def deploy_gptneo(path: Path, options: LlmOptions) -> LlmDeployment:

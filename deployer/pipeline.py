@@ -348,20 +348,30 @@ BUDGETS = (("sram_bytes", "sram", "--sram", "SRAM"), ("flash_bytes", "flash", "-
            ("l3_bytes", "l3", "--l3", "L3"))  # memory field, Options field, flag, name
 
 
-def over_budget(memory: Memory, options: Options) -> list[tuple[str, str, int, int]]:
-    """(flag, memory name, need, budget) for every memory the plan exceeds."""
-    return [(flag, name, getattr(memory, key), getattr(options, field_)) for key, field_, flag, name in BUDGETS
-            if getattr(options, field_) is not None and getattr(memory, key) > getattr(options, field_)]
+def over_budget(memory: Memory, options) -> list[tuple[str, str, int, int]]:
+    """(flag, memory name, need, budget) for every memory the plan exceeds (``options``: any
+    record with the budgets it has as ``sram``, ``flash``, ``l3``; every kind of model)."""
+    budgets = [(key, flag, name, getattr(options, field_, None)) for key, field_, flag, name in BUDGETS]
+    return [(flag, name, getattr(memory, key), budget) for key, flag, name, budget in budgets
+            if budget is not None and getattr(memory, key) > budget]
+
+
+def budget_error(over: list[tuple[str, str, int, int]], details: dict | None = None) -> InfeasibleBudget:
+    """One error for every memory over its budget, each with the smallest budget that works and
+    (``details``: flag -> text) what its need is made of or what would fit instead."""
+    details = details or {}
+    return InfeasibleBudget("; ".join(f"the plan needs {need} bytes of {name} but {flag} is {budget}; the "
+                                      f"smallest {flag} that works is {need} ({-(-need // 1024)}K)"
+                                      + (f" ({details[flag]})" if details.get(flag) else "")
+                                      for flag, name, need, budget in over),
+                            over[0][2], needs={flag: need for flag, _, need, _ in over})
 
 
 def check_budgets(plan: Plan) -> Plan:
     """Every memory over its budget in one error, each with the smallest budget that works."""
     over = over_budget(plan.memory, plan.options)
     if over:
-        raise InfeasibleBudget("; ".join(f"the plan needs {need} bytes of {name} but {flag} is {budget}; the "
-                                         f"smallest {flag} that works is {need} ({-(-need // 1024)}K)"
-                                         for flag, name, need, budget in over),
-                               over[0][2], needs={flag: need for flag, _, need, _ in over})
+        raise budget_error(over)
     return plan
 
 
