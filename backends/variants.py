@@ -66,13 +66,14 @@ def portable_name(kern) -> str:
             return "avgpool_s8"
         case K.Pool():
             return "max_pool_s8"
-    return PORTABLE_NAMES[type(kern)]
+        case K.Lookup():
+            return f"{kern.name}_s8"  # logistic_s8, leaky_relu_s8: a table either way
 
 
 PORTABLE_NAMES = {
     K.FullyConnected: "fully_connected_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8",
     K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
-    K.Mean: "mean_s8", K.Softmax: "softmax_s8", K.Lookup: "logistic_s8", K.HardSwish: "hard_swish_s8",
+    K.Mean: "mean_s8", K.Softmax: "softmax_s8", K.HardSwish: "hard_swish_s8",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
     K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8",
 }

@@ -5,6 +5,7 @@ arithmetic is decided once, here, from the IR.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (activation_range, f32, quantize_multiplier, sigmoid_table,
+from .requant import (activation_range, f32, leaky_relu_table, quantize_multiplier, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -210,9 +211,11 @@ class Softmax:
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
-    """LOGISTIC: LiteRT's reference kernel is a 256-entry table indexed by the int8 input."""
+    """A unary int8 op as a 256-entry table indexed by the input, each entry computed as the
+    reference kernel computes that input's output (LOGISTIC's reference kernel is one)."""
     elements: int
     table: tuple[int, ...]  # output for input -128..127
+    name: str = "logistic"  # the op, for the kernel's name
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,6 +548,14 @@ def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
     return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
 
 
+def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
+    x, y = _same_shape(g, l, where)
+    if not math.isfinite(l.attrs.alpha):
+        raise UnsupportedOperator(f"{where}: LEAKY_RELU alpha {l.attrs.alpha} is not finite")
+    return Lookup(x.elements, leaky_relu_table(x.scale, x.zero_point, y.scale, y.zero_point, l.attrs.alpha),
+                  "leaky_relu")
+
+
 def _int16_multiplier(m32: int) -> int:
     """DownScaleInt32ToInt16Multiplier: round a Q31 multiplier to Q15."""
     return (1 << 15) - 1 if m32 >= (1 << 31) - 1 - (1 << 15) else (m32 + (1 << 15)) >> 16
@@ -638,6 +649,7 @@ LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
     "ADD": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
+    "LEAKY_RELU": _leaky_relu,
     "RELU": _requantize_act, "RELU6": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,

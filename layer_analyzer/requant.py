@@ -105,3 +105,36 @@ def sigmoid_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) ->
         q = int(np.float32(r + np.float32(out_zp)))
         table.append(min(max(q, INT8_MIN), INT8_MAX))
     return tuple(table)
+
+
+def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
+    """MultiplyByQuantizedMultiplier on one int32 (gemmlowp's double rounding, as LiteRT's
+    reference kernels): x * 2^max(shift, 0), the rounding doubling high multiply, then a
+    rounding right shift by max(-shift, 0), half away from zero."""
+    a = x * (1 << max(shift, 0))
+    a = (a + (1 << 31)) % (1 << 32) - (1 << 31)  # an int32, as the C shift leaves it
+    if a == multiplier == -(1 << 31):
+        high = (1 << 31) - 1
+    else:
+        ab = a * multiplier
+        nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+        q = abs(ab + nudge) >> 31  # C's division truncates toward zero
+        high = q if ab + nudge >= 0 else -q
+    e = max(-shift, 0)
+    mask = (1 << e) - 1
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> e) + ((high & mask) > threshold)
+
+
+def leaky_relu_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, alpha: float) -> tuple[int, ...]:
+    """LiteRT's QuantizeLeakyRelu for every int8 input: x - zp rescaled by in/out (x >= zp) or by
+    alpha * in/out, plus the output zero point, clamped. LeakyReluPrepare forms both
+    multipliers in float32 before QuantizeMultiplier widens them."""
+    identity = quantize_multiplier(float(np.float32(in_scale) / np.float32(out_scale)))
+    negative = quantize_multiplier(float(np.float32(np.float32(in_scale) * np.float32(alpha)) / np.float32(out_scale)))
+    table = []
+    for v in range(-128, 128):
+        d = v - in_zp
+        m, s = identity if d >= 0 else negative
+        table.append(min(max(out_zp + multiply_by_quantized_multiplier(d, m, s), INT8_MIN), INT8_MAX))
+    return tuple(table)

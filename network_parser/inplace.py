@@ -13,7 +13,7 @@ from typing import Callable
 from .ir import Graph
 
 # Same-shape ops whose kernels read element i before writing element i.
-UNARY_ELEMENTWISE = ("RELU", "RELU6", "LOGISTIC", "HARD_SWISH", "QUANTIZE", "SOFTMAX")
+UNARY_ELEMENTWISE = ("RELU", "RELU6", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "QUANTIZE", "SOFTMAX")
 ZERO_COPY = ("RESHAPE", "SQUEEZE")
 
 

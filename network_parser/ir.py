@@ -176,6 +176,11 @@ class Softmax:
 
 
 @dataclass(frozen=True, slots=True)
+class LeakyRelu:
+    alpha: float  # the slope below zero
+
+
+@dataclass(frozen=True, slots=True)
 class Pad:
     paddings: tuple[tuple[int, int], ...]
 
@@ -197,7 +202,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Pad, Concat, Transpose, NoAttrs]
+              Mean, Softmax, LeakyRelu, Pad, Concat, Transpose, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import tflite
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
-                 Graph, Layer, Mean, NoAttrs, Pad, Pool2D, Quant, Softmax, Tensor, Transpose)
+                 Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Pool2D, Quant, Softmax, Tensor, Transpose)
 from .side_files import read_model_file
 
 _OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
@@ -96,6 +96,11 @@ def _softmax(op, where):
     return Softmax(float(o.Beta()) if o else 1.0)
 
 
+def _leaky_relu(op, where):
+    o = _options(op, tflite.LeakyReluOptions)
+    return LeakyRelu(float(o.Alpha()) if o else 0.0)
+
+
 def _concat(op, where):
     o = _options(op, tflite.ConcatenationOptions, where)
     return Concat(o.Axis(), _act(o.FusedActivationFunction(), where))
@@ -120,7 +125,7 @@ _OPS = {
     "SOFTMAX": (_softmax, None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
     "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
-    "RELU6": (_none, None),
+    "RELU6": (_none, None), "LEAKY_RELU": (_leaky_relu, None),
 }
 
 

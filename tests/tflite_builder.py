@@ -447,6 +447,11 @@ class ModelBuilder:
         return self._emit(self._name("hard_swish"), Op.HARD_SWISH, 1, [x], [x],
                           lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0, t.shape)
 
+    def leaky_relu(self, x, alpha=0.2) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("leaky_relu"), Op.LEAKY_RELU, 1, [x], [x], lambda v: np.where(v >= 0, v, alpha * v),
+                          t.shape, options=_opts("LeakyReluOptions", Alpha=float(alpha)))
+
     def relu(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("relu"), Op.RELU, 2, [x], [x], lambda v: v, t.shape, act="RELU")

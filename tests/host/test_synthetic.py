@@ -25,7 +25,7 @@ def _window(draw, h, w):
 def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     """Apply one random op to tensor x (NHWC) and return its output."""
     _, h, w, c = mb.shape(x)
-    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "mul", "avg", "max", "relu", "relu6", "hswish",
+    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "mul", "avg", "max", "relu", "relu6", "hswish", "leaky",
                                "logistic", "pad", "concat", "requant"]))
     if op == "conv":
         return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
@@ -50,6 +50,8 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
         return mb.relu6(x)
     if op == "hswish":
         return mb.hard_swish(x)
+    if op == "leaky":
+        return mb.leaky_relu(x, alpha=draw(st.sampled_from([0.1, 0.2, 1.5])))
     if op == "logistic":
         return mb.logistic(x)
     if op == "pad":

@@ -177,6 +177,16 @@ def test_unary(seed, shape, op):
 
 
 @PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+       alpha=st.sampled_from([0.01, 0.1, 0.2, 0.3, 0.5, 1.5, -0.25, 0.0]))
+def test_leaky_relu(seed, shape, alpha):
+    """LEAKY_RELU as a table of LiteRT's QuantizeLeakyRelu: slopes below one, above one, negative, zero."""
+    mb = ModelBuilder(seed)
+    mb.output(mb.leaky_relu(mb.input(tuple(shape)), alpha=alpha))
+    assert_golden_matches_litert(mb, seed, samples=3)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
 def test_pad(seed, shape, data):
     paddings = [[data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))] for _ in shape]
