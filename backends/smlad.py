@@ -214,8 +214,8 @@ def _add(kern, weight_bytes: int, use: str) -> Variant | None:
     over a tile's elements)."""
     if use not in ("whole", "tile") or not isinstance(kern, K.Add) or not add_one_multiply(kern):
         return None
-    return Variant("add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1, True, False, 1, None, template_context,
-                   None)
+    return Variant("sub_s8_smlad" if kern.subtract else "add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1,
+                   True, False, 1, None, template_context, None)
 
 
 RULES = (VariantRule("smlad conv/fc", _conv_fc), VariantRule("smlad add", _add))

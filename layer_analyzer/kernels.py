@@ -114,6 +114,7 @@ class Add:
     output_offset: int
     act_min: int
     act_max: int
+    subtract: bool = False  # SUB: the rescaled b is subtracted (LiteRT's SubElementwise), else added
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,7 +451,7 @@ def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
     om, osh = quantize_multiplier_smaller_than_one(twice_max / f32((1 << left_shift) * np.float32(y.scale)))
     lo, hi = _act(y, l.attrs.activation)
     return Add(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, left_shift,
-               am, ash, bm, bsh, om, osh, y.zero_point, lo, hi)
+               am, ash, bm, bsh, om, osh, y.zero_point, lo, hi, subtract=l.op == "SUB")
 
 
 def _mul(g: Graph, l: Layer, where: str) -> Mul:
@@ -647,7 +648,7 @@ def _transpose(g: Graph, l: Layer, where: str) -> Transpose:
 
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
-    "ADD": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
+    "ADD": _add, "SUB": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu,
     "RELU": _requantize_act, "RELU6": _requantize_act, "QUANTIZE": _quantize,

@@ -36,9 +36,9 @@ def zero_copy_reshape(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse 
 
 
 def elementwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
-    """ADD/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
+    """ADD/SUB/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
     layer = graph.layers[k]
-    if layer.op not in ("ADD", "MUL", *UNARY_ELEMENTWISE):
+    if layer.op not in ("ADD", "SUB", "MUL", *UNARY_ELEMENTWISE):
         return None
     out = graph.tensors[layer.outputs[0]]
     for src in layer.inputs:

@@ -367,6 +367,9 @@ class ModelBuilder:
     def add(self, a, b, activation="NONE") -> int:
         return self._binary("add", Op.ADD, a, b, activation, np.add)
 
+    def sub(self, a, b, activation="NONE") -> int:
+        return self._binary("sub", Op.SUB, a, b, activation, np.subtract)
+
     def mul(self, a, b, activation="NONE") -> int:
         out = self._binary("mul", Op.MUL, a, b, activation, np.multiply)
         if self._q(a)[0] * self._q(b)[0] / self._q(out)[0] >= 1.0:

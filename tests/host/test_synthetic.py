@@ -25,7 +25,7 @@ def _window(draw, h, w):
 def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     """Apply one random op to tensor x (NHWC) and return its output."""
     _, h, w, c = mb.shape(x)
-    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "mul", "avg", "max", "relu", "relu6", "hswish", "leaky",
+    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "sub", "mul", "avg", "max", "relu", "relu6", "hswish", "leaky",
                                "logistic", "pad", "concat", "requant"]))
     if op == "conv":
         return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
@@ -35,11 +35,11 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
                                    **{k: v for k, v in _window(draw, h, w).items()})
     if op == "dil":
         return mb.depthwise_conv2d(x, kernel=(3, 3), dilation=(2, draw(st.integers(1, 2))), padding="SAME")
-    if op in ("add", "mul"):
+    if op in ("add", "sub", "mul"):
         other = mb.conv2d(x, c, kernel=(1, 1))
         if draw(st.booleans()):
             other = mb.avg_pool(other, filter=(h, w), stride=(1, 1))  # broadcast (1,1,1,c)
-        return (mb.add if op == "add" else mb.mul)(x, other, activation=draw(ACTS))
+        return {"add": mb.add, "sub": mb.sub, "mul": mb.mul}[op](x, other, activation=draw(ACTS))
     if op in ("avg", "max"):
         win = _window(draw, h, w)
         pool = mb.avg_pool if op == "avg" else mb.max_pool

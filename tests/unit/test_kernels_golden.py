@@ -121,7 +121,7 @@ def broadcast_pair(draw):
 
 
 @PROPERTY
-@given(seed=SEEDS, shapes=broadcast_pair(), act=ACTS, op=st.sampled_from(["add", "mul"]))
+@given(seed=SEEDS, shapes=broadcast_pair(), act=ACTS, op=st.sampled_from(["add", "sub", "mul"]))
 def test_add_mul_broadcasting(seed, shapes, act, op):
     mb = ModelBuilder(seed)
     a, b = (mb.input(s) for s in shapes)
