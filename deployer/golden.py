@@ -279,6 +279,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _concat(kernel, *ins)
         case K.Transpose():
             y = np.transpose(ins[0], kernel.perm)
+        case K.ResizeNearest():
+            y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
         case _:
             raise TypeError(kernel)
     return np.ascontiguousarray(y).reshape(out_t.shape).astype(NP_DTYPES[out_t.dtype])

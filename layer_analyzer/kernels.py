@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (activation_range, f32, leaky_relu_table, quantize_multiplier, sigmoid_table,
+from .requant import (activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -286,6 +286,32 @@ class Transpose:
     out_shape: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ResizeNearest:
+    """RESIZE_NEAREST_NEIGHBOR: each output pixel copies the input pixel at (rows[y], cols[x])."""
+    batch: int
+    in_h: int
+    in_w: int
+    channels: int
+    rows: tuple[int, ...]  # input row of each output row
+    cols: tuple[int, ...]  # input column of each output column
+
+
+def nearest_indices(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool) -> tuple[int, ...]:
+    """The reference's GetNearestNeighbor for every output index, in float32 as it computes."""
+    if align_corners and out_size > 1:
+        scale = np.float32(in_size - 1) / np.float32(out_size - 1)
+    else:
+        scale = np.float32(in_size) / np.float32(out_size)
+    offset = np.float32(0.5 if half_pixel_centers else 0.0)
+    result = []
+    for i in range(out_size):
+        v = np.float32(np.float32(i) + offset) * scale
+        j = min(round_away(float(v)) if align_corners else math.floor(float(v)), in_size - 1)
+        result.append(max(j, 0) if half_pixel_centers else j)
+    return tuple(result)
+
+
 def _nhwc(t: Tensor, where: str) -> tuple[int, int, int, int]:
     if len(t.shape) != 4:
         raise UnsupportedOperator(f"{where}: expects a 4-D NHWC tensor, '{t.name}' is {list(t.shape)}")
@@ -549,6 +575,20 @@ def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
     return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
 
 
+def _resize_nearest(g: Graph, l: Layer, where: str) -> ResizeNearest:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    n, ih, iw, c = _nhwc(x, where)
+    yn, oh, ow, yc = _nhwc(y, where)
+    a = l.attrs
+    if (yn, yc) != (n, c) or (oh, ow) != a.size:
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not the input {list(x.shape)} resized to "
+                                  f"{list(a.size)}")
+    if x.dtype != y.dtype:
+        raise UnsupportedOperator(f"{where}: input {x.dtype} and output {y.dtype} differ")
+    return ResizeNearest(n, ih, iw, c, nearest_indices(oh, ih, a.align_corners, a.half_pixel_centers),
+                         nearest_indices(ow, iw, a.align_corners, a.half_pixel_centers))
+
+
 def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
     if not math.isfinite(l.attrs.alpha):
@@ -650,14 +690,15 @@ LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
     "ADD": _add, "SUB": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
-    "LEAKY_RELU": _leaky_relu,
+    "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest,
     "RELU": _requantize_act, "RELU6": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,
 }
 
 Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | IntAdd | IntRescale | Offset)
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | ResizeNearest | IntAdd | IntRescale
+          | Offset)
 
 
 def lower(graph: Graph, layer: Layer) -> Kernel:

@@ -176,6 +176,15 @@ class Softmax:
 
 
 @dataclass(frozen=True, slots=True)
+class Resize:
+    """RESIZE_NEAREST_NEIGHBOR: the output's height and width (the constant size input), and how
+    output pixels map to input ones."""
+    size: tuple[int, int] = (0, 0)
+    align_corners: bool = False
+    half_pixel_centers: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class LeakyRelu:
     alpha: float  # the slope below zero
 
@@ -202,7 +211,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, LeakyRelu, Pad, Concat, Transpose, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Concat, Transpose, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import tflite
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
-                 Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Pool2D, Quant, Softmax, Tensor, Transpose)
+                 Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, Tensor, Transpose)
 from .side_files import read_model_file
 
 _OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
@@ -96,6 +96,11 @@ def _softmax(op, where):
     return Softmax(float(o.Beta()) if o else 1.0)
 
 
+def _resize_nearest(op, where):
+    o = _options(op, tflite.ResizeNearestNeighborOptions)
+    return Resize((0, 0), bool(o.AlignCorners()) if o else False, bool(o.HalfPixelCenters()) if o else False)
+
+
 def _leaky_relu(op, where):
     o = _options(op, tflite.LeakyReluOptions)
     return LeakyRelu(float(o.Alpha()) if o else 0.0)
@@ -127,6 +132,7 @@ _OPS = {
     "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
     "RELU6": (_none, None), "LEAKY_RELU": (_leaky_relu, None),
+    "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1),
 }
 
 
@@ -278,7 +284,7 @@ def _read(buf: bytes, path) -> Graph:
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 _MIN_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2,
-               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2}
+               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2}
 
 
 def _check_window(attrs, where: str) -> None:
@@ -324,4 +330,9 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
         return Pad(tuple((int(a), int(b)) for a, b in p))
     if op == "TRANSPOSE":
         return Transpose(tuple(int(a) for a in _const_ints(consts, "the permutation", where)))
+    if op == "RESIZE_NEAREST_NEIGHBOR":
+        size = _const_ints(consts, "the output size", where).reshape(-1)
+        if size.shape != (2,) or (size < 1).any():
+            raise ModelFormatError(f"{where}: the output size must be two positive integers, got {size.tolist()}")
+        return Resize((int(size[0]), int(size[1])), attrs.align_corners, attrs.half_pixel_centers)
     return attrs

@@ -535,6 +535,18 @@ class ModelBuilder:
                           lambda v: v.transpose(0, *[p + 1 for p in perm]),
                           tuple(t.shape[p] for p in perm), quant=self._q(x))
 
+    def resize_nearest(self, x, size, align_corners=False, half_pixel_centers=False) -> int:
+        from layer_analyzer.kernels import nearest_indices  # the reference's index mapping
+        t = self._int8(x, rank=4)
+        name = self._name("resize_nearest")
+        st = self._const(f"{name}/size", list(size), "int32")
+        rows = list(nearest_indices(size[0], t.shape[1], align_corners, half_pixel_centers))
+        cols = list(nearest_indices(size[1], t.shape[2], align_corners, half_pixel_centers))
+        return self._emit(name, Op.RESIZE_NEAREST_NEIGHBOR, 3, [x, st], [x], lambda v: v[:, :, rows][:, :, :, cols],
+                          (t.shape[0], *size, t.shape[3]), quant=self._q(x),
+                          options=_opts("ResizeNearestNeighborOptions", AlignCorners=bool(align_corners),
+                                        HalfPixelCenters=bool(half_pixel_centers)))
+
     def output(self, *xs) -> None:
         for x in xs:
             if self._tensors[x].sim is None:

@@ -25,8 +25,8 @@ def _window(draw, h, w):
 def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     """Apply one random op to tensor x (NHWC) and return its output."""
     _, h, w, c = mb.shape(x)
-    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "sub", "mul", "avg", "max", "relu", "relu6", "hswish", "leaky",
-                               "logistic", "pad", "concat", "requant"]))
+    op = draw(st.sampled_from(["conv", "dw", "dil", "add", "sub", "mul", "avg", "max", "relu", "relu6", "hswish",
+                               "leaky", "resize", "logistic", "pad", "concat", "requant"]))
     if op == "conv":
         return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
                          per_channel=draw(st.booleans()), **_window(draw, h, w))
@@ -50,6 +50,9 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
         return mb.relu6(x)
     if op == "hswish":
         return mb.hard_swish(x)
+    if op == "resize":
+        return mb.resize_nearest(x, (draw(st.integers(1, 2 * h)), draw(st.integers(1, 2 * w))),
+                                 align_corners=draw(st.booleans()), half_pixel_centers=draw(st.booleans()))
     if op == "leaky":
         return mb.leaky_relu(x, alpha=draw(st.sampled_from([0.1, 0.2, 1.5])))
     if op == "logistic":

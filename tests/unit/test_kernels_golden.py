@@ -177,6 +177,16 @@ def test_unary(seed, shape, op):
 
 
 @PROPERTY
+@given(seed=SEEDS, n=st.integers(1, 2), h=st.integers(1, 7), w=st.integers(1, 7), c=st.integers(1, 5),
+       oh=st.integers(1, 15), ow=st.integers(1, 15), align=st.booleans(), half=st.booleans())
+def test_resize_nearest_neighbor(seed, n, h, w, c, oh, ow, align, half):
+    """Up and down, odd ratios, every combination of align_corners and half_pixel_centers."""
+    mb = ModelBuilder(seed)
+    mb.output(mb.resize_nearest(mb.input((n, h, w, c)), (oh, ow), align_corners=align, half_pixel_centers=half))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
        alpha=st.sampled_from([0.01, 0.1, 0.2, 0.3, 0.5, 1.5, -0.25, 0.0]))
 def test_leaky_relu(seed, shape, alpha):
