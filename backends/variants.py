@@ -70,6 +70,7 @@ def portable_name(kern) -> str:
             return "elementwise_sub_s8"
         case K.Lookup():
             return f"{kern.name}_s8"  # logistic_s8, leaky_relu_s8: a table either way
+    return PORTABLE_NAMES[type(kern)]
 
 
 PORTABLE_NAMES = {

@@ -579,4 +579,6 @@ def constant_sections(graph: Graph, layers) -> dict:
             sections["parameters"] += 8 * len(kern.scale)
         elif isinstance(kern, K.Lookup):
             sections["parameters"] += 256
+        elif isinstance(kern, K.ResizeNearest):
+            sections["parameters"] += 4 * (len(kern.rows) + len(kern.cols))  # its int32 row and column tables
     return sections

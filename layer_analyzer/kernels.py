@@ -591,8 +591,11 @@ def _resize_nearest(g: Graph, l: Layer, where: str) -> ResizeNearest:
 
 def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
-    if not math.isfinite(l.attrs.alpha):
-        raise UnsupportedOperator(f"{where}: LEAKY_RELU alpha {l.attrs.alpha} is not finite")
+    alpha = np.float32(l.attrs.alpha)
+    reals = (np.float32(x.scale) / np.float32(y.scale), np.float32(np.float32(x.scale) * alpha) / np.float32(y.scale))
+    if not all(np.isfinite(r) and abs(float(r)) < 2.0 ** 30 for r in reals):
+        raise UnsupportedOperator(f"{where}: LEAKY_RELU alpha {l.attrs.alpha} with input scale {x.scale:g} and output "
+                                  f"scale {y.scale:g} needs a rescale the int8 kernel cannot hold")
     return Lookup(x.elements, leaky_relu_table(x.scale, x.zero_point, y.scale, y.zero_point, l.attrs.alpha),
                   "leaky_relu")
 

@@ -331,8 +331,9 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
     if op == "TRANSPOSE":
         return Transpose(tuple(int(a) for a in _const_ints(consts, "the permutation", where)))
     if op == "RESIZE_NEAREST_NEIGHBOR":
-        size = _const_ints(consts, "the output size", where).reshape(-1)
-        if size.shape != (2,) or (size < 1).any():
-            raise ModelFormatError(f"{where}: the output size must be two positive integers, got {size.tolist()}")
+        size = _const_ints(consts, "the output size", where)
+        if consts[0].dtype != "int32" or size.shape != (2,) or (size < 1).any():
+            raise ModelFormatError(f"{where}: the output size must be an int32 tensor of two positive integers, got "
+                                   f"{consts[0].dtype} {size.tolist()}")
         return Resize((int(size[0]), int(size[1])), attrs.align_corners, attrs.half_pixel_centers)
     return attrs

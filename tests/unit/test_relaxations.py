@@ -80,3 +80,16 @@ def test_replanning_a_plans_own_options_gives_the_same_plan():
     assert plan.l3 is None and plan.options.l3 is None
     again = replan(front, plan.options)
     assert again.options == plan.options and again.memory == plan.memory and again.l3 is None
+
+
+def test_every_kernel_type_has_a_portable_name():
+    """The manifest, reports and per-layer tables name every layer's kernel."""
+    import typing
+    from backends.variants import PORTABLE_NAMES, portable_name
+    from layer_analyzer import kernels as K
+    types = set(typing.get_args(K.Kernel)) or set(K.Kernel.__args__)
+    assert types and types - {K.Conv, K.Pool, K.Lookup} <= set(PORTABLE_NAMES)
+    for path, target in ((VWW, "cortex-m7"), ("mlperf_tiny/pretrainedResnet_quant.tflite", "host")):
+        plan = plan_deployment(shared_model(path), Options(target=target))
+        assert all(isinstance(lp.variant.name, str) and lp.variant.name for lp in plan.layers)
+    assert portable_name  # the function the table backs
