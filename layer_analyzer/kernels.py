@@ -623,7 +623,7 @@ def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
     # ReluPrepare divides the scales in float; int8 QUANTIZE divides in double.
     real = x.scale / y.scale if l.op == "QUANTIZE" else f32(np.float32(x.scale) / np.float32(y.scale))
     m, s = quantize_multiplier(real)
-    act = {"RELU": "RELU", "RELU6": "RELU6"}.get(l.op, "NONE")
+    act = l.op if l.op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1") else "NONE"
     lo, hi = _act(y, act)
     return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi)
 
@@ -694,7 +694,8 @@ LOWERINGS = {
     "ADD": _add, "SUB": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest,
-    "RELU": _requantize_act, "RELU6": _requantize_act, "QUANTIZE": _quantize,
+    "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
+    "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,
 }

@@ -73,6 +73,9 @@ def activation_range(activation: str, scale: float, zero_point: int,
     if activation == "RELU_N1_TO_1":
         return (max(qmin, quantize_value(-1.0, scale, zero_point)),
                 min(qmax, quantize_value(1.0, scale, zero_point)))
+    if activation == "RELU_0_TO_1":  # the operator only; no fused activation has this range
+        return (max(qmin, quantize_value(0.0, scale, zero_point)),
+                min(qmax, quantize_value(1.0, scale, zero_point)))
     raise ValueError(activation)
 
 

@@ -131,7 +131,8 @@ _OPS = {
     "SOFTMAX": (_softmax, None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
     "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
-    "RELU6": (_none, None), "LEAKY_RELU": (_leaky_relu, None),
+    "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
+    "LEAKY_RELU": (_leaky_relu, None),
     "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1),
 }
 

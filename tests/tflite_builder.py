@@ -459,6 +459,16 @@ class ModelBuilder:
         t = self._int8(x)
         return self._emit(self._name("relu"), Op.RELU, 2, [x], [x], lambda v: v, t.shape, act="RELU")
 
+    def relu_n1_to_1(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("relu_n1_to_1"), Op.RELU_N1_TO_1, 1, [x], [x], lambda v: np.clip(v, -1.0, 1.0),
+                          t.shape)
+
+    def relu_0_to_1(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("relu_0_to_1"), Op.RELU_0_TO_1, 1, [x], [x], lambda v: np.clip(v, 0.0, 1.0),
+                          t.shape)
+
     def relu6(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("relu6"), Op.RELU6, 2, [x], [x], lambda v: v, t.shape, act="RELU6")
