@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
+from .requant import (abs_table, activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -575,6 +575,14 @@ def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
     return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
 
 
+def _abs(g: Graph, l: Layer, where: str) -> Lookup:
+    x, y = _same_shape(g, l, where)
+    if not 0 < float(np.float32(x.scale) / np.float32(y.scale)) < 2.0 ** 30:
+        raise UnsupportedOperator(f"{where}: ABS from scale {x.scale:g} to {y.scale:g} needs a rescale the int8 "
+                                  f"kernel cannot hold")
+    return Lookup(x.elements, abs_table(x.scale, x.zero_point, y.scale, y.zero_point), "abs")
+
+
 def _resize_nearest(g: Graph, l: Layer, where: str) -> ResizeNearest:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     n, ih, iw, c = _nhwc(x, where)
@@ -693,7 +701,7 @@ LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
     "ADD": _add, "SUB": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
-    "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest,
+    "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,

@@ -141,3 +141,16 @@ def leaky_relu_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int,
         m, s = identity if d >= 0 else negative
         table.append(min(max(out_zp + multiply_by_quantized_multiplier(d, m, s), INT8_MIN), INT8_MAX))
     return tuple(table)
+
+
+def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """LiteRT's int8 ABS for every input: |x - zp|, rescaled by in/out (a float32 quotient, as
+    AbsPrepare forms it) only when the two scales differ, plus the output zero point, clamped."""
+    rescale = np.float32(in_scale) != np.float32(out_scale)
+    m, s = quantize_multiplier(float(np.float32(in_scale) / np.float32(out_scale)))
+    table = []
+    for v in range(-128, 128):
+        d = abs(v - in_zp)
+        q = (multiply_by_quantized_multiplier(d, m, s) if rescale else d) + out_zp
+        table.append(min(max(q, INT8_MIN), INT8_MAX))
+    return tuple(table)

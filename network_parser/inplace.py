@@ -13,7 +13,7 @@ from typing import Callable
 from .ir import Graph
 
 # Same-shape ops whose kernels read element i before writing element i.
-UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU",
+UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS",
                      "QUANTIZE", "SOFTMAX")
 ZERO_COPY = ("RESHAPE", "SQUEEZE")
 

@@ -132,7 +132,7 @@ _OPS = {
     "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
-    "LEAKY_RELU": (_leaky_relu, None),
+    "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None),
     "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1),
 }
 

@@ -459,6 +459,10 @@ class ModelBuilder:
         t = self._int8(x)
         return self._emit(self._name("relu"), Op.RELU, 2, [x], [x], lambda v: v, t.shape, act="RELU")
 
+    def abs(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("abs"), Op.ABS, 2, [x], [x], np.abs, t.shape)
+
     def relu_n1_to_1(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("relu_n1_to_1"), Op.RELU_N1_TO_1, 1, [x], [x], lambda v: np.clip(v, -1.0, 1.0),
