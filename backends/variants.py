@@ -68,6 +68,8 @@ def portable_name(kern) -> str:
             return "max_pool_s8"
         case K.Add(subtract=True):
             return "elementwise_sub_s8"
+        case K.MinMax():
+            return "maximum_s8" if kern.maximum else "minimum_s8"
         case K.Lookup():
             return f"{kern.name}_s8"  # logistic_s8, leaky_relu_s8: a table either way
     return PORTABLE_NAMES[type(kern)]

@@ -96,6 +96,11 @@ def _add(k: K.Add, a, b):
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 
+def _min_max(k: K.MinMax, a, b):
+    sa, sb = _views(k.view, a, b)
+    return (np.maximum if k.maximum else np.minimum)(sa, sb).astype(np.int8)
+
+
 def _int_add(k: K.IntAdd, a, b):
     sa, sb = _views(k.view, a, b)
     y = ((sa + k.a_offset) * k.a_mul + (sb + k.b_offset) * k.b_mul + k.add) >> k.shift
@@ -249,6 +254,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _add(kernel, ins[0], ins[1])
         case K.Mul():
             y = _mul(kernel, ins[0], ins[1])
+        case K.MinMax():
+            y = _min_max(kernel, ins[0], ins[1])
         case K.IntAdd():
             y = _int_add(kernel, ins[0], ins[1])
         case K.IntRescale():

@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (abs_table, activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -115,6 +115,16 @@ class Add:
     act_min: int
     act_max: int
     subtract: bool = False  # SUB: the rescaled b is subtracted (LiteRT's SubElementwise), else added
+
+
+@dataclass(frozen=True, slots=True)
+class MinMax:
+    """MAXIMUM / MINIMUM: LiteRT compares the raw int8 values (its converter gives the inputs and
+    the output one quantization)."""
+    view: Broadcast
+    maximum: bool
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +490,11 @@ def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
                am, ash, bm, bsh, om, osh, y.zero_point, lo, hi, subtract=l.op == "SUB")
 
 
+def _min_max(g: Graph, l: Layer, where: str) -> MinMax:
+    a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    return MinMax(_broadcast(a, b, y, where), l.op == "MAXIMUM")
+
+
 def _mul(g: Graph, l: Layer, where: str) -> Mul:
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
     real = f32(np.float32(a.scale) * np.float32(b.scale) / np.float32(y.scale))
@@ -699,7 +714,7 @@ def _transpose(g: Graph, l: Layer, where: str) -> Transpose:
 
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
-    "ADD": _add, "SUB": _add, "MUL": _mul, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
+    "ADD": _add, "SUB": _add, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
@@ -708,7 +723,7 @@ LOWERINGS = {
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,
 }
 
-Kernel = (Conv | FullyConnected | Add | Mul | Pool | Mean | Softmax | Lookup | HardSwish
+Kernel = (Conv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | ResizeNearest | IntAdd | IntRescale
           | Offset)
 

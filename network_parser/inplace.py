@@ -39,7 +39,7 @@ def zero_copy_reshape(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse 
 def elementwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
     """ADD/SUB/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
     layer = graph.layers[k]
-    if layer.op not in ("ADD", "SUB", "MUL", *UNARY_ELEMENTWISE):
+    if layer.op not in ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", *UNARY_ELEMENTWISE):
         return None
     out = graph.tensors[layer.outputs[0]]
     for src in layer.inputs:

@@ -125,7 +125,7 @@ _OPS = {
     "CONV_2D": (_conv, None), "DEPTHWISE_CONV_2D": (_dwconv, None),
     "FULLY_CONNECTED": (_fc, None),
     "ADD": (_elementwise(tflite.AddOptions), None), "MUL": (_elementwise(tflite.MulOptions), None),
-    "SUB": (_elementwise(tflite.SubOptions), None),
+    "SUB": (_elementwise(tflite.SubOptions), None), "MAXIMUM": (_none, None), "MINIMUM": (_none, None),
     "AVERAGE_POOL_2D": (_pool, None), "MAX_POOL_2D": (_pool, None),
     "MEAN": (_mean, 1), "RESHAPE": (_none, 1), "SQUEEZE": (_none, 1),
     "SOFTMAX": (_softmax, None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
@@ -284,7 +284,7 @@ def _read(buf: bytes, path) -> Graph:
 
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-_MIN_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2,
+_MIN_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2}
 
 

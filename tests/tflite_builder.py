@@ -370,6 +370,20 @@ class ModelBuilder:
     def sub(self, a, b, activation="NONE") -> int:
         return self._binary("sub", Op.SUB, a, b, activation, np.subtract)
 
+    def maximum(self, a, b) -> int:
+        return self._min_max("maximum", Op.MAXIMUM, a, b, np.maximum)
+
+    def minimum(self, a, b) -> int:
+        return self._min_max("minimum", Op.MINIMUM, a, b, np.minimum)
+
+    def _min_max(self, kind, code, a, b, np_fn):
+        """The output keeps a's quantization: LiteRT compares raw values (b should share it)."""
+        ta, tb = self._int8(a), self._int8(b)
+        out_shape = np.broadcast_shapes(ta.shape, tb.shape)
+        r = len(out_shape)
+        return self._emit(self._name(kind), code, 2, [a, b], [a, b], lambda va, vb: np_fn(_bcast(va, r), _bcast(vb, r)),
+                          out_shape, quant=self._q(a))
+
     def mul(self, a, b, activation="NONE") -> int:
         out = self._binary("mul", Op.MUL, a, b, activation, np.multiply)
         if self._q(a)[0] * self._q(b)[0] / self._q(out)[0] >= 1.0:

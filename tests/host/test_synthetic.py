@@ -26,7 +26,7 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     """Apply one random op to tensor x (NHWC) and return its output."""
     _, h, w, c = mb.shape(x)
     op = draw(st.sampled_from(["conv", "dw", "dil", "add", "sub", "mul", "avg", "max", "relu", "relu6", "hswish",
-                               "leaky", "resize", "relu1", "relu01", "abs", "logistic", "pad", "concat", "requant"]))
+                               "leaky", "resize", "relu1", "relu01", "abs", "maxmin", "logistic", "pad", "concat", "requant"]))
     if op == "conv":
         return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
                          per_channel=draw(st.booleans()), **_window(draw, h, w))
@@ -50,6 +50,9 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
         return mb.relu6(x)
     if op == "hswish":
         return mb.hard_swish(x)
+    if op == "maxmin":
+        other = mb.conv2d(x, c, kernel=(1, 1))
+        return (mb.maximum if draw(st.booleans()) else mb.minimum)(x, other)
     if op == "abs":
         return mb.abs(x)
     if op == "relu1":

@@ -177,6 +177,17 @@ def test_unary(seed, shape, op):
 
 
 @PROPERTY
+@given(seed=SEEDS, shapes=broadcast_pair(), op=st.sampled_from(["maximum", "minimum"]), same=st.booleans())
+def test_maximum_minimum_broadcasting(seed, shapes, op, same):
+    """Raw int8 comparison, as LiteRT's: inputs sharing one quantization (the converter's case) or not."""
+    mb = ModelBuilder(seed)
+    q = dict(scale=0.04, zero_point=-3) if same else {}
+    a, b = (mb.input(s, **q) for s in shapes)
+    mb.output(getattr(mb, op)(a, b))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, n=st.integers(1, 2), h=st.integers(1, 7), w=st.integers(1, 7), c=st.integers(1, 5),
        oh=st.integers(1, 15), ow=st.integers(1, 15), align=st.booleans(), half=st.booleans())
 def test_resize_nearest_neighbor(seed, n, h, w, c, oh, ow, align, half):

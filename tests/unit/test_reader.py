@@ -172,12 +172,15 @@ def test_unsupported_builtin(tmp_path):
     expect(UnsupportedOperator, save(mb, tmp_path / "tanh.tflite"), "TANH", "op 1", "'reshape_0/out'")
 
 
-def test_standalone_relu_n1_to_1_unsupported(tmp_path):
-    """The builder's concat(activation='RELU_N1_TO_1') adds a RELU_N1_TO_1 op, not in the op set."""
+def test_standalone_relu_n1_to_1_after_concat(tmp_path):
+    """The builder's concat(activation='RELU_N1_TO_1') adds a RELU_N1_TO_1 op: read and run as LiteRT does."""
+    from tests.unit.test_kernels_golden import assert_golden_matches_litert
     mb = ModelBuilder(0)
     x = mb.input((1, 4))
     mb.output(mb.concat([x, x], activation="RELU_N1_TO_1"))
-    expect(UnsupportedOperator, save(mb, tmp_path / "n1.tflite"), "RELU_N1_TO_1", "op 1")
+    assert [layer.op for layer in read_tflite(save(mb, tmp_path / "n1.tflite")).layers] == ["CONCATENATION",
+                                                                                              "RELU_N1_TO_1"]
+    assert_golden_matches_litert(mb, 0)
 
 
 def float_only(mb: ModelBuilder) -> ModelBuilder:
