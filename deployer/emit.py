@@ -316,6 +316,12 @@ def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env)
     return dict(args=_args_of(L["simd"]), table=table, offsets=offsets)
 
 
+def _keep_functions(functions: dict, fns) -> None:
+    """The engine's shared kernel functions: each (kernel_function's result) once, by its name."""
+    for fn in fns:
+        functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
+
+
 def _args_of(whole: dict) -> dict:
     """The layer's arrays (their .rodata names) by the kernel_args_t field each fills."""
     args = {field: whole.get(key) for field, key in (
@@ -428,8 +434,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
             L["simd"] = variant.context(kern, k, sym, variant, k in in_place)
             if variant.shares_whole and k not in tilings and not lp.in_stage and not lp.l3_weights:
                 L["whole_dsp"] = _dsp_whole(L, kern, k, variant, k in in_place, graph, env)
-                fn = L["whole_dsp"]["fn"]
-                functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
+                _keep_functions(functions, [L["whole_dsp"]["fn"]])
         else:
             L["simd"] = None
             L.update(_extra_context(kern, k, sym, data, lp.l3_weights))
@@ -444,16 +449,14 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
             L["tiling"] = _tiling_context(kern, *tilings[k], slab)
             if variant.dsp:
                 L["tile_dsp"] = _dsp_tiles(L, kern, k, sym, variant, *tilings[k], env)
-                for fn in (f for plane in L["tile_dsp"]["table"] for row in plane for f in row):
-                    functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
+                _keep_functions(functions, (f for plane in L["tile_dsp"]["table"] for row in plane for f in row))
             if L["tiling"]["l1_used"] > plan.options.l1:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {plan.options.l1} B")
         L["patch"] = None
         if patch is not None and lp.in_stage:
             L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro, variant, env)
             if L["patch"]["dsp"]:
-                for fn in (f for row in L["patch"]["dsp"]["table"] for f in row):
-                    functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
+                _keep_functions(functions, (f for row in L["patch"]["dsp"]["table"] for f in row))
             L["patch_first"] = k == patch.stage.start
             if layer.outputs[0] != patch.stage.output:
                 L["y"] = None  # a patch buffer: nothing whole to trace

@@ -1,6 +1,6 @@
-"""The model formats the deployer reads, by file suffix: which reader takes the file and which
-kind of model it makes. Every command looks a model up here, so a format is added in one place
-and a command that does not handle a kind says so by name."""
+"""The model formats the deployer reads, by file suffix: the kind of model each makes and the
+commands that take that kind. Every command looks a model up here, so a format is added in one
+place and a command that does not handle a kind says so by name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,17 +13,14 @@ from network_parser.errors import ModelFormatError, UsageError
 class Frontend:
     suffix: str
     kind: str  # "network": a layer graph (network_parser.ir); "language model": a transformer IR
-    what: str  # for people
     commands: tuple[str, ...]  # the deploy commands that take this kind
 
 
 NETWORK_COMMANDS = ("build", "verify", "suggest", "compare")
 FRONTENDS = {f.suffix: f for f in (
-    Frontend(".tflite", "network", "an int8 TFLite flatbuffer (network_parser.tflite_reader)", NETWORK_COMMANDS),
-    Frontend(".onnx", "network", "a quantized ONNX graph: integer, RequantShift or QDQ (network_parser.onnx_reader, "
-                                 "onnx_qdq)", NETWORK_COMMANDS),
-    Frontend(".safetensors", "language model", "a GPT-Neo decoder checkpoint (network_parser.gptneo)",
-             ("build",)),  # then `deploy generate` runs the built folder
+    Frontend(".tflite", "network", NETWORK_COMMANDS),  # network_parser.tflite_reader
+    Frontend(".onnx", "network", NETWORK_COMMANDS),  # network_parser.onnx_reader / onnx_qdq: integer, QDQ
+    Frontend(".safetensors", "language model", ("build",)),  # GPT-Neo; then `deploy generate` runs the folder
 )}
 
 

@@ -312,7 +312,7 @@ def code_estimate(layers, patch=None) -> int:
             total += CODE_BYTES_CALL
         elif lp.in_stage and v.dsp and patch is not None and isinstance(k, K.Conv):  # as emit runs regions
             # a region kernel computes all the layer's channels: their count is one of its literals
-            windows |= {((*literals, getattr(k, "out_c", None)), v.code_bytes, (rows, cols, width))
+            windows |= {((*literals, k.out_c), v.code_bytes, (rows, cols, width))
                         for row in region_windows(k, patch, lp.index) for rows, cols, _, width in row}
             total += CODE_BYTES_PORTABLE  # its region loop
         else:

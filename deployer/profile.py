@@ -27,6 +27,15 @@ class LayerTime:
     instructions: int
     modeled: int | None  # cycles of the tiling cost model (None: a layer the model has no view of)
 
+    @property
+    def per_mac(self) -> float | None:
+        return self.instructions / self.macs if self.macs else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over modeled."""
+        return self.instructions / self.modeled if self.modeled else None
+
 
 def modeled_layer_cycles(plan: Plan) -> list[int | None]:
     """The cost model's cycles per layer: a tiled layer's schedule, an untiled one's compute."""
@@ -103,9 +112,18 @@ def model_fit(rows: list[LayerTime]) -> dict:
 def per_layer_json(rows: list[LayerTime]) -> dict:
     return dict(layers=[dict(index=r.index, op=r.op, name=r.name, kind=r.kind, variant=r.variant, tiled=r.tiled,
                              macs=r.macs, instructions=r.instructions, modeled_cycles=r.modeled,
-                             instructions_per_mac=round(r.instructions / r.macs, 3) if r.macs else None)
+                             instructions_per_mac=None if r.per_mac is None else round(r.per_mac, 3))
                         for r in rows],
                 fit=model_fit(rows))
+
+
+def fit_text(rows: list[LayerTime]) -> str:
+    """The model's fit in one line: its rank correlation and measured/modeled per layer kind."""
+    fit = model_fit(rows)
+    rho = fit["rank_correlation"]
+    kinds = ", ".join(f"{k} {v['ratio']:g} ({v['layers']})" for k, v in fit["measured_over_modeled"].items())
+    return (f"rank correlation {'n/a' if rho is None else f'{rho:.2f}'} over {fit['layers']} modeled layers; "
+            f"measured/modeled per kind (layers): {kinds or 'none'}")
 
 
 def per_layer_table(rows: list[LayerTime]) -> str:
@@ -113,17 +131,12 @@ def per_layer_table(rows: list[LayerTime]) -> str:
     lines = [f"{'op':>4}  {'layer':<20} {'kernel':<30} {'MACs':>11} {'instructions':>13} {'/MAC':>6} "
              f"{'modeled':>11} {'ratio':>6}"]
     for r in rows:
-        per_mac = f"{r.instructions / r.macs:6.2f}" if r.macs else f"{'':>6}"
+        per_mac = f"{r.per_mac:6.2f}" if r.macs else f"{'':>6}"
         modeled = f"{r.modeled:>11,}" if r.modeled else f"{'-':>11}"
-        ratio = f"{r.instructions / r.modeled:6.2f}" if r.modeled else f"{'':>6}"
+        ratio = f"{r.ratio:6.2f}" if r.modeled else f"{'':>6}"
         kernel = r.variant + (" (tiled)" if r.tiled else "")
         lines.append(f"{r.index:>4}  {display(r.op)[:20]:<20} {kernel[:30]:<30} {r.macs:>11,} {r.instructions:>13,} "
                      f"{per_mac} {modeled} {ratio}")
-    total = sum(r.instructions for r in rows)
-    lines.append(f"total {total:,} instructions")
-    fit = model_fit(rows)
-    rho = fit["rank_correlation"]
-    kinds = ", ".join(f"{k} {v['ratio']:g} ({v['layers']})" for k, v in fit["measured_over_modeled"].items())
-    lines.append(f"cost model: rank correlation {'n/a' if rho is None else f'{rho:.2f}'} over {fit['layers']} "
-                 f"layers; measured/modeled per kind (layers): {kinds or 'none'}")
+    lines.append(f"total {sum(r.instructions for r in rows):,} instructions")
+    lines.append(f"cost model: {fit_text(rows)}")
     return "\n".join(lines)

@@ -283,18 +283,12 @@ def _time_rows(times) -> dict | None:
     """Measured instructions beside modeled cycles (deployer.profile rows), and the model's fit."""
     if times is None:
         return None
-    from .profile import model_fit
-    fit = model_fit(times)
+    from .profile import fit_text
     rows = [dict(index=r.index, op=r.op, name=short_name(r.name), full_name=r.name, kernel=r.variant,
                  tiled="yes" if r.tiled else "", macs=f"{r.macs:,}", instructions=f"{r.instructions:,}",
-                 per_mac=f"{r.instructions / r.macs:.2f}" if r.macs else "",
-                 modeled=f"{r.modeled:,}" if r.modeled else "-",
-                 ratio=f"{r.instructions / r.modeled:.2f}" if r.modeled else "") for r in times]
-    rho = fit["rank_correlation"]
-    kinds = ", ".join(f"{k} {v['ratio']:g} ({v['layers']} layers)" for k, v in fit["measured_over_modeled"].items())
-    return dict(rows=rows, total=f"{sum(r.instructions for r in times):,}",
-                fit=f"rank correlation {'n/a' if rho is None else f'{rho:.2f}'} over {fit['layers']} modeled layers; "
-                    f"measured/modeled per kind: {kinds or 'none'}")
+                 per_mac=f"{r.per_mac:.2f}" if r.macs else "", modeled=f"{r.modeled:,}" if r.modeled else "-",
+                 ratio=f"{r.ratio:.2f}" if r.modeled else "") for r in times]
+    return dict(rows=rows, total=f"{sum(r.instructions for r in times):,}", fit=fit_text(times))
 
 
 def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = False, times=None) -> str:

@@ -358,8 +358,7 @@ def recommendations(model: Path, s: Suggestion) -> Suggestion:
         for _, knob in KNOBS:
             recs.append(_prioritize(knob(Path(model), s), s))
             step.advance()
-    order = [r.name for r in recs]  # the search's order breaks ties
-    recs.sort(key=lambda r: (PRIORITIES.index(r.priority), -r.saving, order.index(r.name)))
+    recs.sort(key=lambda r: (PRIORITIES.index(r.priority), -r.saving))  # stable: ties keep the search's order
     return replace(s, recommendations=tuple(recs))
 
 

@@ -21,6 +21,11 @@ def _window(draw, h, w):
                 padding=draw(st.sampled_from(["SAME", "VALID"])) if min(h, w) >= 3 else "SAME")
 
 
+# the unary ops: the step's name -> the builder's method
+UNARY = {"relu": "relu", "relu6": "relu6", "hswish": "hard_swish", "abs": "abs", "relu1": "relu_n1_to_1",
+         "relu01": "relu_0_to_1", "logistic": "logistic"}
+
+
 @st.composite
 def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     """Apply one random op to tensor x (NHWC) and return its output."""
@@ -44,28 +49,16 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
         win = _window(draw, h, w)
         pool = mb.avg_pool if op == "avg" else mb.max_pool
         return pool(x, filter=win["kernel"], stride=win["stride"], padding="SAME", activation=draw(ACTS))
-    if op == "relu":
-        return mb.relu(x)
-    if op == "relu6":
-        return mb.relu6(x)
-    if op == "hswish":
-        return mb.hard_swish(x)
+    if op in UNARY:
+        return getattr(mb, UNARY[op])(x)
     if op == "maxmin":
         other = mb.conv2d(x, c, kernel=(1, 1))
         return (mb.maximum if draw(st.booleans()) else mb.minimum)(x, other)
-    if op == "abs":
-        return mb.abs(x)
-    if op == "relu1":
-        return mb.relu_n1_to_1(x)
-    if op == "relu01":
-        return mb.relu_0_to_1(x)
     if op == "resize":
         return mb.resize_nearest(x, (draw(st.integers(1, 2 * h)), draw(st.integers(1, 2 * w))),
                                  align_corners=draw(st.booleans()), half_pixel_centers=draw(st.booleans()))
     if op == "leaky":
         return mb.leaky_relu(x, alpha=draw(st.sampled_from([0.1, 0.2, 1.5])))
-    if op == "logistic":
-        return mb.logistic(x)
     if op == "pad":
         return mb.pad(x, [[0, 0], [draw(st.integers(0, 2)), draw(st.integers(0, 2))],
                           [draw(st.integers(0, 2)), draw(st.integers(0, 2))], [0, 0]])

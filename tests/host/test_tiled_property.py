@@ -13,7 +13,7 @@ from tests.tflite_builder import ModelBuilder
 from solver.tiling import minimum_l1
 from tests.host.test_l3 import reported_need
 from tests.host.test_models import assert_bit_exact
-from tests.target.test_gap8 import emulated, l3_env
+from tests.target.test_gap8 import emulated
 
 
 @st.composite
@@ -91,7 +91,7 @@ def chains(draw):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(case=chains())
-def test_random_chain_streamed_from_l3_bit_exact(tmp_path, monkeypatch, case):
+def test_random_chain_streamed_from_l3_bit_exact(tmp_path, case):
     mb, fraction, target = case
     path = tmp_path / "chain.tflite"
     mb.save(path)
@@ -101,7 +101,5 @@ def test_random_chain_streamed_from_l3_bit_exact(tmp_path, monkeypatch, case):
     sram = reported_need(path, Options(**base, flash=flash, sram=1))
     dep = deploy(path, Options(**base, flash=flash, sram=sram))
     assert sram is None or dep.memory.sram_bytes <= sram
-    if dep.l3 is not None and target == "gap8":
-        l3_env(dep, tmp_path, monkeypatch)
-    engine = build_engine(dep) if target == "host" else emulated(dep)
+    engine = build_engine(dep) if target == "host" else emulated(dep, folder=tmp_path)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])

@@ -44,18 +44,10 @@ def gap8(rel: str, l1: int):
 EMULATED_TILES = 2_000_000
 
 
-def emulated(dep, flags=EMULATED):
+def emulated(dep, flags=EMULATED, folder: Path | None = None):
     """Build for the emulated cluster; an engine using L3 also gets the start-up that stores its
-    weight image in the emulated HyperRAM (run it under ``l3_env``)."""
-    return emulated_engine(dep, cflags=flags)
-
-
-def l3_env(dep, folder: Path, monkeypatch) -> None:
-    """What the emulated board's start-up reads: the L3 size and the weight image file."""
-    image = folder / "l3_weights.bin"
-    image.write_bytes(dep.l3.image(dep.graph, dep.kernels))
-    monkeypatch.setenv("L3_BYTES", str(dep.l3.bytes))
-    monkeypatch.setenv("L3_IMAGE", str(image))
+    weight image (written to ``folder``) in the emulated HyperRAM."""
+    return emulated_engine(dep, folder, flags)
 
 
 @pytest.mark.parametrize("l1", [64 * K, 32 * K, 16 * K, None], ids=["64K", "32K", "16K", "smallest"])
@@ -153,14 +145,14 @@ L3_MODELS = ["mlperf_tiny/kws_ref_model.tflite", "mlperf_tiny/vww_96_int8.tflite
 
 
 @pytest.mark.parametrize("rel", L3_MODELS)
-def test_gap8_l3_streaming_bit_exact(rel, tmp_path, monkeypatch):
+def test_gap8_l3_streaming_bit_exact(rel, tmp_path):
     """At the smallest L2 the deployer reports, weights and activations stream from HyperRAM
     (cluster RAM requests, performed only when waited for) through L2 slabs into L1 tiles."""
     from tests.host.test_l3 import streaming
     dep, _, sram = streaming(rel, 16 * K, "gap8")
     assert dep.l3 is not None and dep.l3.placement.weights and dep.memory.sram_bytes <= sram
-    l3_env(dep, tmp_path, monkeypatch)
-    assert_bit_exact(shared_model(rel), dep, emulated(dep), [random_inputs(dep.graph, s) for s in range(2)])
+    assert_bit_exact(shared_model(rel), dep, emulated(dep, folder=tmp_path),
+                     [random_inputs(dep.graph, s) for s in range(2)])
 
 
 def test_gap8_l3_under_thread_sanitizer_and_a_missing_wait_is_caught(tmp_path, monkeypatch):
@@ -169,15 +161,14 @@ def test_gap8_l3_under_thread_sanitizer_and_a_missing_wait_is_caught(tmp_path, m
     rel = "mlperf_tiny/vww_96_int8.tflite"
     dep, _, _ = streaming(rel, 16 * K, "gap8")
     assert dep.l3.placement.tensors
-    l3_env(dep, tmp_path, monkeypatch)
     samples = [random_inputs(dep.graph, 7)]
-    assert_bit_exact(shared_model(rel), dep, emulated(dep, TSAN), samples)
+    assert_bit_exact(shared_model(rel), dep, emulated(dep, TSAN, tmp_path), samples)
     engine = next(n for n in dep.files if n.endswith("_engine.c"))
     broken = dict(dep.files)
     broken[engine] = dep.files[engine].replace("l3_wait(&fetch[slot]);", "/* wait removed */")
     assert broken[engine] != dep.files[engine]
     with pytest.raises(AssertionError, match="differ"):
-        assert_bit_exact(shared_model(rel), dep, emulated(replace(dep, files=broken)), samples)
+        assert_bit_exact(shared_model(rel), dep, emulated(replace(dep, files=broken), folder=tmp_path), samples)
 
 
 def test_gap8_l3_engine_cross_compiles():
