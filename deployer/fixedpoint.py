@@ -144,6 +144,45 @@ def get_reciprocal(x: int, integer_bits: int) -> tuple[int, int]:
     return int(one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)), num_bits_over_unit
 
 
+def _sat32(v: int) -> int:
+    return max(I32_MIN, min(I32_MAX, v))
+
+
+def _wrap(v: int) -> int:
+    return int(wrap32(v))
+
+
+def _mul(a: int, b: int) -> int:
+    return int(srdhm(a, b))
+
+
+def log_x_for_x_ge_1(x: int, input_bits: int, output_bits: int) -> int:
+    """ln(x) for x >= 1 given in Q(input_bits) as a Q(output_bits) raw value: the reference's
+    fixed-point logarithm (LOG_SOFTMAX), step by step. It normalises x two ways (as is and times
+    sqrt(1/2)), keeps the reduced value r in [sqrt(1/2), 1) with its power of two, and evaluates
+    a rational approximation of ln(r) around 2^(-1/4); sums of raw values wrap as int32."""
+    accum_bits = output_bits + 1
+    log_2, sqrt_sqrt_half, sqrt_half, one_quarter = 1488522236, 1805811301, 1518500250, 536870912
+    alpha_n, alpha_d, alpha_i, alpha_f = 117049297, 127690142, 1057819769, 638450708
+    shifted_quarter = int(rdbpot(one_quarter, accum_bits))
+    headroom_a = count_leading_zeros32(x)  # its headroom plus one
+    r_a = int(saturating_left_shift(_mul(int(saturating_left_shift(x, headroom_a - 1)), sqrt_half), 1))
+    pow2_a = _sat32(int(saturating_left_shift(input_bits - headroom_a, 31 - accum_bits)) + shifted_quarter)
+    z_b = _mul(x, sqrt_half)
+    headroom_b = count_leading_zeros32(z_b) - 1
+    r_b = int(saturating_left_shift(x, headroom_b))
+    pow2_b = _sat32(int(saturating_left_shift(input_bits - headroom_b, 31 - accum_bits)) - shifted_quarter)
+    r, pow2 = min(r_a, r_b), max(pow2_a, pow2_b)
+    p = int(rounding_half_sum(r, sqrt_sqrt_half))
+    q = _wrap(2 * _wrap(r - sqrt_sqrt_half))
+    sq = _mul(q, q)
+    num = _wrap(_mul(q, r) + _mul(_mul(q, sq), alpha_n))
+    denom_minus_one = _wrap(_mul(p, _wrap(_wrap(alpha_i + q) + _mul(alpha_d, sq))) + _mul(alpha_f, q))
+    recip = int(one_over_one_plus_x_for_x_in_0_1(denom_minus_one))
+    total = _wrap(_mul(pow2, log_2) + _mul(int(rdbpot(num, accum_bits)), recip))
+    return int(saturating_left_shift(total, accum_bits - output_bits))
+
+
 # ---- int16 helpers of the HARD_SWISH reference kernel --------------------------
 
 I16_MIN, I16_MAX = -(1 << 15), (1 << 15) - 1

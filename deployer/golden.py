@@ -188,6 +188,23 @@ def _softmax(k: K.Softmax, x):
     return out.reshape(x.shape).astype(np.int8)
 
 
+def _log_softmax(k: K.LogSoftmax, x):
+    xs = x.reshape(k.rows, k.depth).astype(np.int64)
+    out = np.empty_like(xs)
+    for r in range(k.rows):
+        diff = xs[r] - max(int(xs[r].max()), -128)
+        scaled = fx.mbqm(diff, k.input_multiplier, k.input_left_shift)
+        exps = fx.rdbpot(fx.exp_on_negative_values(scaled, 5), 12)
+        total = int(fx.wrap32(np.where(diff >= k.diff_min, exps, 0).sum()))
+        log_sum = fx.log_x_for_x_ge_1(total, 12, 5)
+        floor = max(k.diff_min - 1, int(fx.mbqm(int(fx.wrap32(log_sum - (1 << 31))), k.reverse_multiplier,
+                                                 k.reverse_shift)))
+        # Q5.26 -> Q4 steps of 1/16 from 127: 31 - 5 - 4 bits
+        v = np.clip(fx.rdbpot(fx.wrap32(scaled - log_sum), 22) + 127, -128, 127)
+        out[r] = np.where(diff > floor, v, -128)
+    return out.reshape(x.shape).astype(np.int8)
+
+
 def _lookup(k: K.Lookup, x):
     return np.array(k.table, np.int8)[x.astype(np.int64) + 128]
 
@@ -268,6 +285,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _mean(kernel, ins[0])
         case K.Softmax():
             y = _softmax(kernel, ins[0])
+        case K.LogSoftmax():
+            y = _log_softmax(kernel, ins[0])
         case K.Lookup():
             y = _lookup(kernel, ins[0])
         case K.HardSwish():

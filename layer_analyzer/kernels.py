@@ -221,6 +221,19 @@ class Softmax:
 
 
 @dataclass(frozen=True, slots=True)
+class LogSoftmax:
+    """LOG_SOFTMAX (int8, output scale 16/256 and zero point 127): the reference's fixed-point
+    sum of exponentials and logarithm per row."""
+    rows: int
+    depth: int
+    input_multiplier: int
+    input_left_shift: int
+    reverse_multiplier: int  # the input's scale undone: turns the log of the sum back into an input step
+    reverse_shift: int  # its (non-positive) exponent
+    diff_min: int
+
+
+@dataclass(frozen=True, slots=True)
 class Lookup:
     """A unary int8 op as a 256-entry table indexed by the input, each entry computed as the
     reference kernel computes that input's output (LOGISTIC's reference kernel is one)."""
@@ -583,6 +596,22 @@ def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
     return Softmax(x.elements // depth, depth, m, s, diff_min)
 
 
+def _log_softmax(g: Graph, l: Layer, where: str) -> LogSoftmax:
+    x, y = _same_shape(g, l, where)
+    if not x.shape:
+        raise UnsupportedOperator(f"{where}: log-softmax of a scalar")
+    if (y.scale, y.zero_point) != (16 / 256, 127):
+        raise UnsupportedOperator(f"{where}: int8 LOG_SOFTMAX output must have scale 16/256, zero point 127")
+    score_bits = 5  # kScaledDiffIntegerBits, beta 1
+    real = min(x.scale * (1 << (31 - score_bits)), (1 << 31) - 1.0)
+    m, s = quantize_multiplier_greater_than_one(real)
+    # PreprocessLogSoftmaxScalingExp: what undoes the input scaling, as a multiplier below one
+    rm, rs = quantize_multiplier_smaller_than_one((1 << (31 - s)) / m)
+    diff_min = -int(np.floor(((1 << score_bits) - 1) * (1 << (31 - score_bits)) / (1 << s)))
+    depth = x.shape[-1]
+    return LogSoftmax(x.elements // depth, depth, m, s, rm, rs, diff_min)
+
+
 def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
     if y.scale != 1.0 / 256:
@@ -715,7 +744,7 @@ def _transpose(g: Graph, l: Layer, where: str) -> Transpose:
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
     "ADD": _add, "SUB": _add, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
-    "MEAN": _mean, "SOFTMAX": _softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
+    "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
@@ -723,7 +752,7 @@ LOWERINGS = {
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,
 }
 
-Kernel = (Conv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | Lookup | HardSwish
+Kernel = (Conv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | ResizeNearest | IntAdd | IntRescale
           | Offset)
 

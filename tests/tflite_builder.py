@@ -454,6 +454,16 @@ class ModelBuilder:
         return self._emit(self._name("softmax"), Op.SOFTMAX, 2, [x], [x], fn, t.shape,
                           quant=_FIXED_SIGMOID_QUANT, options=_opts("SoftmaxOptions", Beta=float(beta)))
 
+    def log_softmax(self, x) -> int:
+        t = self._int8(x)
+
+        def fn(v):
+            z = v - v.max(axis=-1, keepdims=True)
+            return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+        return self._emit(self._name("log_softmax"), Op.LOG_SOFTMAX, 1, [x], [x], fn, t.shape,
+                          quant=(16.0 / 256, 127))
+
     def logistic(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("logistic"), Op.LOGISTIC, 2, [x], [x], lambda v: 1.0 / (1.0 + np.exp(-v)),

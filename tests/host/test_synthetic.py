@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -79,7 +80,7 @@ def models(draw):
         float_out = False
     for _ in range(draw(st.integers(1, 4))):
         x = draw(layer_step(mb, x))
-    head = draw(st.sampled_from(["none", "fc", "mean", "softmax", "transpose"]))
+    head = draw(st.sampled_from(["none", "fc", "mean", "softmax", "log_softmax", "transpose"]))
     _, h, w, c = mb.shape(x)
     if head == "fc":
         x = mb.fully_connected(mb.reshape(x, (1, h * w * c)), draw(st.integers(1, 16)), activation=draw(ACTS))
@@ -87,6 +88,8 @@ def models(draw):
         x = mb.mean(x, axes=draw(st.sampled_from([(1, 2), (1,), (2,), (3,)])), keep_dims=draw(st.booleans()))
     elif head == "softmax":
         x = mb.softmax(x, beta=draw(st.sampled_from([1.0, 0.5, 2.0])))
+    elif head == "log_softmax":
+        x = mb.log_softmax(x)
     elif head == "transpose":
         x = mb.transpose(x, draw(st.permutations([0, 1, 2, 3])))
     mb.output(mb.dequantize(x) if float_out else x)
@@ -120,4 +123,13 @@ def test_two_input_add_and_broadcast_mul(tmp_path, seed, shape):
     mb = ModelBuilder(seed)
     a, b = mb.input((1, *shape)), mb.input((1, 1, 1, shape[2]))
     mb.output(mb.mul(mb.add(a, mb.input((1, *shape))), b))
+    check(tmp_path, mb)
+
+
+@pytest.mark.parametrize("scale", [0.002, 0.05, 0.4, 3.0])
+def test_log_softmax_engine(tmp_path, scale):
+    """The engine's fixed-point logarithm over rows of 1 to 37 values, from fine input scales (every
+    value counts) to coarse ones (most values fall under the floor and give -128)."""
+    mb = ModelBuilder(7)
+    mb.output(mb.log_softmax(mb.input((2, 3, 37), scale=scale)), mb.log_softmax(mb.input((5, 1), scale=scale)))
     check(tmp_path, mb)

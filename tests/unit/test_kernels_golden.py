@@ -168,6 +168,17 @@ def test_softmax(seed, lead, depth, beta):
 
 
 @PROPERTY
+@given(seed=SEEDS, lead=st.lists(st.integers(1, 4), max_size=3), depth=st.integers(1, 40),
+       scale=st.one_of(st.none(), st.sampled_from([0.001, 0.02, 0.3, 2.0])))
+def test_log_softmax(seed, lead, depth, scale):
+    """The reference's fixed-point log of the row's sum of exponentials, rows of 1 to 40 values,
+    input scales from fine (few rows reach -16) to coarse (most values under the floor)."""
+    mb = ModelBuilder(seed)
+    mb.output(mb.log_softmax(mb.input((*lead, depth), scale=scale)))
+    assert_golden_matches_litert(mb, seed, samples=3)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
        op=st.sampled_from(["logistic", "hard_swish", "relu", "relu6", "relu_n1_to_1", "relu_0_to_1", "abs"]))
 def test_unary(seed, shape, op):
