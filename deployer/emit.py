@@ -101,11 +101,11 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
     if isinstance(kern, K.FullyConnected):  # a bias per unit, or (ONNX Gemm) one per row and unit
         rows = kern.bias >= 0 and sym.graph.tensors[kern.bias].elements == kern.batch * kern.units > kern.units
         ctx["bias_at"] = f"b * {kern.units} + u" if rows else "u"
-    if kern.int_rq is not None:
+    if getattr(kern, "int_rq", None) is not None:
         ctx.update(_int_rq_context(kern.int_rq, k, sym))
-    elif kern.float_rq is not None:
+    elif getattr(kern, "float_rq", None) is not None:
         ctx.update(fscale=sym.array(f"op{k}_scale_f32", "float", np.array(kern.float_rq, np.float32)))
-    elif isinstance(kern, K.Conv):
+    elif isinstance(kern, (K.Conv, K.TransposeConv)):
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", kern.multiplier),
                    shift=sym.array(f"op{k}_shift", "int8_t", kern.shift))
     else:
@@ -117,7 +117,7 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
 def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool) -> dict:
     """Template values beyond the kernel record itself, per kernel kind."""
     match kern:
-        case K.Conv() | K.FullyConnected():
+        case K.Conv() | K.FullyConnected() | K.TransposeConv():
             return _weights_context(kern, k, sym, l3_weights)
         case K.Add() | K.Mul() | K.MinMax():
             return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None)
@@ -138,6 +138,10 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.ResizeNearest():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
+        case K.Slice():
+            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(4)]
+            return dict(base=sum(b * s for b, s in zip(kern.start, strides)),
+                        steps4=[st * s for st, s in zip(kern.step, strides)])
         case K.Transpose():
             strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
             return dict(out4=_pad4(kern.out_shape, 1), perm_strides4=_pad4([strides[p] for p in kern.perm], 0))
@@ -416,8 +420,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     for k, (layer, lp) in enumerate(zip(graph.layers, plan.layers)):
         kern, variant = lp.kernel, lp.variant
         out_t = graph.tensors[layer.outputs[0]]
-        data = [i for i in layer.inputs if i >= 0 and not (isinstance(kern, (K.Conv, K.FullyConnected))
-                                                            and i in (kern.weights, kern.bias))]
+        data = K.data_inputs(layer, kern)
         L = dict(index=k, kind=type(kern).__name__, k=kern, func=f"op{k}_{layer.op.lower()}",
                  title=f"{layer.op} `{layer.name}` -> {shape_text(out_t)}", variant=variant.name,
                  y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,

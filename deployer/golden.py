@@ -67,6 +67,24 @@ def _conv_acc(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> 
     return acc
 
 
+def _transpose_conv(k: K.TransposeConv, x, w, b):
+    """The reference's scatter: every input pixel adds its products to the outputs its taps reach."""
+    xs = x.astype(np.int64) + k.input_offset
+    full_h, full_w = (k.in_h - 1) * k.stride_h + k.k_h, (k.in_w - 1) * k.stride_w + k.k_w
+    acc = np.zeros((k.batch, max(full_h, k.pad_t + k.out_h), max(full_w, k.pad_l + k.out_w), k.out_c), np.int64)
+    wt = w.astype(np.int64)  # out_c, k_h, k_w, in_c
+    for ky in range(k.k_h):
+        for kx in range(k.k_w):
+            contrib = np.einsum("nhwc,oc->nhwo", xs, wt[:, ky, kx, :])
+            acc[:, ky: ky + (k.in_h - 1) * k.stride_h + 1: k.stride_h,
+                kx: kx + (k.in_w - 1) * k.stride_w + 1: k.stride_w, :] += contrib
+    acc = fx.wrap32(acc[:, k.pad_t: k.pad_t + k.out_h, k.pad_l: k.pad_l + k.out_w, :])
+    if b is not None:
+        acc = fx.wrap32(acc + b.astype(np.int64))
+    out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
+    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+
+
 def _fc(k: K.FullyConnected, x, w, b):
     xs = x.reshape(k.batch, k.in_features).astype(np.float64) + k.input_offset
     acc = np.rint(xs @ w.astype(np.float64).T).astype(np.int64)
@@ -265,6 +283,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
     match kernel:
         case K.Conv():
             y = _conv(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+        case K.TransposeConv():
+            y = _transpose_conv(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
         case K.FullyConnected():
             y = _fc(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
         case K.Add():
@@ -305,6 +325,9 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _concat(kernel, *ins)
         case K.Transpose():
             y = np.transpose(ins[0], kernel.perm)
+        case K.Slice():
+            idx = [np.arange(b, b + s * n, s) if n else np.arange(0) for b, s, n in zip(kernel.start, kernel.step, kernel.counts)]
+            y = ins[0].reshape(kernel.in_shape)[np.ix_(*idx)]
         case K.ResizeNearest():
             y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
         case _:

@@ -62,6 +62,38 @@ class Conv:
 
 
 @dataclass(frozen=True, slots=True)
+class TransposeConv:
+    """TRANSPOSE_CONV, computed per output pixel: output (oy, ox) sums the input pixels (iy, ix)
+    with iy * stride_h - pad_t + ky = oy (and the same for columns) for every kernel tap; the same
+    integer sums as the reference's scatter, requantized per output channel as a convolution."""
+    batch: int
+    in_h: int
+    in_w: int
+    in_c: int
+    out_h: int
+    out_w: int
+    out_c: int
+    k_h: int
+    k_w: int
+    stride_h: int
+    stride_w: int
+    pad_t: int
+    pad_l: int
+    input_offset: int
+    output_offset: int
+    multiplier: tuple[int, ...]
+    shift: tuple[int, ...]
+    act_min: int
+    act_max: int
+    weights: int  # tensor index: out_c x k_h x k_w x in_c
+    bias: int  # tensor index or -1
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.in_h * self.in_w * self.in_c * self.k_h * self.k_w * self.out_c
+
+
+@dataclass(frozen=True, slots=True)
 class FullyConnected:
     """LiteRT's reference FC requantizes in double: round(acc * scale), halves away from zero."""
     batch: int
@@ -310,6 +342,35 @@ class Transpose:
 
 
 @dataclass(frozen=True, slots=True)
+class Slice:
+    """STRIDED_SLICE / SLICE on a 4-D view (leading axes of one): output element (i0..i3) copies
+    input element (start[d] + i_d * step[d]) for every axis d."""
+    in_shape: tuple[int, int, int, int]
+    start: tuple[int, int, int, int]
+    step: tuple[int, int, int, int]
+    counts: tuple[int, int, int, int]  # the output's extent per axis, shrunk axes kept as one
+
+
+def slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool, end_masked: bool,
+               shrink: bool) -> range:
+    """The input indices one axis of a strided slice reads, as the reference's StartForAxis and
+    StopForAxis find them: a masked bound is the axis's end in the stride's direction, a negative
+    one counts from the end, both are clamped ([0, size] forwards, [-1, size - 1] backwards), and a
+    shrunk axis reads its start only."""
+    if size == 0:
+        return range(0)
+    lo, hi = (0, size) if stride > 0 else (-1, size - 1)
+    def bound(value: int) -> int:
+        return min(max(value + size if value < 0 else value, lo), hi)
+
+    start = (lo if stride > 0 else hi) if begin_masked else bound(begin)
+    if shrink:
+        return range(start, start + 1)
+    stop = (hi if stride > 0 else lo) if end_masked else bound(end)
+    return range(start, stop, stride)
+
+
+@dataclass(frozen=True, slots=True)
 class ResizeNearest:
     """RESIZE_NEAREST_NEIGHBOR: each output pixel copies the input pixel at (rows[y], cols[x])."""
     batch: int
@@ -412,6 +473,35 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
                 geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
                 mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant, float_rq)
+
+
+def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
+    x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
+    bias = l.inputs[2] if len(l.inputs) > 2 else -1
+    y = g.tensors[l.outputs[0]]
+    a = l.attrs
+    n, ih, iw, ic = _nhwc(x, where)
+    yn, oh, ow, oc = _nhwc(y, where)
+    if w.data is None or w.dtype != "int8" or len(w.shape) != 4:
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be a constant 4-D int8 tensor")
+    if w.quant is None or any(z != 0 for z in w.quant.zero_point):
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric int8 (zero point 0)")
+    if w.shape[0] != oc or w.shape[3] != ic or yn != n:
+        raise UnsupportedOperator(f"{where}: weights {list(w.shape)} do not map {list(x.shape)} to {list(y.shape)}")
+    _check_bias(g, bias, (oc,), where)
+    kh, kw = w.shape[1], w.shape[2]
+    (sh, sw) = a.stride
+    back = geo.output_size(oh, kh, sh, 1, a.padding), geo.output_size(ow, kw, sw, 1, a.padding)
+    if back != (ih, iw):
+        raise UnsupportedOperator(f"{where}: a {a.padding} convolution of the {oh}x{ow} output gives {back[0]}x{back[1]}, "
+                                  f"the input is {ih}x{iw} (the reference requires them equal)")
+    # the padding of the convolution this one transposes (from the output back to the input)
+    pad_t, pad_l = geo.pad_before(oh, kh, sh, 1, a.padding), geo.pad_before(ow, kw, sw, 1, a.padding)
+    scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
+    ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
+    lo, hi = _act(y, a.activation)
+    return TransposeConv(n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pad_t, pad_l, -x.zero_point, y.zero_point,
+                         ms, ss, lo, hi, l.inputs[1], bias)
 
 
 def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
@@ -741,20 +831,53 @@ def _transpose(g: Graph, l: Layer, where: str) -> Transpose:
     return Transpose(x.shape, perm, y.shape)
 
 
+def _strided_slice(g: Graph, l: Layer, where: str) -> Slice:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    a = l.attrs
+    rank = len(x.shape)
+    if len(a.begin) != rank:
+        raise UnsupportedOperator(f"{where}: begin {list(a.begin)} does not index the input's {rank} axes")
+    if rank > 4:
+        raise UnsupportedOperator(f"{where}: slicing more than 4 dimensions")
+    if x.dtype != y.dtype:
+        raise UnsupportedOperator(f"{where}: input {x.dtype} and output {y.dtype} differ")
+    axes = []
+    for d in range(rank):
+        shrink = bool(a.shrink_axis_mask >> d & 1)
+        if shrink and a.strides[d] < 0:
+            raise UnsupportedOperator(f"{where}: shrinking axis {d} with a negative stride")
+        axes.append(slice_axis(x.shape[d], a.begin[d], a.end[d], a.strides[d], bool(a.begin_mask >> d & 1),
+                               bool(a.end_mask >> d & 1), shrink))
+    kept = tuple(len(r) for d, r in enumerate(axes) if not a.shrink_axis_mask >> d & 1)
+    if kept != y.shape:
+        raise UnsupportedOperator(f"{where}: the slice gives {list(kept)}, the output is {list(y.shape)}")
+    pad = 4 - rank
+    return Slice((1,) * pad + tuple(x.shape), (0,) * pad + tuple(r.start for r in axes),
+                 (1,) * pad + tuple(r.step for r in axes), (1,) * pad + tuple(len(r) for r in axes))
+
+
 LOWERINGS = {
-    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc,
+    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv,
     "ADD": _add, "SUB": _add, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
-    "CONCATENATION": _concat, "TRANSPOSE": _transpose, "REQUANT_SHIFT": _rescale,
+    "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice, "REQUANT_SHIFT": _rescale,
 }
 
-Kernel = (Conv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | ResizeNearest | IntAdd | IntRescale
+Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | Slice | ResizeNearest | IntAdd | IntRescale
           | Offset)
+
+
+WEIGHTED = (Conv, TransposeConv, FullyConnected)  # kernels whose constant weights and bias are not data inputs
+
+
+def data_inputs(layer: Layer, kernel: Kernel) -> list[int]:
+    """A layer's activation operands, in the order the kernels take them."""
+    return [i for i in layer.inputs if i >= 0 and not (isinstance(kernel, WEIGHTED) and i in (kernel.weights, kernel.bias))]
 
 
 def lower(graph: Graph, layer: Layer) -> Kernel:

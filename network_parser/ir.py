@@ -114,6 +114,15 @@ class DepthwiseConv2D:
 
 
 @dataclass(frozen=True, slots=True)
+class TransposeConv2D:
+    """TRANSPOSE_CONV: each input pixel scatters its kernel-sized window onto the output, ``stride``
+    apart; the padding is the one a convolution from the output back to the input would have."""
+    stride: tuple[int, int]
+    padding: str
+    activation: str
+
+
+@dataclass(frozen=True, slots=True)
 class FullyConnected:
     activation: str
     keep_num_dims: bool
@@ -206,12 +215,25 @@ class Transpose:
 
 
 @dataclass(frozen=True, slots=True)
+class StridedSlice:
+    """STRIDED_SLICE (and SLICE, as begin, begin + size, stride 1): per axis the constant begin, end
+    and stride, with TFLite's masks (bit i: axis i takes its whole extent from its start / to its
+    end; shrink: the axis is dropped from the output)."""
+    begin: tuple[int, ...]
+    end: tuple[int, ...]
+    strides: tuple[int, ...]
+    begin_mask: int = 0
+    end_mask: int = 0
+    shrink_axis_mask: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class NoAttrs:
     """Ops fully described by their tensors (RESHAPE, RELU, QUANTIZE, ...)."""
 
 
-Attrs = Union[Conv2D, DepthwiseConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Concat, Transpose, NoAttrs]
+Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
+              Mean, Softmax, Resize, LeakyRelu, Pad, Concat, Transpose, StridedSlice, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

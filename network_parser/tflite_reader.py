@@ -10,7 +10,8 @@ import tflite
 
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
-                 Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, Tensor, Transpose)
+                 Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
+                 TransposeConv2D)
 from .side_files import read_model_file
 
 _OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
@@ -69,6 +70,11 @@ def _dwconv(op, where):
                            o.DepthMultiplier() or 1)
 
 
+def _transpose_conv(op, where):
+    o = _options(op, tflite.TransposeConvOptions, where)
+    return TransposeConv2D((o.StrideH(), o.StrideW()), _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
+
+
 def _fc(op, where):
     o = _options(op, tflite.FullyConnectedOptions)
     if o is None:
@@ -116,6 +122,18 @@ def _mean(op, where):
     return Mean((), bool(o.KeepDims()) if o else False)  # axes filled from the constant input
 
 
+def _strided_slice(op, where):
+    o = _options(op, tflite.StridedSliceOptions)
+    if o is None:
+        return StridedSlice((), (), ())
+    if o.EllipsisMask() or o.NewAxisMask():
+        raise UnsupportedOperator(f"{where}: STRIDED_SLICE with an ellipsis or new-axis mask is not supported "
+                                  f"(the converter folds these into RESHAPE for static shapes)")
+    if o.Offset():
+        raise UnsupportedOperator(f"{where}: STRIDED_SLICE with offset=true (end relative to begin) is not supported")
+    return StridedSlice((), (), (), o.BeginMask(), o.EndMask(), o.ShrinkAxisMask())
+
+
 def _none(op, where):
     return NoAttrs()
 
@@ -123,7 +141,7 @@ def _none(op, where):
 # op name -> (attribute parser, number of leading data inputs; the rest are constants)
 _OPS = {
     "CONV_2D": (_conv, None), "DEPTHWISE_CONV_2D": (_dwconv, None),
-    "FULLY_CONNECTED": (_fc, None),
+    "FULLY_CONNECTED": (_fc, None), "TRANSPOSE_CONV": (_transpose_conv, None),
     "ADD": (_elementwise(tflite.AddOptions), None), "MUL": (_elementwise(tflite.MulOptions), None),
     "SUB": (_elementwise(tflite.SubOptions), None), "MAXIMUM": (_none, None), "MINIMUM": (_none, None),
     "AVERAGE_POOL_2D": (_pool, None), "MAX_POOL_2D": (_pool, None),
@@ -134,6 +152,7 @@ _OPS = {
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
     "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None),
     "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1),
+    "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
 }
 
 
@@ -250,6 +269,11 @@ def _read(buf: bytes, path) -> Graph:
             raise ModelFormatError(f"{where}: writes tensor {outs[0]} '{out_name}', which a graph input, a constant "
                                    f"or an earlier op already holds")
         parse, n_data = _OPS[name]
+        output_shape = None
+        if name == "TRANSPOSE_CONV" and len(ins) >= 3 and ins[0] >= 0:
+            # (output shape, weights, input[, bias]): the data input first, as every weighted op has it
+            output_shape = ins[0]
+            ins = [ins[2], ins[1], *ins[3:]]
         need = _MIN_INPUTS.get(name, 1)
         if len(ins) < need or any(i < 0 for i in ins[:need]):
             raise ModelFormatError(f"{where}: inputs {ins}, {name} needs at least {need} (-1 marks an "
@@ -270,6 +294,8 @@ def _read(buf: bytes, path) -> Graph:
             if i >= 0 and tensors[i].dtype == "int8" and tensors[i].quant is None:
                 raise ModelFormatError(f"{where}: int8 tensor {i} '{tensors[i].name}' has no quantization")
         attrs = _fold_constants(name, attrs, [tensors[i] for i in consts], where)
+        if output_shape is not None:
+            _check_output_shape(tensors[output_shape], tensors[outs[0]], where)
         layers.append(Layer(k, name, tuple(data_ins), tuple(outs), attrs, out_name))
         produced.update(outs)
     for o in outputs:
@@ -283,9 +309,21 @@ def _read(buf: bytes, path) -> Graph:
     return Graph(name, tuple(tensors), tuple(layers), inputs, outputs)
 
 
-_WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-_MIN_INPUTS = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2,
-               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2}
+_WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
+_MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2,
+               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
+               "STRIDED_SLICE": 4, "SLICE": 3}
+
+
+def _check_output_shape(shape: Tensor, out: Tensor, where: str) -> None:
+    """TRANSPOSE_CONV's output shape input: a constant that states the output tensor's shape (a
+    computed one would make the shape dynamic)."""
+    if not shape.is_const:
+        raise UnsupportedOperator(f"{where}: the output shape '{shape.name}' is computed at run time (a dynamic "
+                                  f"shape); only a constant one can be planned")
+    if tuple(int(v) for v in np.asarray(shape.data).reshape(-1)) != out.shape:
+        raise ModelFormatError(f"{where}: the output shape {np.asarray(shape.data).reshape(-1).tolist()} differs from "
+                               f"the output tensor's {list(out.shape)}")
 
 
 def _check_window(attrs, where: str) -> None:
@@ -337,4 +375,20 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
             raise ModelFormatError(f"{where}: the output size must be an int32 tensor of two positive integers, got "
                                    f"{consts[0].dtype} {size.tolist()}")
         return Resize((int(size[0]), int(size[1])), attrs.align_corners, attrs.half_pixel_centers)
+    if op == "STRIDED_SLICE":
+        begin, end, strides = (tuple(int(v) for v in _const_ints([t], what, where).reshape(-1))
+                               for t, what in zip(consts[:3], ("the begin", "the end", "the strides")))
+        if not len(begin) == len(end) == len(strides) or 0 in strides:
+            raise ModelFormatError(f"{where}: begin {list(begin)}, end {list(end)} and strides {list(strides)} must "
+                                   f"have one value per axis, strides non-zero")
+        return StridedSlice(begin, end, strides, attrs.begin_mask, attrs.end_mask, attrs.shrink_axis_mask)
+    if op == "SLICE":
+        begin, size = (tuple(int(v) for v in _const_ints([t], what, where).reshape(-1))
+                       for t, what in zip(consts[:2], ("the begin", "the size")))
+        if len(begin) != len(size) or any(b < 0 for b in begin) or any(s < -1 for s in size):
+            raise ModelFormatError(f"{where}: begin {list(begin)} and size {list(size)} must have one value per "
+                                   f"axis, begin non-negative, size -1 (to the end) or more")
+        # size -1: to the axis's end (the end mask)
+        end_mask = sum(1 << i for i, s in enumerate(size) if s == -1)
+        return StridedSlice(begin, tuple(b + max(s, 0) for b, s in zip(begin, size)), (1,) * len(begin), 0, end_mask)
     return attrs

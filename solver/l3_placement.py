@@ -34,10 +34,7 @@ class Placement:
         return bool(self.tensors or self.weights)
 
 
-def data_inputs(layer, kern) -> list[int]:
-    """A layer's activation operands, in the order the kernels take them."""
-    return [i for i in layer.inputs if i >= 0 and not (isinstance(kern, (K.Conv, K.FullyConnected))
-                                                       and i in (kern.weights, kern.bias))]
+data_inputs = K.data_inputs
 
 
 def streamed_parts(graph: Graph, kernels, k: int, tensors, weights) -> tuple[str, ...]:

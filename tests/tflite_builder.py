@@ -330,6 +330,43 @@ class ModelBuilder:
         return self._emit(name, Op.DEPTHWISE_CONV_2D, 3, inputs, [x], lambda v: dwconv(v) + bf,
                           (n, *out, oc), act=activation, options=opts)
 
+    def transpose_conv(self, x, out_channels, kernel=(3, 3), stride=(2, 2), padding="SAME", out_size=None,
+                       activation="NONE", per_channel=True, bias=True) -> int:
+        """TRANSPOSE_CONV; ``out_size`` (H, W) defaults to the input's times the stride (SAME) or
+        (in - 1) * stride + kernel (VALID)."""
+        t = self._int8(x, rank=4)
+        n, h, w, c = t.shape
+        k, s = _pair(kernel), _pair(stride)
+        if out_size is None:
+            out_size = (h * s[0], w * s[1]) if padding == "SAME" else ((h - 1) * s[0] + k[0], (w - 1) * s[1] + k[1])
+        oh, ow = out_size
+        from network_parser.conv_geometry import pad_before
+        pads = pad_before(oh, k[0], s[0], 1, padding), pad_before(ow, k[1], s[1], 1, padding)
+        wq, ws = self._weights((out_channels, *k, c), out_channels if per_channel else 1, k[0] * k[1] * c / (s[0] * s[1]))
+        wf = wq.astype(np.float64) * (ws[:, None, None, None] if per_channel else ws[0])
+        name = self._name("transpose_conv")
+
+        def tconv(v):
+            full = np.zeros((len(v), n, (h - 1) * s[0] + k[0] + oh, (w - 1) * s[1] + k[1] + ow, out_channels))
+            for i in range(k[0]):
+                for j in range(k[1]):
+                    full[:, :, i:i + (h - 1) * s[0] + 1:s[0], j:j + (w - 1) * s[1] + 1:s[1], :] += \
+                        np.einsum("snhwc,oc->snhwo", v, wf[:, i, j, :])
+            return full[:, :, pads[0]:pads[0] + oh, pads[1]:pads[1] + ow, :]
+
+        bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
+        inputs = [self._const(f"{name}/output_shape", [n, oh, ow, out_channels], "int32"),
+                  self._const(f"{name}/weights", wq, "int8", ws, qdim=0), x]
+        bf = 0.0
+        if bias:  # optional for TRANSPOSE_CONV
+            bq = self._bias(tconv(t.sim), bscale.astype(np.float64))
+            inputs.append(self._const(f"{name}/bias", bq, "int32", bscale, qdim=0))
+            bf = bq * bscale.astype(np.float64)
+        opts = _opts("TransposeConvOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
+                     FusedActivationFunction=self._check_act(activation))
+        return self._emit(name, Op.TRANSPOSE_CONV, 4, inputs, [x], lambda v: tconv(v) + bf, (n, oh, ow, out_channels),
+                          act=activation, options=opts)
+
     def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True) -> int:
         t = self._int8(x)
         in_f = t.shape[-1]
@@ -572,6 +609,35 @@ class ModelBuilder:
         return self._emit(name, Op.TRANSPOSE, version, [x, pt], [x],
                           lambda v: v.transpose(0, *[p + 1 for p in perm]),
                           tuple(t.shape[p] for p in perm), quant=self._q(x))
+
+    def strided_slice(self, x, begin, end, strides, begin_mask=0, end_mask=0, shrink_axis_mask=0) -> int:
+        from layer_analyzer.kernels import slice_axis  # the reference's bounds per axis
+        t = self._int8(x)
+        rank = len(t.shape)
+        axes = [slice_axis(t.shape[d], begin[d], end[d], strides[d], bool(begin_mask >> d & 1),
+                           bool(end_mask >> d & 1), bool(shrink_axis_mask >> d & 1)) for d in range(rank)]
+        out_shape = tuple(len(r) for d, r in enumerate(axes) if not shrink_axis_mask >> d & 1)
+        name = self._name("strided_slice")
+        consts = [self._const(f"{name}/{what}", list(v), "int32") for what, v in
+                  (("begin", begin), ("end", end), ("strides", strides))]
+        idx = [list(r) for r in axes]
+
+        def fn(v):
+            return v[np.ix_(range(len(v)), *idx)].reshape(len(v), *out_shape)
+
+        return self._emit(name, Op.STRIDED_SLICE, 4 if rank > 4 else 2, [x, *consts], [x], fn, out_shape,
+                          quant=self._q(x), options=_opts("StridedSliceOptions", BeginMask=begin_mask, EndMask=end_mask,
+                                                          ShrinkAxisMask=shrink_axis_mask))
+
+    def slice(self, x, begin, size) -> int:
+        t = self._int8(x)
+        stops = [dim if s == -1 else b + s for dim, b, s in zip(t.shape, begin, size)]
+        out_shape = tuple(e - b for b, e in zip(begin, stops))
+        name = self._name("slice")
+        consts = [self._const(f"{name}/{what}", list(v), "int32") for what, v in (("begin", begin), ("size", size))]
+        return self._emit(name, Op.SLICE, 4 if len(t.shape) > 4 else 2, [x, *consts], [x],
+                          lambda v: v[(slice(None), *(slice(b, e) for b, e in zip(begin, stops)))], out_shape,
+                          quant=self._q(x))
 
     def resize_nearest(self, x, size, align_corners=False, half_pixel_centers=False) -> int:
         from layer_analyzer.kernels import nearest_indices  # the reference's index mapping

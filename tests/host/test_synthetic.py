@@ -32,7 +32,8 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     """Apply one random op to tensor x (NHWC) and return its output."""
     _, h, w, c = mb.shape(x)
     op = draw(st.sampled_from(["conv", "dw", "dil", "add", "sub", "mul", "avg", "max", "relu", "relu6", "hswish",
-                               "leaky", "resize", "relu1", "relu01", "abs", "maxmin", "logistic", "pad", "concat", "requant"]))
+                               "leaky", "resize", "relu1", "relu01", "abs", "maxmin", "logistic", "pad", "concat", "requant",
+                               "slice", "tconv"]))
     if op == "conv":
         return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
                          per_channel=draw(st.booleans()), **_window(draw, h, w))
@@ -58,6 +59,19 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     if op == "resize":
         return mb.resize_nearest(x, (draw(st.integers(1, 2 * h)), draw(st.integers(1, 2 * w))),
                                  align_corners=draw(st.booleans()), half_pixel_centers=draw(st.booleans()))
+    if op == "tconv":
+        return mb.transpose_conv(x, draw(st.integers(1, 8)), kernel=(draw(st.integers(1, 4)), draw(st.integers(1, 4))),
+                                 stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+                                 padding=draw(st.sampled_from(["SAME", "VALID"])), activation=draw(ACTS),
+                                 per_channel=draw(st.booleans()), bias=draw(st.booleans()))
+    if op == "slice":  # a window of rows, columns and channels, walked either way
+        begin, end, strides = [0], [1], [1]
+        for d in (h, w, c):
+            first, stride = draw(st.integers(0, d - 1)), draw(st.sampled_from([1, 2, -1]))
+            begin.append(first)
+            end.append(draw(st.integers(first + 1, d)) if stride > 0 else draw(st.integers(-d - 1, first - d - 1)))
+            strides.append(stride)
+        return mb.strided_slice(x, begin, end, strides)
     if op == "leaky":
         return mb.leaky_relu(x, alpha=draw(st.sampled_from([0.1, 0.2, 1.5])))
     if op == "pad":
@@ -132,4 +146,27 @@ def test_log_softmax_engine(tmp_path, scale):
     value counts) to coarse ones (most values fall under the floor and give -128)."""
     mb = ModelBuilder(7)
     mb.output(mb.log_softmax(mb.input((2, 3, 37), scale=scale)), mb.log_softmax(mb.input((5, 1), scale=scale)))
+    check(tmp_path, mb)
+
+
+def test_slices_engine(tmp_path):
+    """STRIDED_SLICE backwards, with masks and a shrunk axis, and SLICE to the end, in one engine."""
+    mb = ModelBuilder(3)
+    x = mb.input((2, 5, 6, 7))
+    mb.output(mb.strided_slice(x, [1, -1, 0, 6], [2, 0, 6, -8], [1, -2, 2, -3], begin_mask=0b0100, end_mask=0b1000,
+                               shrink_axis_mask=0b0001),
+              mb.slice(x, [0, 1, 2, 3], [-1, 3, -1, 2]))
+    check(tmp_path, mb)
+
+
+def test_transpose_conv_engine(tmp_path):
+    """A decoder step as U-Nets have it: TRANSPOSE_CONV up by two (SAME, a 3x3 and a 2x2 kernel),
+    one VALID with a kernel wider than its stride, and odd output sizes."""
+    mb = ModelBuilder(5)
+    x = mb.input((1, 5, 6, 8))
+    up = mb.transpose_conv(x, 6, kernel=(3, 3), stride=(2, 2), activation="RELU")
+    up2 = mb.transpose_conv(x, 4, kernel=(2, 2), stride=(2, 2), bias=False, per_channel=False)
+    valid = mb.transpose_conv(x, 3, kernel=(4, 3), stride=(2, 1), padding="VALID", out_size=(13, 8))
+    odd = mb.transpose_conv(x, 5, kernel=(3, 3), stride=(2, 2), out_size=(9, 11))
+    mb.output(up, up2, valid, odd)
     check(tmp_path, mb)

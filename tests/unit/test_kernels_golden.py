@@ -159,6 +159,21 @@ def test_mean(seed, shape, data, keep):
 
 
 @PROPERTY
+@given(seed=SEEDS, n=st.integers(1, 2), h=st.integers(1, 5), w=st.integers(1, 5), c=st.integers(1, 6),
+       oc=st.integers(1, 6), kh=st.integers(1, 4), kw=st.integers(1, 4), sh=st.integers(1, 3), sw=st.integers(1, 3),
+       padding=PADDING, extra=st.integers(0, 2), per_channel=st.booleans(), bias=st.booleans(), act=ACTS)
+def test_transpose_conv(seed, n, h, w, c, oc, kh, kw, sh, sw, padding, extra, per_channel, bias, act):
+    """Kernels smaller and larger than the stride, SAME and VALID, every output size whose
+    convolution back gives the input's (what the reference accepts), with and without a bias."""
+    eh, ew = extra % sh, extra % sw
+    oh, ow = (h * sh - eh, w * sw - ew) if padding == "SAME" else ((h - 1) * sh + kh + eh, (w - 1) * sw + kw + ew)
+    mb = ModelBuilder(seed)
+    mb.output(mb.transpose_conv(mb.input((n, h, w, c)), oc, (kh, kw), (sh, sw), padding, (oh, ow), act,
+                                per_channel, bias))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, lead=st.lists(st.integers(1, 4), max_size=3), depth=st.integers(1, 20),
        beta=st.sampled_from([1.0, 0.5, 2.0, 0.25]))
 def test_softmax(seed, lead, depth, beta):
@@ -271,6 +286,37 @@ def test_transpose(seed, shape, data):
     perm = data.draw(st.permutations(range(len(shape))))
     mb = ModelBuilder(seed)
     mb.output(mb.transpose(mb.input(tuple(shape)), perm))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data())
+def test_strided_slice(seed, shape, data):
+    """Bounds inside, past the ends and negative (counted from the end), strides forwards and
+    backwards, every mask."""
+    begin, end, strides = [], [], []
+    for d in shape:
+        first, stride = data.draw(st.integers(0, d - 1)), data.draw(st.sampled_from([1, 2, 3, -1, -2]))
+        last = data.draw(st.integers(first + 1, d + 2) if stride > 0 else st.integers(-1, first - 1))
+        begin.append(data.draw(st.sampled_from([first, first - d])))
+        # a stop before index 0 is written -(d + 1) or less; others as is, from the end, or beyond it
+        end.append(data.draw(st.sampled_from([last, last - d] if last >= 0 else [-d - 1, -d - 3])))
+        strides.append(stride)
+    rank = len(shape)
+    masks = [data.draw(st.integers(0, 2 ** rank - 1)) for _ in range(3)]
+    shrink = masks[2] & sum(1 << d for d, s in enumerate(strides) if s > 0)
+    mb = ModelBuilder(seed)
+    mb.output(mb.strided_slice(mb.input(tuple(shape)), begin, end, strides, masks[0], masks[1], shrink))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data())
+def test_slice(seed, shape, data):
+    begin = [data.draw(st.integers(0, d - 1)) for d in shape]
+    size = [data.draw(st.sampled_from([-1, data.draw(st.integers(1, d - b))])) for d, b in zip(shape, begin)]
+    mb = ModelBuilder(seed)
+    mb.output(mb.slice(mb.input(tuple(shape)), begin, size))
     assert_golden_matches_litert(mb, seed)
 
 
