@@ -156,3 +156,15 @@ def test_dsp_kernels_run_on_tiles_and_patch_regions(rel, options):
                                              if dep.layers[k].kernel.__class__.__name__ == "Conv")
         assert "_window[" in engine  # the region kernels' offsets: the stage runs the SMLAD variants
     assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, seed) for seed in range(2)])
+
+
+@pytest.mark.parametrize("target, l1", [("cortex-m4", None), ("stm32h743", 32 * K)])
+@pytest.mark.parametrize("which", ["audio_unet", "detection_fpn"])
+def test_zoo_models_on_qemu(tmp_path, which, target, l1):
+    """The U-Net (TRANSPOSE_CONV, STRIDED_SLICE, LEAKY_RELU, SUB, LOG_SOFTMAX) and the FPN
+    (RESIZE_NEAREST_NEIGHBOR) on the M4, and tiled in the H743's DTCM."""
+    from tests import model_zoo
+    model = tmp_path / f"{which}.tflite"
+    getattr(model_zoo, which)().save(model)
+    dep = deploy(model, Options(target=target, l1=l1))
+    assert_bit_exact_on_qemu(model, dep, [random_inputs(dep.graph, seed) for seed in range(2)])

@@ -1,0 +1,29 @@
+"""The model builder's application-shaped models (an audio U-Net, a detection FPN): deployed and
+tiled, every engine bit-exact with LiteRT. (Their peaks sit where RESIZE_NEAREST_NEIGHBOR and
+TRANSPOSE_CONV join skip connections; those run whole, so a patch split does not lower them.)"""
+from __future__ import annotations
+
+import pytest
+
+from deployer.pipeline import Options, deploy
+from deployer.verify import build_engine, random_inputs
+from tests.host.test_models import assert_bit_exact
+from tests.model_zoo import audio_unet, detection_fpn
+
+K = 1024
+
+
+@pytest.fixture(scope="module", params=[audio_unet, detection_fpn], ids=lambda f: f.__name__)
+def model(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("zoo") / f"{request.param.__name__}.tflite"
+    request.param().save(path)
+    return path
+
+
+@pytest.mark.parametrize("options", [dict(), dict(l1=16 * K, tiler="cpsat"), dict(l1=8 * K, tiler="greedy")],
+                         ids=["untiled", "l1-16K", "l1-8K"])
+def test_zoo_model_bit_exact(model, options):
+    dep = deploy(model, Options(**options))
+    if "l1" in options:  # the convolutions run tile by tile
+        assert dep.tilings and all(t.l1_bytes <= options["l1"] for _, t in dep.tilings.values())
+    assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, s) for s in range(2)])

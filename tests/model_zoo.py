@@ -1,0 +1,48 @@
+"""Models of the shapes real applications have, built by the project's model builder (random,
+seeded weights): what the operator set must carry end to end, beyond one op at a time."""
+from __future__ import annotations
+
+from tests.tflite_builder import ModelBuilder
+
+
+def audio_unet(seed: int = 11) -> ModelBuilder:
+    """A U-Net over a spectrogram (1 x 32 x 32 x 2, real and imaginary) as audio denoisers have it:
+    strided encoder convolutions with LEAKY_RELU, TRANSPOSE_CONV decoders whose outputs are cropped
+    (STRIDED_SLICE) to the skip connection they join, a SUB of the estimated noise from the input and
+    a per-bin LOG_SOFTMAX mask head."""
+    mb = ModelBuilder(seed)
+    x = mb.input((1, 32, 32, 2))
+    e1 = mb.leaky_relu(mb.conv2d(x, 8, kernel=(3, 3), stride=(2, 2)), alpha=0.2)         # 16 x 16
+    e2 = mb.leaky_relu(mb.conv2d(e1, 16, kernel=(3, 3), stride=(2, 2)), alpha=0.2)       # 8 x 8
+    b = mb.leaky_relu(mb.conv2d(e2, 16, kernel=(3, 3), stride=(2, 2)), alpha=0.2)        # 4 x 4
+    d2 = mb.transpose_conv(b, 16, kernel=(4, 4), stride=(2, 2), padding="VALID", activation="RELU")  # 10 x 10
+    d2 = mb.concat([mb.strided_slice(d2, [0, 1, 1, 0], [1, 9, 9, 16], [1, 1, 1, 1]), e2], axis=3)
+    d1 = mb.transpose_conv(d2, 8, kernel=(3, 3), stride=(2, 2), activation="RELU")      # 16 x 16
+    d1 = mb.add(d1, e1)
+    d0 = mb.transpose_conv(d1, 2, kernel=(3, 3), stride=(2, 2))                          # 32 x 32 x 2
+    clean = mb.sub(x, d0)
+    mask = mb.log_softmax(mb.conv2d(clean, 4, kernel=(1, 1)))
+    mb.output(clean, mask)
+    return mb
+
+
+def detection_fpn(seed: int = 12) -> ModelBuilder:
+    """A detection-style feature pyramid (1 x 48 x 48 x 3): a strided backbone, top-down path by
+    RESIZE_NEAREST_NEIGHBOR and ADD of 1x1 laterals, a shared-shape head per level (box and class
+    convolutions, LOGISTIC scores), the levels' outputs flattened and concatenated."""
+    mb = ModelBuilder(seed)
+    x = mb.input((1, 48, 48, 3))
+    c1 = mb.conv2d(x, 8, kernel=(3, 3), stride=(2, 2), activation="RELU6")              # 24
+    c2 = mb.conv2d(mb.depthwise_conv2d(c1, stride=(2, 2), activation="RELU6"), 16, kernel=(1, 1))  # 12
+    c3 = mb.conv2d(mb.depthwise_conv2d(c2, stride=(2, 2), activation="RELU6"), 24, kernel=(1, 1))  # 6
+    p3 = mb.conv2d(c3, 16, kernel=(1, 1))
+    p2 = mb.add(mb.conv2d(c2, 16, kernel=(1, 1)), mb.resize_nearest(p3, (12, 12)))
+    p1 = mb.add(mb.conv2d(c1, 16, kernel=(1, 1)), mb.resize_nearest(p2, (24, 24), half_pixel_centers=True))
+    boxes, scores = [], []
+    for p in (p1, p2, p3):
+        h = mb.conv2d(p, 16, kernel=(3, 3), activation="RELU")
+        _, ph, pw, _ = mb.shape(h)
+        boxes.append(mb.reshape(mb.conv2d(h, 4, kernel=(1, 1)), (1, ph * pw, 4)))
+        scores.append(mb.reshape(mb.logistic(mb.conv2d(h, 3, kernel=(1, 1))), (1, ph * pw, 3)))
+    mb.output(mb.concat(boxes, axis=1), mb.concat(scores, axis=1))
+    return mb
