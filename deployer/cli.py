@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from network_parser.cut import CutSpec
 from network_parser.errors import DeployError, UsageError
 from network_parser.side_files import load_npy
 
@@ -63,13 +64,26 @@ def parse_share(text: str) -> float:
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
              tile_objective="l1", l3=None, patch="auto", max_overhead="20%", kernels="auto",
-             input_layout="nchw", output_layout="nchw", input_type=None) -> Options:
+             input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
+             io=None) -> Options:
     check_time_limit(time_limit)
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
                    max_overhead=parse_share(max_overhead), kernels=kernels, input_layout=input_layout,
-                   output_layout=output_layout, input_type=input_type)
+                   output_layout=output_layout, input_type=input_type, cut=_cut(inputs, outputs, io))
+
+
+def _cut(inputs: str | None, outputs: str | None, io: str | None) -> CutSpec:
+    """--inputs / --outputs: comma-separated tensor names (a name holding a comma cannot be cut at)."""
+    def names(flag, text):
+        if text is None:
+            return ()
+        items = tuple(n.strip() for n in text.split(","))
+        if not all(items):
+            raise UsageError(f"{flag} takes tensor names separated by commas, got {text!r}")
+        return items
+    return CutSpec(names("--inputs", inputs), names("--outputs", outputs), io)
 
 
 TIME_LIMIT_MAX_S = 1e6  # about 11 days: beyond it a limit is no limit (and timers overflow)
@@ -114,6 +128,14 @@ def budget_options(f):
         click.option("--input-type", type=click.Choice(("int8", "uint8")), default=None,
                      help="integer ONNX graphs: the range of the input values (default: from the model's test "
                      "vectors, else guessed from the graph)"),
+        click.option("--inputs", "cut_inputs", default=None,
+                     help=".tflite models: deploy the part of the model from these tensors (names, comma-separated)"),
+        click.option("--outputs", "cut_outputs", default=None,
+                     help=".tflite models: ... to these tensors (ops past them, e.g. a float post-processing tail, "
+                     "are never read)"),
+        click.option("--io", type=click.Choice(("int8",)), default=None,
+                     help=".tflite models: take and give int8 where the model quantizes a float input or "
+                     "dequantizes to a float output (as a converter's inference_input_type=int8)"),
     )):
         f = opt(f)
     return f
@@ -220,7 +242,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-              kernels, input_layout, output_layout, input_type, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
+              kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
               llm_context, llm_tokenizer, llm_prune, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
@@ -230,7 +252,8 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet)
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                       patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+                       patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
+                       cut_inputs, cut_outputs, io)
     options = replace(options, rtos=rtos, debug_guards=debug_guards)
     with _progress(quiet):
         steps = []
@@ -330,14 +353,16 @@ def _progress(quiet: bool):
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
 def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler,
-                tile_objective, kernels, input_layout, output_layout, input_type, as_json, quiet):
+                tile_objective, kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, as_json,
+                quiet):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
     on, in order of priority, each saving measured by planning it."""
     frontend_for(model, "suggest")  # a kind of model this command does not take: a usage error
     from .suggest import suggest, suggestion_json, suggestion_text
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                       patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+                       patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
+                       cut_inputs, cut_outputs, io)
     with _progress(quiet):
         s = suggest(model, options)
     if as_json:
@@ -369,12 +394,21 @@ def _load_arrays(paths: tuple[Path, ...], tensors: list, flag: str) -> list[np.n
     return arrays
 
 
-def _samples(model: Path, graph, inputs, expected_files, seeds: int, random_inputs):
+def _samples(model: Path, dep, inputs, expected_files, seeds: int):
     """What ``deploy verify`` runs: the --input files (with their --expected outputs), else the
-    model's own test vectors when they ship beside it, else seeded random inputs."""
+    model's own test vectors when they ship beside it, else seeded random inputs. A graph cut
+    from its file takes the file's inputs, and the engine runs what the reference computed at the cut."""
     from .test_vectors import find_vectors, to_engine_input, to_engine_output
-    from .verify import Expected
+    from .verify import Expected, cut_samples, file_view, verification_samples
 
+    graph = dep.graph
+    if inputs and graph.file_edges is not None:
+        if expected_files:
+            raise UsageError("--expected cannot check a cut graph: its outputs are the reference's values at the cut")
+        whole = file_view(graph)
+        arrays = _load_arrays(inputs, [whole.tensors[t] for t in whole.inputs], "--input")
+        return cut_samples(dep, model, [[np.asarray(a).reshape(whole.tensors[t].shape) for a, t in
+                                         zip(arrays, whole.inputs)]])
     if inputs:
         arrays = _load_arrays(inputs, [graph.tensors[t] for t in graph.inputs], "--input")
         sample = [to_engine_input(graph, i, a) for i, a in enumerate(arrays)]
@@ -387,7 +421,7 @@ def _samples(model: Path, graph, inputs, expected_files, seeds: int, random_inpu
         sample = [to_engine_input(graph, i, x) for i, x in enumerate(vectors.inputs)]
         return [sample], Expected(vectors.description, [[to_engine_output(graph, j, y)
                                                          for j, y in enumerate(vectors.outputs)]])
-    return [random_inputs(graph, s) for s in range(seeds)], None
+    return verification_samples(dep, model, seeds)
 
 
 def _input_type(model: Path, given: str | None) -> str | None:
@@ -420,13 +454,13 @@ def _input_type(model: Path, given: str | None) -> str | None:
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
               "beside its modeled cycles")
 def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-               kernels, input_layout, output_layout, input_type, inputs, expected_files, seeds, as_json, per_layer,
+               kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
                sanitize, debug_guards, on_qemu, report):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
     and compare with the reference interpreter, or with the model's own test vectors."""
     frontend_for(model, "verify")  # a kind of model this command does not take: a usage error
     from .qemu import instructions_per_layer, require_tools, trace_on_qemu, verify_on_qemu
-    from .verify import first_divergence, random_inputs, verify
+    from .verify import first_divergence, verify
 
     _check_verify_target(target, on_qemu, sanitize)
     if report is not None and not (on_qemu and per_layer):
@@ -437,14 +471,16 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
         require_tools()  # before the planner's seconds
     with _progress(False):
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type))
+                           patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
+                       cut_inputs, cut_outputs, io)
         dep = deploy(model, replace(options, debug_guards=debug_guards))
-    samples, expected = _samples(model, dep.graph, inputs, expected_files, seeds, random_inputs)
+    samples, expected = _samples(model, dep, inputs, expected_files, seeds)
     result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
         verify(dep, model, samples, sanitize=sanitize, expected=expected)
     if per_layer:
         trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
-        result["first_divergence"] = first_divergence(dep, model, samples[0], trace)
+        result["first_divergence"] = first_divergence(dep, model, samples[0], trace,
+                                                      expected.tensors[0] if expected and expected.tensors else None)
         if on_qemu:
             from .profile import layer_times, per_layer_json
             times = layer_times(dep, instructions_per_layer(dep, samples[0]))
@@ -510,13 +546,14 @@ def qemu_summary(result: dict) -> str:
               help="where to write the HTML report")
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
 def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, tiler, tile_objective,
-                kernels, input_layout, output_layout, input_type, report, tiling):
+                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
-    onnx_options = (input_layout, output_layout, _input_type(model, input_type))
+    front_options = (input_layout, output_layout, _input_type(model, input_type),
+                       cut_inputs, cut_outputs, io)
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
-                                        tile_objective, l3, patch, max_overhead, kernels, *onnx_options))
+                                        tile_objective, l3, patch, max_overhead, kernels, *front_options))
         return
     from .compare import compare_planners, comparison_table, live_bytes
     from .report_html import planners_report
@@ -524,7 +561,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     from solver.arena import SolverConfig, lower_bound
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                       patch, max_overhead, kernels, *onnx_options)
+                       patch, max_overhead, kernels, *front_options)
     with _progress(False):
         # the plan deploy makes with these flags (its split, tiles, in-place, L3), budgets and all;
         # only its L2 arena is planned again, by every planner

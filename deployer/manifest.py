@@ -61,11 +61,18 @@ def _source(graph: Graph) -> dict:
     inputs and outputs against the model's own, and the notes a user should read."""
     src = graph.source
     if src is None:
-        return {"format": "tflite", "input_layout": "nhwc", "output_layout": "nhwc", "notes": []}
-    return {"format": src.format, "input_layout": src.input_layout, "output_layout": src.output_layout,
-            "model_input_shapes": [list(s) for s in src.input_shapes],
-            "model_output_shapes": [list(s) for s in src.output_shapes],
-            "notes": list(src.notes)}
+        result = {"format": "tflite", "input_layout": "nhwc", "output_layout": "nhwc", "notes": []}
+    elif src.format == "tflite":  # the layouts are the file's; only notes to add
+        result = {"format": "tflite", "input_layout": "nhwc", "output_layout": "nhwc", "notes": list(src.notes)}
+    else:
+        result = {"format": src.format, "input_layout": src.input_layout, "output_layout": src.output_layout,
+                  "model_input_shapes": [list(s) for s in src.input_shapes],
+                  "model_output_shapes": [list(s) for s in src.output_shapes],
+                  "notes": list(src.notes)}
+    if graph.file_edges is not None:
+        result["cut_from"] = {"inputs": [graph.tensors[t].name for t in graph.file_edges.inputs],
+                              "outputs": [graph.tensors[t].name for t in graph.file_edges.outputs]}
+    return result
 
 
 def solver_statistics(plan, options, tilings: dict, patch) -> dict:

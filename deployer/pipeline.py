@@ -15,9 +15,10 @@ from backends.variants import CODE_BYTES_PORTABLE, choose
 from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import window_shapes, writes_behind_reads
+from network_parser.cut import CutSpec, float_edges
 from network_parser.errors import InfeasibleBudget, UsageError
 from network_parser.inplace import plan_in_place
-from network_parser.lifetimes import Lifetime, lifetimes, owner_groups
+from network_parser.lifetimes import Lifetime, lifetimes, memory_floor, owner_groups
 from network_parser.onnx_reader import read_onnx
 from network_parser.rewrites import apply_rewrites
 from network_parser.tflite_reader import read_tflite
@@ -32,6 +33,7 @@ from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
 from . import emit, relaxations
 from .frontends import FRONTENDS, frontend_for
+from .render import display
 from .manifest import build_manifest, manifest_text
 from .report_html import deployment_report
 
@@ -59,6 +61,7 @@ class Options:
     input_layout: str = "nchw"  # ONNX graphs: the layout of the engine's 3-D/4-D inputs ("nchw" = the model's)
     output_layout: str = "nchw"  # ... and of its outputs
     input_type: str | None = None  # integer ONNX graphs: "int8" | "uint8" input values (None: guessed)
+    cut: CutSpec = CutSpec()  # --inputs / --outputs / --io: the part of the model the engine runs
     rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
     debug_guards: bool = False  # canaries around every arena buffer, checked after each layer; DMA bounds checks
     link_elf: bool = False  # targets with a QEMU board: link the engine and record the image's real memory
@@ -99,7 +102,7 @@ def plan_back(plan: Plan) -> Plan:
 
 
 # flags the front passes read: a plan replanned with others would not be the model they read
-FRONT_FLAGS = ("target", "input_layout", "output_layout", "input_type", "fuse")
+FRONT_FLAGS = ("target", "input_layout", "output_layout", "input_type", "fuse", "cut")
 
 
 def replan(front: Plan, options: Options) -> Plan:
@@ -170,7 +173,9 @@ def read_model(path: Path, options: Options | None = None):
     if front.kind != "network":
         raise UsageError(f"{path}: a {front.kind}; this command takes "
                          f"{', '.join(s for s, f in FRONTENDS.items() if f.kind == 'network')} models")
-    graph = read_tflite(path) if front.suffix == ".tflite" else \
+    if options.cut and front.suffix != ".tflite":
+        raise UsageError(f"{path}: --inputs, --outputs and --io cut .tflite models only")
+    graph = read_tflite(path, options.cut) if front.suffix == ".tflite" else \
         read_onnx(path, options.input_layout, options.output_layout, options.input_type)
     check_graph(graph, str(path))
     return graph
@@ -367,11 +372,28 @@ def budget_error(over: list[tuple[str, str, int, int]], details: dict | None = N
                             over[0][2], needs={flag: need for flag, _, need, _ in over})
 
 
+def floor(plan: Plan) -> dict:
+    """Where the arena's lower bound is set: the op, and every buffer live there, largest first."""
+    op, held = memory_floor(list(plan.lives), len(plan.graph.layers))
+    layer, edges = plan.graph.layers[op], set(float_edges(plan.graph))
+    tensors = [dict(name=lt.name, bytes=lt.size, float_edge=lt.tensor in edges) for lt in held]
+    return dict(op=layer.index, op_type=layer.op, name=layer.name, bytes=sum(t["bytes"] for t in tensors),
+                tensors=tensors)
+
+
+def floor_text(f: dict) -> str:
+    parts = ", ".join(f"'{display(t['name'])}' {t['bytes']:,} B" + (" (a float edge: see --io int8)" if t["float_edge"] else "")
+                      for t in f["tensors"][:4])
+    more = f" and {len(f['tensors']) - 4} more" if len(f["tensors"]) > 4 else ""
+    return f"op {f['op']} {f['op_type']} '{display(f['name'])}': {f['bytes']:,} B live ({parts}{more})"
+
+
 def check_budgets(plan: Plan) -> Plan:
-    """Every memory over its budget in one error, each with the smallest budget that works."""
+    """Every memory over its budget in one error, each with the smallest budget that works (and
+    for SRAM where its peak is)."""
     over = over_budget(plan.memory, plan.options)
     if over:
-        raise budget_error(over)
+        raise budget_error(over, {"--sram": f"its peak: {floor_text(floor(plan))}"})
     return plan
 
 

@@ -16,6 +16,7 @@ from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
 from network_parser.errors import InfeasibleBudget, UnsupportedOperator
 from network_parser.inventory import Inventory, inventory
+from network_parser.cut import float_edges
 from network_parser.lifetimes import live_bytes_per_op
 from solver.arena import GREEDY, SolverConfig, plan_arena
 
@@ -23,7 +24,7 @@ from solver import progress
 from .render import display
 from solver.plan import Memory, Plan
 
-from .pipeline import (Options, arena_problem, over_budget, plan_deployment, plan_front, replan,
+from .pipeline import (Options, arena_problem, floor, floor_text, over_budget, plan_deployment, plan_front, replan,
                        resolve_options, split_choice)
 
 PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
@@ -248,6 +249,29 @@ def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
                           (("patch", "auto"), ("max_overhead", share)))
 
 
+def _integer_io(model: Path, s: Suggestion) -> Recommendation:
+    """--io int8: the engine takes and gives the int8 tensors beside the model's float edges
+    (the float ones are 4 bytes an element). It changes what the application passes, so it is
+    recommended, never applied by --auto-optimize."""
+    base, o = s.deployment, s.options
+    on = o.cut.io == "int8"
+    edges = float_edges(s.front.graph) if not on else ()
+    if not on and not edges:
+        return Recommendation("int8 I/O", "SRAM", False, 0, "no float input or output to move inward")
+    other = replace(o, cut=replace(o.cut, io=None if on else "int8"))
+    try:
+        alt, _ = _plan_estimate(plan_front(model, other), other)
+    except (InfeasibleBudget, UnsupportedOperator):
+        return Recommendation("int8 I/O", "SRAM", on, 0, "not measurable with these flags")
+    with_, without = (base, alt) if on else (alt, base)
+    names = ", ".join(f"'{display(s.front.graph.tensors[t].name)}'" for t in edges)
+    detail = (f"SRAM {without.memory.sram_bytes:,} B with float edges, {with_.memory.sram_bytes:,} B with int8 ones"
+              + (f" (float {names})" if names else "") + "; the application then quantizes its input "
+              "and dequantizes the output itself")
+    return Recommendation("int8 I/O", "SRAM", on, without.memory.sram_bytes - with_.memory.sram_bytes, detail,
+                          () if on else ("--io int8",))
+
+
 def _dsp_note(dep: Plan) -> str:
     return "; the stage runs the SMLAD kernels region by region" if _dsp(dep) else ""
 
@@ -321,7 +345,8 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
 # Each relaxation of the memory search (deployer.relaxations) measured by the knob that names it,
 # in the search's order; then the choices that are not relaxations (the arena planner, tiling).
 KNOBS = ((("in-place ops",), _in_place), (("patch inference",), _patch),
-         (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling))
+         (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling),
+         ((), _integer_io))
 
 
 def _plan_estimate(front: Plan, options: Options) -> tuple[Plan, int | None]:
@@ -400,6 +425,10 @@ def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Optio
         applied = ", ".join(" ".join(st.recommendation.flags) for st in steps) or "nothing (no measured option helps)"
         still = "; ".join(f"{name} needs {need:,} B, {need - budget:,} B over {flag} {budget:,} (the smallest "
                           f"{flag} that works is {need} ({-(-need // 1024)}K))" for flag, name, need, budget in s.over())
+        recs = s.recommendations or recommendations(model, s).recommendations
+        left = [f"{' '.join(r.flags)} (saves {r.saving:,} B of {r.memory}: {r.name} changes what the engine takes "
+                f"and gives, so it is for you to choose)" for r in recs if r.flags and not r.changes and r.saving > 0]
+        still += "; not applied: " + "; ".join(left) if left else ""
         raise InfeasibleBudget(f"--auto-optimize applied {applied}; still over: {still}",
                                s.over()[0][2], needs={flag: need for flag, _, need, _ in s.over()})
     if s.deployment is None:  # an unsupported operator: deploy's own error
@@ -442,6 +471,7 @@ def suggestion_json(s: Suggestion) -> dict:
         "estimated_l1_bytes": max((t.l1_bytes for _, t in s.deployment.tilings.values()), default=None)
         if s.deployment else None,
         "smallest_l1_bytes": s.l1_need,
+        "floor": floor(s.deployment) if s.deployment else None,
         "status": _status(s), "fits": s.fits,
         "recommendations": [{"priority": r.priority, "name": r.name, "memory": r.memory, "on": r.on,
                              "saving_bytes": r.saving, "why": r.why, "detail": r.detail, "flags": list(r.flags),
@@ -476,7 +506,8 @@ def suggestion_text(s: Suggestion) -> str:
               *(f"  {name:<7} {_kib(need):>12} {_kib(budget):>12}   {state or ''}".rstrip()
                 for name, need, budget, state in needs),
               f"  (arena {m['arena_bytes']:,} B by {p.method}, {p.status}; weights {m['weights_bytes']:,} B + code "
-              f"estimate {m['code_bytes_estimate']:,} B)", "",
+              f"estimate {m['code_bytes_estimate']:,} B)",
+              f"  floor   {floor_text(floor(s.deployment))}", "",
               "recommendations (each saving measured by planning the alternative)"]
     for r in s.recommendations:
         saving = f"saves {r.saving:,} B {r.memory}" if r.saving > 0 else "no saving"

@@ -214,9 +214,41 @@ def verify(dep: Plan, model: Path, samples: list[list[np.ndarray]], sanitize: bo
 
 @dataclass(frozen=True)
 class Expected:
-    """Known outputs of the samples (engine layout), and where they come from."""
+    """Known outputs of the samples (engine layout), and where they come from; for a graph cut
+    from its file, the reference's value of every tensor per sample too (``tensors``)."""
     reference: str
     outputs: list[list[np.ndarray]]
+    tensors: list[dict] | None = None
+
+
+def file_view(graph: Graph) -> Graph:
+    """The graph with its model file's own inputs and outputs (itself when it is not cut)."""
+    edges = graph.file_edges
+    return graph if edges is None else replace(graph, inputs=edges.inputs, outputs=edges.outputs, file_edges=None)
+
+
+def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) -> tuple[list, Expected]:
+    """A cut graph's samples and expected outputs: the reference runs the whole file on its own
+    inputs (``file_samples``), and the engine's inputs and outputs are the values it computed at
+    the cut's tensors."""
+    graph, samples, outputs, tensors, reference = dep.graph, [], [], [], None
+    for sample in file_samples:
+        reference, _, values = run_reference(model, sample, preserve=True)
+        if values is None:
+            raise DeployError(f"{model}: {reference} keeps no intermediate tensors, so a cut graph cannot be "
+                              f"checked against it")
+        samples.append([values[t].reshape(graph.tensors[t].shape) for t in graph.inputs])
+        outputs.append([values[t] for t in graph.outputs])
+        tensors.append(values)
+    return samples, Expected(f"{reference} (the whole model, read at the cut)", outputs, tensors)
+
+
+def verification_samples(dep: Plan, model: Path, seeds: int) -> tuple[list, Expected | None]:
+    """Seeded random samples for ``verify``: the engine's inputs, with the expected outputs when
+    the graph is cut from its file (None: the reference runs on the engine's inputs)."""
+    if dep.graph.file_edges is None:
+        return [random_inputs(dep.graph, s) for s in range(seeds)], None
+    return cut_samples(dep, model, [random_inputs(file_view(dep.graph), s) for s in range(seeds)])
 
 
 def compare(dep: Plan, model: Path, samples: list[list[np.ndarray]], outs: list[list[np.ndarray]],
@@ -224,6 +256,8 @@ def compare(dep: Plan, model: Path, samples: list[list[np.ndarray]], outs: list[
     """The largest difference per output between the engine's ``outs`` and the reference's."""
     diffs = [0.0] * len(dep.graph.outputs)
     reference = None
+    if expected is None and dep.graph.file_edges is not None:
+        raise ValueError("a cut graph's samples come from its model's own inputs: verification_samples or cut_samples")
     for n, (sample, ours) in enumerate(zip(samples, outs)):
         if expected is not None:
             reference, ref = expected.reference, expected.outputs[n]
@@ -244,16 +278,20 @@ def compare(dep: Plan, model: Path, samples: list[list[np.ndarray]], outs: list[
     }
 
 
-def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: list | None = None) -> dict:
+def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: list | None = None,
+                     tensors: dict | None = None) -> dict:
     """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference.
-    ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here."""
+    ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here.
+    ``tensors``: the reference's tensors of this sample when they are known (a cut graph's)."""
     if trace is None:
         with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
             traces = run_engine(host_engine(dep, Path(folder), trace=True), [sample])[1]
     else:
         traces = [trace]
     _, gold = golden.run(dep.graph, sample, dep.kernels)
-    if Path(model).suffix.lower() == ".onnx":  # no per-tensor reference: the C against the golden executor
+    if tensors is not None:
+        reference = "the reference's tensors"
+    elif Path(model).suffix.lower() == ".onnx":  # no per-tensor reference: the C against the golden executor
         reference, tensors = "numpy executor", None
     else:
         reference, _, tensors = run_reference(model, sample, preserve=True)

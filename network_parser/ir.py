@@ -262,6 +262,14 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True)
+class FileEdges:
+    """The model file's own inputs and outputs (what a reference interpreter runs) when the graph
+    is a part of it (--inputs / --outputs / --io int8)."""
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Graph:
     name: str
     tensors: tuple[Tensor, ...]
@@ -269,6 +277,7 @@ class Graph:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     source: Source | None = None
+    file_edges: FileEdges | None = None  # set when the graph is cut from its file
 
     def tensor(self, index: int) -> Tensor:
         return self.tensors[index]

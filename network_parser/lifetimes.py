@@ -103,3 +103,16 @@ def live_bytes_per_op(lives: list[Lifetime], n_ops: int) -> list[int]:
                 diff[a] -= alive[0][0]
                 diff[b] += alive[0][0]
     return list(accumulate(diff[:n_ops]))
+
+
+def memory_floor(lives: list[Lifetime], n_ops: int) -> tuple[int, list[Lifetime]]:
+    """The op where the most bytes are live (the arena's lower bound) and what is live there: per
+    owner of bytes its largest live member, largest first."""
+    per_op = live_bytes_per_op(lives, n_ops)
+    op = max(range(n_ops), key=lambda k: (per_op[k], -k)) if n_ops else 0
+    held = []
+    for members in owner_groups(lives).values():
+        alive = [m for m in members if m.first_op <= op <= m.last_op]
+        if alive:
+            held.append(max(alive, key=lambda m: m.size))
+    return op, sorted(held, key=lambda m: (-m.size, m.first_op))

@@ -8,8 +8,9 @@ import flatbuffers
 import numpy as np
 import tflite
 
+from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, FileEdges, Source, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -156,13 +157,14 @@ _OPS = {
 }
 
 
-def read_tflite(path: str | Path) -> Graph:
+def read_tflite(path: str | Path, cut: CutSpec = CutSpec()) -> Graph:
+    """The model's subgraph 0; with ``cut``, the part of it between the tensors it names."""
     path = Path(path)
     buf = read_model_file(path)
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise ModelFormatError(f"{path}: not a TFLite flatbuffer (no 'TFL3' identifier)")
     try:
-        return _read(buf, path)
+        return _read(buf, path, cut)
     except (ModelFormatError, UnsupportedOperator):
         raise
     except Exception as e:
@@ -229,7 +231,17 @@ def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:
     return Tensor(name, shape, dtype, quant, data)
 
 
-def _read(buf: bytes, path) -> Graph:
+def _op_name(model, op, k: int, path) -> str:
+    if not 0 <= op.OpcodeIndex() < model.OperatorCodesLength():
+        raise ModelFormatError(f"{path}: op {k} uses opcode {op.OpcodeIndex()}, the model has "
+                               f"{model.OperatorCodesLength()}")
+    oc = model.OperatorCodes(op.OpcodeIndex())
+    code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+    return _OP_NAMES.get(code, f"CUSTOM({(oc.CustomCode() or b'?').decode('utf-8', 'replace')})"
+                         if code == tflite.BuiltinOperator.CUSTOM else f"builtin {code}")
+
+
+def _read(buf: bytes, path, cut: CutSpec) -> Graph:
     model = tflite.Model.GetRootAsModel(buf, 0)
     if model.SubgraphsLength() < 1:
         raise ModelFormatError(f"{path}: model has no subgraph")
@@ -244,19 +256,26 @@ def _read(buf: bytes, path) -> Graph:
 
     inputs = tuple(check_index(i, "graph input") for i in g.InputsAsNumpy()) if g.InputsLength() else ()
     outputs = tuple(check_index(i, "graph output") for i in g.OutputsAsNumpy()) if g.OutputsLength() else ()
-    layers = []
-    produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const}
+    edges = []
     for k in range(g.OperatorsLength()):
         op = g.Operators(k)
-        if not 0 <= op.OpcodeIndex() < model.OperatorCodesLength():
-            raise ModelFormatError(f"{path}: op {k} uses opcode {op.OpcodeIndex()}, the model has "
-                                   f"{model.OperatorCodesLength()}")
-        oc = model.OperatorCodes(op.OpcodeIndex())
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        name = _OP_NAMES.get(code, f"CUSTOM({(oc.CustomCode() or b'?').decode('utf-8', 'replace')})"
-                             if code == tflite.BuiltinOperator.CUSTOM else f"builtin {code}")
-        ins = [check_index(i, f"op {k} ({name}) input") for i in (op.InputsAsNumpy() if op.InputsLength() else [])]
-        outs = [check_index(i, f"op {k} ({name}) output") for i in (op.OutputsAsNumpy() if op.OutputsLength() else [])]
+        name = _op_name(model, op, k, path)
+        edges.append(OpEdges(name, tuple(check_index(i, f"op {k} ({name}) input") for i in
+                                         (op.InputsAsNumpy() if op.InputsLength() else [])),
+                             tuple(check_index(i, f"op {k} ({name}) output") for i in
+                                   (op.OutputsAsNumpy() if op.OutputsLength() else []))))
+    kept, file_edges, notes = range(len(edges)), None, ()
+    if cut:
+        c = cut_graph(path.name, [t.name for t in tensors], [t.dtype for t in tensors],
+                      {i for i, t in enumerate(tensors) if t.is_const}, edges, inputs, outputs, cut)
+        file_edges, notes = FileEdges(inputs, outputs), c.notes
+        kept, inputs, outputs = c.ops, c.inputs, c.outputs
+    layers = []
+    produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const}
+    for k in kept:
+        name = edges[k].name
+        op = g.Operators(k)
+        ins, outs = list(edges[k].inputs), list(edges[k].outputs)
         out_name = tensors[outs[0]].name if outs and outs[0] >= 0 else "?"
         where = f"{path.name}: op {k} {name} (output '{out_name}')"
         if name not in _OPS:
@@ -306,7 +325,8 @@ def _read(buf: bytes, path) -> Graph:
             raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
                                       f"{tensors[i].dtype}; only int8 and float32 are supported")
     name = name_text(path.stem)
-    return Graph(name, tuple(tensors), tuple(layers), inputs, outputs)
+    source = Source("tflite", notes=notes) if notes else None
+    return Graph(name, tuple(tensors), tuple(layers), inputs, outputs, source, file_edges)
 
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")

@@ -1,0 +1,132 @@
+"""Graph cutting: the part of a model between named tensors, and integer edges.
+
+``--inputs A,B`` / ``--outputs Y,Z`` keep the ops that compute the named outputs from the named
+inputs (by default the model's own); ``--io int8`` moves a float edge inward to the int8 tensor
+beside it: a float input read only by a QUANTIZE is replaced by that QUANTIZE's int8 output, a
+float output written by a DEQUANTIZE by that DEQUANTIZE's int8 input, as a converter does with
+``inference_input_type=int8``. The cut is decided on the file's op list before any op is parsed,
+so ops outside it (a float post-processing tail, a custom op) are never read."""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class CutSpec:
+    """What the command line asked for."""
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    io: str | None = None  # "int8": float edges moved inward to their int8 tensors
+
+    def __bool__(self) -> bool:
+        return bool(self.inputs or self.outputs or self.io)
+
+
+@dataclass(frozen=True, slots=True)
+class OpEdges:
+    """One op of the file as the cut sees it."""
+    name: str  # its operator, e.g. "QUANTIZE"
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """The ops kept (positions in the file) and the graph's new edges."""
+    ops: tuple[int, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _find(names: list[str], wanted: str, flag: str, where: str) -> int:
+    hits = [i for i, n in enumerate(names) if n == wanted]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise UsageError(f"{flag} {wanted!r}: {len(hits)} tensors of {where} have that name")
+    near = difflib.get_close_matches(wanted, names, n=3)
+    hint = f" (names like it: {', '.join(repr(n) for n in near)})" if near else ""
+    raise UsageError(f"{flag} {wanted!r}: {where} has no tensor of that name{hint}")
+
+
+def cut_graph(where: str, names: list[str], dtypes: list[str], consts: set[int], ops: list[OpEdges],
+              inputs: tuple[int, ...], outputs: tuple[int, ...], spec: CutSpec) -> Cut:
+    """The ops between the edges ``spec`` names (tensor ``names`` of file ``where``), then the
+    integer edges it asks for."""
+    notes = []
+    new_in = tuple(_find(names, n, "--inputs", where) for n in spec.inputs) or inputs
+    new_out = tuple(_find(names, n, "--outputs", where) for n in spec.outputs) or outputs
+    for t in new_in:
+        if t in consts:
+            raise UsageError(f"--inputs {names[t]!r}: a constant of {where}, not a tensor the model computes")
+    writer = {o: k for k, op in enumerate(ops) for o in op.outputs if o >= 0}
+    kept, stack, reached = set(), list(new_out), set()
+    while stack:  # from the outputs back to the inputs
+        t = stack.pop()
+        if t in reached or t in consts:
+            continue
+        reached.add(t)
+        if t in new_in:
+            continue
+        if t not in writer:
+            raise UsageError(f"the cut's outputs depend on {names[t]!r}, a model input not among --inputs "
+                             f"({', '.join(repr(names[i]) for i in new_in)})")
+        k = writer[t]
+        kept.add(k)
+        stack.extend(i for i in ops[k].inputs if i >= 0)
+    for t in new_in:
+        if t not in reached:
+            raise UsageError(f"--inputs {names[t]!r}: none of the cut's outputs depends on it")
+    if spec.io == "int8":
+        new_in, new_out, kept, more = _integer_edges(names, dtypes, ops, new_in, new_out, kept)
+        notes += more
+    if spec.inputs or spec.outputs:
+        notes.append(f"the engine runs {len(kept)} of the model's {len(ops)} ops: inputs "
+                     f"{', '.join(repr(names[t]) for t in new_in)}, outputs {', '.join(repr(names[t]) for t in new_out)}")
+    return Cut(tuple(sorted(kept)), new_in, new_out, tuple(notes))
+
+
+def _integer_edges(names, dtypes, ops, inputs, outputs, kept):
+    readers: dict[int, list[int]] = {}
+    for k in sorted(kept):
+        for i in ops[k].inputs:
+            readers.setdefault(i, []).append(k)
+    kept, notes, new_in, new_out = set(kept), [], [], []
+    for t in inputs:
+        ks = readers.get(t, [])
+        if dtypes[t] == "float32" and len(ks) == 1 and ops[ks[0]].name == "QUANTIZE" \
+                and dtypes[ops[ks[0]].outputs[0]] == "int8":
+            kept.discard(ks[0])
+            new_in.append(ops[ks[0]].outputs[0])
+            notes.append(f"--io int8: the engine takes int8 '{names[new_in[-1]]}' instead of float32 '{names[t]}'")
+        else:
+            new_in.append(t)
+    writer = {o: k for k in kept for o in ops[k].outputs}
+    for t in outputs:
+        k = writer.get(t)
+        if dtypes[t] == "float32" and k is not None and ops[k].name == "DEQUANTIZE" and dtypes[ops[k].inputs[0]] == "int8":
+            kept.discard(k)
+            new_out.append(ops[k].inputs[0])
+            notes.append(f"--io int8: the engine gives int8 '{names[new_out[-1]]}' instead of float32 '{names[t]}'")
+        else:
+            new_out.append(t)
+    return tuple(new_in), tuple(new_out), kept, notes
+
+
+def float_edges(graph) -> list[int]:
+    """The graph's float32 inputs that one QUANTIZE reads and float32 outputs a DEQUANTIZE writes:
+    what --io int8 moves inward."""
+    readers: dict[int, list] = {}
+    for layer in graph.layers:
+        for t in layer.inputs:
+            readers.setdefault(t, []).append(layer)
+    writers = {o: layer for layer in graph.layers for o in layer.outputs}
+    ins = [t for t in graph.inputs if graph.tensors[t].dtype == "float32" and len(readers.get(t, [])) == 1
+           and readers[t][0].op == "QUANTIZE"]
+    outs = [t for t in graph.outputs if graph.tensors[t].dtype == "float32" and t in writers
+            and writers[t].op == "DEQUANTIZE"]
+    return ins + outs
