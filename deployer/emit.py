@@ -20,7 +20,7 @@ from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
                      c_int64)
 from .render import environment as template_environment
 
-CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
+CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
           "float32": "float"}
 DTYPE_SHORT = {"int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "float32": "f32"}
 
@@ -138,6 +138,8 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.ResizeNearest():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
+        case K.Gather():
+            return dict(indices=sym.array(f"op{k}_indices", "int32_t", np.array(kern.indices, np.int32)))
         case K.Slice():
             strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(4)]
             return dict(base=sum(b * s for b, s in zip(kern.start, strides)),

@@ -14,7 +14,7 @@ from network_parser.ir import Graph
 
 from . import fixedpoint as fx
 
-NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "float32": np.float32, "int32": np.int32}
+NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "float32": np.float32, "int32": np.int32, "int64": np.int64}
 
 
 def int_requant(acc: np.ndarray, rq, lo: int, hi: int) -> np.ndarray:
@@ -325,6 +325,13 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _concat(kernel, *ins)
         case K.Transpose():
             y = np.transpose(ins[0], kernel.perm)
+        case K.Gather():
+            flat = ins[0].reshape(-1).view(np.uint8).reshape(kernel.outer, kernel.axis_size, kernel.inner)
+            y = flat[:, list(kernel.indices), :].reshape(-1).view(ins[0].dtype)
+        case K.Reduce():
+            v = ins[0].reshape(kernel.outer, kernel.reduced, kernel.inner)
+            pick = (np.argmax if kernel.maximum else np.argmin) if kernel.index else (np.max if kernel.maximum else np.min)
+            y = pick(v, axis=1)
         case K.Slice():
             idx = [np.arange(b, b + s * n, s) if n else np.arange(0) for b, s, n in zip(kernel.start, kernel.step, kernel.counts)]
             y = ins[0].reshape(kernel.in_shape)[np.ix_(*idx)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from network_parser.errors import UnsupportedOperator
-from network_parser.ir import Graph, IntegerAdd, IntRequant, Layer, Tensor
+from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
 from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
@@ -332,6 +332,27 @@ class Pad:
 class Concat:
     outer: int
     chunks: tuple[int, ...]  # bytes each input contributes per outer step
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """GATHER with constant indices on an (outer, axis, inner) view: output slice (o, j) copies
+    input slice (o, indices[j]), ``inner`` bytes each."""
+    outer: int
+    axis_size: int
+    inner: int  # bytes
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """REDUCE_MAX / REDUCE_MIN (the extreme stored value, as the reference compares them) and
+    ARG_MAX / ARG_MIN (its first index) over the middle axis of an (outer, reduced, inner) view."""
+    outer: int
+    reduced: int
+    inner: int
+    maximum: bool
+    index: bool  # ARG_MAX / ARG_MIN: the position, not the value
 
 
 @dataclass(frozen=True, slots=True)
@@ -791,6 +812,64 @@ def _copy(g: Graph, l: Layer, where: str) -> Copy:
     return Copy(x.nbytes)
 
 
+def _view(x: Tensor, axes: tuple[int, ...], where: str, what: str) -> tuple[int, int, int]:
+    """(outer, reduced, inner) of ``x`` reduced over ``axes``, which must be contiguous."""
+    rank = len(x.shape)
+    if any(not -rank <= a < rank for a in axes):
+        raise UnsupportedOperator(f"{where}: {what} axes {list(axes)} do not index {list(x.shape)}")
+    norm = sorted({a % rank for a in axes}) if rank else []
+    if not norm or norm != list(range(norm[0], norm[-1] + 1)):
+        raise UnsupportedOperator(f"{where}: {what} over axes {list(axes)} (only contiguous axes)")
+    outer = math.prod(x.shape[:norm[0]])
+    return outer, math.prod(x.shape[a] for a in norm), math.prod(x.shape[norm[-1] + 1:])
+
+
+def _reduce(g: Graph, l: Layer, where: str) -> Reduce:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    outer, reduced, inner = _view(x, l.attrs.axes, where, l.op)
+    index = l.op in ("ARG_MAX", "ARG_MIN")
+    if y.elements != outer * inner:
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not {list(x.shape)} reduced over {list(l.attrs.axes)}")
+    if not index and x.dtype != y.dtype:
+        raise UnsupportedOperator(f"{where}: input {x.dtype} and output {y.dtype} differ")
+    return Reduce(outer, reduced, inner, l.op in ("REDUCE_MAX", "ARG_MAX"), index)
+
+
+def _gather(g: Graph, l: Layer, where: str) -> Gather:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    a = l.attrs
+    rank = len(x.shape)
+    if not -rank <= a.axis < rank:
+        raise UnsupportedOperator(f"{where}: axis {a.axis} does not index {list(x.shape)}")
+    axis = a.axis % rank
+    if any(not 0 <= i < x.shape[axis] for i in a.indices):
+        raise UnsupportedOperator(f"{where}: indices {list(a.indices)} outside the axis's {x.shape[axis]} entries")
+    if x.shape[:axis] + a.indices_shape + x.shape[axis + 1:] != y.shape or x.dtype != y.dtype:
+        raise UnsupportedOperator(f"{where}: gathering {list(a.indices_shape)} indices on axis {axis} of "
+                                  f"{list(x.shape)} does not give {list(y.shape)} {y.dtype}")
+    inner = math.prod(x.shape[axis + 1:]) * DTYPE_BYTES[x.dtype]
+    return Gather(math.prod(x.shape[:axis]), x.shape[axis], inner, a.indices)
+
+
+def _pack(g: Graph, l: Layer, where: str) -> Concat:
+    """PACK: the inputs, one shape, stacked along a new axis: a concatenation of their bytes."""
+    y = g.tensors[l.outputs[0]]
+    ins = [g.tensors[i] for i in l.inputs]
+    rank = len(y.shape)
+    if not -rank <= l.attrs.axis < rank:
+        raise UnsupportedOperator(f"{where}: axis {l.attrs.axis} does not index the output's {rank} axes")
+    axis = l.attrs.axis % rank
+    shape = ins[0].shape
+    if any(t.shape != shape for t in ins) or shape[:axis] + (len(ins),) + shape[axis:] != y.shape:
+        raise UnsupportedOperator(f"{where}: inputs {[list(t.shape) for t in ins]} do not stack to {list(y.shape)}")
+    for t in ins:  # as the reference requires
+        if t.dtype != y.dtype or t.quant != y.quant:
+            raise UnsupportedOperator(f"{where}: PACK inputs must share the output's type and quantization "
+                                      f"('{t.name}' differs)")
+    outer = math.prod(shape[:axis])
+    return Concat(outer, tuple(t.nbytes // outer for t in ins))
+
+
 def _pad(g: Graph, l: Layer, where: str) -> Pad:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     p = l.attrs.paddings
@@ -798,7 +877,7 @@ def _pad(g: Graph, l: Layer, where: str) -> Pad:
         raise UnsupportedOperator(f"{where}: paddings {list(p)} do not turn {list(x.shape)} into {list(y.shape)}")
     if (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: PAD with different input and output quantization")
-    return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point)
+    return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point if l.attrs.value is None else l.attrs.value)
 
 
 def _concat(g: Graph, l: Layer, where: str) -> Concat:
@@ -864,11 +943,13 @@ LOWERINGS = {
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
-    "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice, "REQUANT_SHIFT": _rescale,
+    "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice,
+    "GATHER": _gather, "PACK": _pack, "EXPAND_DIMS": _copy, "PADV2": _pad, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
+    "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
 Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Transpose | Slice | ResizeNearest | IntAdd | IntRescale
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Slice | ResizeNearest | IntAdd | IntRescale
           | Offset)
 
 

@@ -15,7 +15,7 @@ from .ir import Graph
 # Same-shape ops whose kernels read element i before writing element i.
 UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS",
                      "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX")
-ZERO_COPY = ("RESHAPE", "SQUEEZE")
+ZERO_COPY = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 
 
 @dataclass(frozen=True, slots=True)

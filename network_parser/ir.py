@@ -201,6 +201,22 @@ class LeakyRelu:
 @dataclass(frozen=True, slots=True)
 class Pad:
     paddings: tuple[tuple[int, int], ...]
+    value: int | None = None  # PADV2: the stored value it pads with (PAD: the output's zero point)
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """GATHER with constant indices: along ``axis``, the input slices the indices name."""
+    axis: int
+    indices: tuple[int, ...]
+    indices_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """REDUCE_MAX / REDUCE_MIN / ARG_MAX / ARG_MIN over constant axes."""
+    axes: tuple[int, ...]
+    keep_dims: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +249,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Concat, Transpose, StridedSlice, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import tflite
 
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, FileEdges, Source, name_text, Concat, Conv2D, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, FileEdges, Source, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -24,7 +24,10 @@ _ACT = {getattr(tflite.ActivationFunctionType, a): a for a in ACTIVATIONS}
 
 # Activation dtypes each op accepts on its data inputs / outputs.
 _INT8 = ("int8",)
-_IO_TYPES = {"QUANTIZE": (("float32", "int8"), _INT8), "DEQUANTIZE": (_INT8, ("float32",))}
+_IO_TYPES = {"QUANTIZE": (("float32", "int8"), _INT8), "DEQUANTIZE": (_INT8, ("float32",)),
+             "ARG_MAX": (_INT8, ("int32", "int64")), "ARG_MIN": (_INT8, ("int32", "int64"))}
+# ops with one output per piece: read as one STRIDED_SLICE per output
+_SPLITS = ("SPLIT", "SPLIT_V", "UNPACK")
 
 
 def _printable(text: str) -> str:
@@ -135,6 +138,23 @@ def _strided_slice(op, where):
     return StridedSlice((), (), (), o.BeginMask(), o.EndMask(), o.ShrinkAxisMask())
 
 
+def _pack(op, where):
+    o = _options(op, tflite.PackOptions)
+    return Concat(o.Axis() if o else 0, "NONE")
+
+
+def _unpack(op, where):
+    o = _options(op, tflite.UnpackOptions)
+    return Reduce((o.Axis() if o else 0,))  # the axis it splits along, folded below
+
+
+def _gather(op, where):
+    o = _options(op, tflite.GatherOptions)
+    if o is not None and o.BatchDims():
+        raise UnsupportedOperator(f"{where}: GATHER with batch_dims {o.BatchDims()} is not supported")
+    return Gather(o.Axis() if o else 0, (), ())
+
+
 def _none(op, where):
     return NoAttrs()
 
@@ -154,6 +174,9 @@ _OPS = {
     "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None),
     "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
+    "SPLIT": (_none, 1), "SPLIT_V": (_none, 1), "UNPACK": (_unpack, 1), "PACK": (_pack, None),
+    "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1),
+    "REDUCE_MAX": (_mean, 1), "REDUCE_MIN": (_mean, 1), "ARG_MAX": (_none, 1), "ARG_MIN": (_none, 1),
 }
 
 
@@ -282,17 +305,20 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
             raise UnsupportedOperator(f"{where}: operator {name} is not supported")
         if not outs or any(o < 0 for o in outs):
             raise ModelFormatError(f"{where} has no output tensor")
-        if len(outs) != 1:
+        if len(outs) != 1 and name not in _SPLITS:
             raise ModelFormatError(f"{where}: {len(outs)} outputs, {name} has one")
-        if outs[0] in produced:
-            raise ModelFormatError(f"{where}: writes tensor {outs[0]} '{out_name}', which a graph input, a constant "
-                                   f"or an earlier op already holds")
+        for o in outs:
+            if o in produced or outs.count(o) > 1:
+                raise ModelFormatError(f"{where}: writes tensor {o} '{tensors[o].name}', which a graph input, a "
+                                       f"constant or an earlier op already holds")
         parse, n_data = _OPS[name]
         output_shape = None
         if name == "TRANSPOSE_CONV" and len(ins) >= 3 and ins[0] >= 0:
             # (output shape, weights, input[, bias]): the data input first, as every weighted op has it
             output_shape = ins[0]
             ins = [ins[2], ins[1], *ins[3:]]
+        if name == "SPLIT" and len(ins) >= 2:  # (axis, input): the data input first
+            ins = [ins[1], ins[0]]
         need = _MIN_INPUTS.get(name, 1)
         if len(ins) < need or any(i < 0 for i in ins[:need]):
             raise ModelFormatError(f"{where}: inputs {ins}, {name} needs at least {need} (-1 marks an "
@@ -312,6 +338,12 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         for i in ins:
             if i >= 0 and tensors[i].dtype == "int8" and tensors[i].quant is None:
                 raise ModelFormatError(f"{where}: int8 tensor {i} '{tensors[i].name}' has no quantization")
+        if name in _SPLITS:  # one slice per output
+            for o, piece in zip(outs, _pieces(name, attrs, tensors[data_ins[0]], [tensors[o] for o in outs],
+                                              [tensors[i] for i in consts], where)):
+                layers.append(Layer(k, "STRIDED_SLICE", (data_ins[0],), (o,), piece, tensors[o].name))
+            produced.update(outs)
+            continue
         attrs = _fold_constants(name, attrs, [tensors[i] for i in consts], where)
         if output_shape is not None:
             _check_output_shape(tensors[output_shape], tensors[outs[0]], where)
@@ -332,7 +364,38 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
-               "STRIDED_SLICE": 4, "SLICE": 3}
+               "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
+               "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2}
+
+
+def _pieces(op: str, attrs, x: Tensor, outs: list[Tensor], consts: list[Tensor], where: str) -> list[StridedSlice]:
+    """SPLIT, SPLIT_V and UNPACK as one slice of the input per output, along their axis."""
+    rank = len(x.shape)
+    if op == "UNPACK":
+        axis = attrs.axes[0]
+    else:
+        axis_t = consts[0] if op == "SPLIT" else consts[1]
+        axis = int(_const_ints([axis_t], "the axis", where).reshape(-1)[0])
+    if not -rank <= axis < rank:
+        raise ModelFormatError(f"{where}: axis {axis} does not index the input's {rank} axes")
+    axis %= rank
+    dim = x.shape[axis]
+    if op == "SPLIT_V":
+        sizes = [int(v) for v in _const_ints(consts[:1], "the split sizes", where).reshape(-1)]
+        if sizes.count(-1) == 1:
+            sizes[sizes.index(-1)] = dim - sum(v for v in sizes if v != -1)
+    else:
+        sizes = [dim // len(outs) if op == "SPLIT" else 1] * len(outs)
+    if len(sizes) != len(outs) or any(v < 0 for v in sizes) or sum(sizes) != dim:
+        raise ModelFormatError(f"{where}: {len(outs)} pieces of sizes {sizes} do not split axis {axis} of "
+                               f"{list(x.shape)}")
+    pieces, start = [], 0
+    for size in sizes:
+        begin = tuple(start if d == axis else 0 for d in range(rank))
+        end = tuple(start + size if d == axis else x.shape[d] for d in range(rank))
+        pieces.append(StridedSlice(begin, end, (1,) * rank, 0, 0, (1 << axis) if op == "UNPACK" else 0))
+        start += size
+    return pieces
 
 
 def _check_output_shape(shape: Tensor, out: Tensor, where: str) -> None:
@@ -411,4 +474,20 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
         # size -1: to the axis's end (the end mask)
         end_mask = sum(1 << i for i, s in enumerate(size) if s == -1)
         return StridedSlice(begin, tuple(b + max(s, 0) for b, s in zip(begin, size)), (1,) * len(begin), 0, end_mask)
+    if op == "GATHER":
+        idx = _const_ints(consts, "the indices", where)
+        return Gather(attrs.axis, tuple(int(v) for v in idx.reshape(-1)), tuple(idx.shape))
+    if op == "PADV2":
+        padded = _fold_constants("PAD", attrs, consts[:1], where)
+        value = consts[1] if len(consts) > 1 else None
+        if value is None or not value.is_const or value.elements != 1:
+            raise UnsupportedOperator(f"{where}: the padding value must be a constant scalar")
+        return Pad(padded.paddings, int(np.asarray(value.data).reshape(-1)[0]))
+    if op in ("REDUCE_MAX", "REDUCE_MIN"):
+        return Reduce(tuple(int(a) for a in _const_ints(consts, "the axes", where).reshape(-1)), attrs.keep_dims)
+    if op in ("ARG_MAX", "ARG_MIN"):
+        axis = _const_ints(consts, "the axis", where).reshape(-1)
+        if axis.size != 1:
+            raise ModelFormatError(f"{where}: the axis must be one value, got {axis.tolist()}")
+        return Reduce((int(axis[0]),))
     return attrs

@@ -51,7 +51,8 @@ import tflite as fb
 Op = fb.BuiltinOperator
 _ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 _PADDING = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
-_TYPES = {"int8": fb.TensorType.INT8, "int32": fb.TensorType.INT32, "float32": fb.TensorType.FLOAT32}
+_TYPES = {"int8": fb.TensorType.INT8, "int32": fb.TensorType.INT32, "int64": fb.TensorType.INT64,
+          "float32": fb.TensorType.FLOAT32}
 _CALIB = 8  # calibration samples per tensor (leading axis of every sample array)
 FLOAT_INPUT_RANGE = (-1.0, 1.0)
 _FIXED_SIGMOID_QUANT = (1.0 / 256.0, -128)
@@ -196,7 +197,7 @@ class ModelBuilder:
         return len(self._tensors) - 1
 
     def _const(self, name, arr, dtype, scale=None, qdim=0):
-        arr = np.ascontiguousarray(arr, dtype=dtype)
+        arr = np.ascontiguousarray(arr, dtype=dtype).reshape(np.shape(arr))  # a scalar stays a scalar
         self._buffers.append(arr.tobytes())
         zp = None if scale is None else np.zeros(len(scale), np.int64)
         return self._add_tensor(_Tensor(name, arr.shape, dtype, scale, zp, qdim, len(self._buffers) - 1))
@@ -639,6 +640,119 @@ class ModelBuilder:
                           lambda v: v[(slice(None), *(slice(b, e) for b, e in zip(begin, stops)))], out_shape,
                           quant=self._q(x))
 
+    def _pieces(self, kind, code, version, inputs, x, axis, sizes, options, drop_axis=False) -> list[int]:
+        """An op with one output per piece of x along ``axis`` (SPLIT, SPLIT_V, UNPACK)."""
+        t = self._int8(x)
+        name, outs, start = self._name(kind), [], 0
+        for j, size in enumerate(sizes):
+            shape = list(t.shape)
+            shape[axis] = size
+            if drop_axis:
+                del shape[axis]
+            sim = np.take(t.sim, range(start, start + size), axis=axis + 1)
+            outs.append(self._add_tensor(_Tensor(f"{name}/out{j}", tuple(shape), "int8", t.scale, t.zero_point,
+                                                 sim=sim.reshape(len(sim), *shape))))
+            start += size
+        bounds = np.cumsum([0, *sizes])
+
+        def fn(v):
+            return tuple(np.take(v, range(a, b), axis=axis + 1).reshape(len(v), *self._tensors[o].shape)
+                         for a, b, o in zip(bounds, bounds[1:], outs))
+
+        self._ops.append(_Op(code, version, list(inputs), outs, options, [x], fn, "NONE"))
+        return outs
+
+    def split(self, x, num, axis=-1) -> list[int]:
+        t = self._int8(x)
+        axis %= len(t.shape)
+        at = self._const(f"{self._name('split_axis')}", np.array(axis, np.int32), "int32")
+        return self._pieces("split", Op.SPLIT, 2, [at, x], x, axis, [t.shape[axis] // num] * num,
+                            _opts("SplitOptions", NumSplits=num))
+
+    def split_v(self, x, sizes, axis=-1) -> list[int]:
+        t = self._int8(x)
+        axis %= len(t.shape)
+        st = self._const(f"{self._name('split_v_sizes')}", list(sizes), "int32")
+        at = self._const(f"{self._name('split_v_axis')}", np.array(axis, np.int32), "int32")
+        real = [t.shape[axis] - sum(v for v in sizes if v != -1) if v == -1 else v for v in sizes]
+        return self._pieces("split_v", Op.SPLIT_V, 2, [x, st, at], x, axis, real,
+                            _opts("SplitVOptions", NumSplits=len(sizes)))
+
+    def unpack(self, x, axis=0) -> list[int]:
+        t = self._int8(x)
+        axis %= len(t.shape)
+        return self._pieces("unpack", Op.UNPACK, 2, [x], x, axis, [1] * t.shape[axis],
+                            _opts("UnpackOptions", Num=t.shape[axis], Axis=axis), drop_axis=True)
+
+    def pack(self, xs, axis=0) -> int:
+        ts = [self._int8(x) for x in xs]
+        rank = len(ts[0].shape) + 1
+        axis %= rank
+        out_shape = ts[0].shape[:axis] + (len(xs),) + ts[0].shape[axis:]
+        return self._emit(self._name("pack"), Op.PACK, 2, xs, xs, lambda *vs: np.stack(vs, axis=axis + 1), out_shape,
+                          quant=self._q(xs[0]), options=_opts("PackOptions", ValuesCount=len(xs), Axis=axis))
+
+    def gather(self, x, indices, axis=0) -> int:
+        t = self._int8(x)
+        axis %= len(t.shape)
+        idx = np.asarray(indices, np.int32)
+        name = self._name("gather")
+        it = self._const(f"{name}/indices", idx, "int32")
+        out_shape = t.shape[:axis] + idx.shape + t.shape[axis + 1:]
+        return self._emit(name, Op.GATHER, 1, [x, it], [x], lambda v: np.take(v, idx, axis=axis + 1), out_shape,
+                          quant=self._q(x), options=_opts("GatherOptions", Axis=axis))
+
+    def expand_dims(self, x, axis) -> int:
+        t = self._int8(x)
+        axis %= len(t.shape) + 1
+        name = self._name("expand_dims")
+        at = self._const(f"{name}/axis", np.array(axis, np.int32), "int32")
+        out_shape = t.shape[:axis] + (1,) + t.shape[axis:]
+        return self._emit(name, Op.EXPAND_DIMS, 1, [x, at], [x], lambda v: v.reshape(len(v), *out_shape), out_shape,
+                          quant=self._q(x))
+
+    def padv2(self, x, paddings, value) -> int:
+        """PADV2 with the real ``value`` (quantized with the input's quantization)."""
+        t = self._int8(x)
+        p = np.asarray(paddings, np.int32).reshape(-1, 2)
+        name = self._name("padv2")
+        pt = self._const(f"{name}/paddings", p, "int32")
+        q = int(np.clip(round(value / t.scale[0]) + t.zero_point[0], -128, 127))
+        vt = self._const(f"{name}/value", np.array([q], np.int8), "int8", t.scale)
+        self._tensors[vt].zero_point = t.zero_point.copy()
+        real = (q - t.zero_point[0]) * t.scale[0]
+        widths = [(0, 0)] + [tuple(r) for r in p.tolist()]
+        out_shape = tuple(int(d + a + b) for d, (a, b) in zip(t.shape, p))
+        return self._emit(name, Op.PADV2, 1, [x, pt, vt], [x], lambda v: np.pad(v, widths, constant_values=real),
+                          out_shape, quant=self._q(x))
+
+    def reduce(self, kind, x, axes, keep_dims=False) -> int:
+        """REDUCE_MAX / REDUCE_MIN (kind "max" / "min") over constant axes."""
+        t = self._int8(x)
+        rank = len(t.shape)
+        axes = sorted({int(a) % rank for a in np.atleast_1d(axes)})
+        name = self._name(f"reduce_{kind}")
+        at = self._const(f"{name}/axes", np.array(axes, np.int32), "int32")
+        out_shape = tuple(1 if i in axes else d for i, d in enumerate(t.shape) if keep_dims or i not in axes)
+        fn = np.max if kind == "max" else np.min
+        code = Op.REDUCE_MAX if kind == "max" else Op.REDUCE_MIN
+        return self._emit(name, code, 2, [x, at], [x],
+                          lambda v: fn(v, axis=tuple(a + 1 for a in axes), keepdims=keep_dims).reshape(len(v), *out_shape),
+                          out_shape, quant=self._q(x), options=_opts("ReducerOptions", KeepDims=bool(keep_dims)))
+
+    def arg(self, kind, x, axis, output_type="int32") -> int:
+        """ARG_MAX / ARG_MIN (kind "max" / "min") along one axis; int32 or int64 indices."""
+        t = self._int8(x)
+        axis %= len(t.shape)
+        name = self._name(f"arg_{kind}")
+        at = self._const(f"{name}/axis", np.array([axis], np.int32), "int32")
+        out_shape = t.shape[:axis] + t.shape[axis + 1:]
+        fn = np.argmax if kind == "max" else np.argmin
+        code, opts = (Op.ARG_MAX, "ArgMaxOptions") if kind == "max" else (Op.ARG_MIN, "ArgMinOptions")
+        ttype = {"int32": fb.TensorType.INT32, "int64": fb.TensorType.INT64}[output_type]
+        return self._emit(name, code, 2, [x, at], [x], lambda v: fn(v, axis=axis + 1).astype(np.float64), out_shape,
+                          dtype=output_type, options=_opts(opts, OutputType=ttype))
+
     def resize_nearest(self, x, size, align_corners=False, half_pixel_centers=False) -> int:
         from layer_analyzer.kernels import nearest_indices  # the reference's index mapping
         t = self._int8(x, rank=4)
@@ -668,9 +782,10 @@ class ModelBuilder:
             a = np.asarray(a, np.float64)[None]
             vals[tid] = (a - t.zero_point[0]) * t.scale[0] if t.dtype == "int8" else a
         for op in self._ops:
-            y = _apply_act(op.fn(*[vals[i] for i in op.srcs]), op.act)
-            t = self._tensors[op.outputs[0]]
-            vals[op.outputs[0]] = y if t.scale is None else _fake_quant(y, float(t.scale[0]), int(t.zero_point[0]))
+            ys = op.fn(*[vals[i] for i in op.srcs])
+            for o, y in zip(op.outputs, ys if isinstance(ys, tuple) else (ys,)):  # SPLIT and UNPACK: a tuple
+                y, t = _apply_act(y, op.act), self._tensors[o]
+                vals[o] = y if t.scale is None else _fake_quant(y, float(t.scale[0]), int(t.zero_point[0]))
         res = []
         for o in self._outputs:
             t, v = self._tensors[o], vals[o][0]

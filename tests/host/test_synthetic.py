@@ -170,3 +170,20 @@ def test_transpose_conv_engine(tmp_path):
     odd = mb.transpose_conv(x, 5, kernel=(3, 3), stride=(2, 2), out_size=(9, 11))
     mb.output(up, up2, valid, odd)
     check(tmp_path, mb)
+
+
+def test_data_movement_and_reductions_engine(tmp_path):
+    """SPLIT, SPLIT_V, UNPACK, PACK, GATHER, EXPAND_DIMS, PADV2, REDUCE_MAX/MIN and ARG_MAX/MIN
+    (int32 and int64 indices) in one engine."""
+    mb = ModelBuilder(9)
+    x = mb.input((1, 6, 5, 8), scale=0.25, zero_point=3)
+    a, b = mb.split(x, 2, axis=3)
+    parts = mb.split_v(x, [2, -1, 1], axis=1)
+    rows = mb.unpack(mb.reshape(a, (6, 5, 4)), axis=0)
+    stacked = mb.pack([rows[0], rows[5], rows[2]], axis=1)
+    picked = mb.gather(b, [[3, 0], [1, 1]], axis=3)
+    wide = mb.expand_dims(parts[2], 0)
+    mb.output(stacked, picked, mb.relu(wide), mb.padv2(parts[0], [[0, 0], [1, 0], [2, 1], [0, 0]], 1.5),
+              mb.reduce("max", x, (1, 2)), mb.reduce("min", x, (3,), keep_dims=True),
+              mb.arg("max", x, 3), mb.arg("min", x, 1, output_type="int64"))
+    check(tmp_path, mb)

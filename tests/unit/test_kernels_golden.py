@@ -321,6 +321,69 @@ def test_slice(seed, shape, data):
 
 
 @PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data())
+def test_split_unpack_pack(seed, shape, data):
+    """SPLIT (equal pieces), SPLIT_V (one size -1), UNPACK and PACK, along any axis."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    mb = ModelBuilder(seed)
+    x = mb.input(tuple(shape), scale=0.03, zero_point=2)
+    kind = data.draw(st.sampled_from(["split", "split_v", "unpack", "pack"]))
+    if kind == "split":
+        num = data.draw(st.sampled_from([n for n in range(1, shape[axis] + 1) if shape[axis] % n == 0]))
+        mb.output(*mb.split(x, num, axis))
+    elif kind == "split_v":
+        cuts = sorted(data.draw(st.sets(st.integers(1, shape[axis] - 1), max_size=3))) if shape[axis] > 1 else []
+        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, shape[axis]])]
+        sizes[data.draw(st.integers(0, len(sizes) - 1))] = -1
+        mb.output(*mb.split_v(x, sizes, axis))
+    elif kind == "unpack":
+        mb.output(*mb.unpack(x, axis))
+    else:
+        other = mb.input(tuple(shape), scale=0.03, zero_point=2)  # the reference stacks one quantization
+        mb.output(mb.pack([x, other, x] if data.draw(st.booleans()) else [x], data.draw(st.integers(0, len(shape)))))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data())
+def test_gather_expand_dims(seed, shape, data):
+    """GATHER of constant indices (repeated, any order, a scalar or a matrix of them) on any axis, and EXPAND_DIMS."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    idx_shape = data.draw(st.sampled_from([(), (3,), (2, 2)]))
+    idx = np.array(data.draw(st.lists(st.integers(0, shape[axis] - 1), min_size=max(1, int(np.prod(idx_shape))),
+                                      max_size=max(1, int(np.prod(idx_shape)))))).reshape(idx_shape)
+    mb = ModelBuilder(seed)
+    x = mb.input(tuple(shape))
+    mb.output(mb.gather(x, idx, axis), mb.relu(mb.expand_dims(x, data.draw(st.integers(-len(shape) - 1, len(shape))))))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data(),
+       keep=st.booleans(), output_type=st.sampled_from(["int32", "int64"]))
+def test_reduce_and_arg(seed, shape, data, keep, output_type):
+    """REDUCE_MAX / REDUCE_MIN over contiguous axes, ARG_MAX / ARG_MIN (ties: the first) with int32 or int64 output."""
+    rank = len(shape)
+    first = data.draw(st.integers(0, rank - 1))
+    axes = list(range(first, data.draw(st.integers(first, rank - 1)) + 1))
+    mb = ModelBuilder(seed)
+    x = mb.input(tuple(shape), scale=0.5)  # coarse: ties are common
+    kind = data.draw(st.sampled_from(["max", "min"]))
+    mb.output(mb.reduce(kind, x, axes, keep), mb.arg(kind, x, data.draw(st.integers(-rank, rank - 1)), output_type))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data(),
+       value=st.floats(-3, 3))
+def test_padv2(seed, shape, data, value):
+    paddings = [[data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))] for _ in shape]
+    mb = ModelBuilder(seed)
+    mb.output(mb.padv2(mb.input(tuple(shape)), paddings, value))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 4), min_size=1, max_size=4), data=st.data())
 def test_reshape_squeeze(seed, shape, data):
     """RESHAPE to a random factorisation, SQUEEZE of all or some unit dims; feeds a RELU so
