@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -730,6 +730,13 @@ def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
     return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
 
 
+def _float_lookup(g: Graph, l: Layer, where: str) -> Lookup:
+    """TANH, EXP, LOG and RSQRT: LiteRT's int8 kernels are a table of the float function."""
+    x, y = _same_shape(g, l, where)
+    name = l.op.lower()
+    return Lookup(x.elements, float_table(name, x.scale, x.zero_point, y.scale, y.zero_point), name)
+
+
 def _abs(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
     if not 0 < float(np.float32(x.scale) / np.float32(y.scale)) < 2.0 ** 30:
@@ -938,7 +945,8 @@ def _strided_slice(g: Graph, l: Layer, where: str) -> Slice:
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv,
     "ADD": _add, "SUB": _add, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
-    "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "HARD_SWISH": _hard_swish,
+    "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
+    "RSQRT": _float_lookup, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,

@@ -79,35 +79,64 @@ def activation_range(activation: str, scale: float, zero_point: int,
     raise ValueError(activation)
 
 
-def _libm_expf():
-    """The C library's expf: LiteRT builds its sigmoid table with it."""
-    name = ctypes.util.find_library("m")
-    if name is None:
+def _libm(name: str):
+    """A float function of the C library: LiteRT builds its int8 tables with them."""
+    lib = ctypes.util.find_library("m")
+    if lib is None:
         return None
-    fn = ctypes.CDLL(name).expf
+    fn = getattr(ctypes.CDLL(lib), name)
     fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
     return fn
 
 
-_EXPF = _libm_expf()
+_LIBM = {name: _libm(name) for name in ("expf", "tanhf", "logf", "sqrtf")}
+_NUMPY = {"expf": np.exp, "tanhf": np.tanh, "logf": np.log, "sqrtf": np.sqrt}
+
+
+def libm(name: str, x) -> np.float32:
+    """``name`` (expf, tanhf, logf, sqrtf) of float32 ``x`` as the C library computes it."""
+    fn = _LIBM[name]
+    with np.errstate(all="ignore"):
+        return np.float32(fn(float(x))) if fn else np.float32(_NUMPY[name](np.float32(x)))
 
 
 def expf(x: np.float32) -> np.float32:
-    return np.float32(_EXPF(float(x))) if _EXPF else np.exp(np.float32(x))
+    return libm("expf", x)
 
 
-def sigmoid_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
-    """LUTPopulateInt8 for the logistic function, all in float32 as the reference does."""
-    one = np.float32(1.0)
-    inv = one / np.float32(out_scale)
+# the float function of each int8 op LiteRT runs as a table (LUTPopulate)
+FLOAT_FUNCTIONS = {
+    "logistic": lambda x: np.float32(1.0) / (np.float32(1.0) + libm("expf", -x)),
+    "tanh": lambda x: libm("tanhf", x),
+    "exp": lambda x: libm("expf", x),
+    "log": lambda x: libm("logf", x),
+    "rsqrt": lambda x: np.float32(1.0) / libm("sqrtf", x),
+}
+
+
+def float_table(fn: str, in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """LUTPopulate for the int8 op ``fn``: each input dequantized, the float function, times the
+    inverse output scale, rounded, plus the output zero point, clamped, all in float32 as the
+    reference does. A value int32 cannot hold (log of zero, a NaN) becomes INT32_MIN, as the
+    reference's float-to-int conversion gives on x86-64, so it is clamped to -128."""
+    f = FLOAT_FUNCTIONS[fn]
+    inv = np.float32(1.0) / np.float32(out_scale)
     table = []
     for v in range(-128, 128):
         x = np.float32(in_scale) * np.float32(v - in_zp)
-        y = one / (one + expf(-x))
-        r = np.float32(round_away(float(np.float32(y * inv))))
-        q = int(np.float32(r + np.float32(out_zp)))
+        with np.errstate(all="ignore"):
+            p = np.float32(f(x) * inv)
+        if not np.isfinite(p) or not -2.0 ** 31 <= round_away(float(p)) < 2.0 ** 31:
+            q = -2 ** 31
+        else:
+            q = int(np.float32(np.float32(round_away(float(p))) + np.float32(out_zp)))
         table.append(min(max(q, INT8_MIN), INT8_MAX))
     return tuple(table)
+
+
+def sigmoid_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """LUTPopulateInt8 for the logistic function."""
+    return float_table("logistic", in_scale, in_zp, out_scale, out_zp)
 
 
 def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:

@@ -525,6 +525,25 @@ class ModelBuilder:
         t = self._int8(x)
         return self._emit(self._name("abs"), Op.ABS, 2, [x], [x], np.abs, t.shape)
 
+    def tanh(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("tanh"), Op.TANH, 2, [x], [x], np.tanh, t.shape)
+
+    def exp(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("exp"), Op.EXP, 2, [x], [x], np.exp, t.shape)
+
+    def log(self, x) -> int:
+        """LOG; the reference refuses to run on inputs at or below zero."""
+        t = self._int8(x)
+        return self._emit(self._name("log"), Op.LOG, 2, [x], [x], lambda v: np.log(np.maximum(v, 1e-3)), t.shape)
+
+    def rsqrt(self, x) -> int:
+        """RSQRT; the reference refuses to run on inputs at or below zero."""
+        t = self._int8(x)
+        return self._emit(self._name("rsqrt"), Op.RSQRT, 2, [x], [x], lambda v: 1 / np.sqrt(np.maximum(v, 1e-3)),
+                          t.shape)
+
     def relu_n1_to_1(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("relu_n1_to_1"), Op.RELU_N1_TO_1, 1, [x], [x], lambda v: np.clip(v, -1.0, 1.0),

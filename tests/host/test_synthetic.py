@@ -24,7 +24,7 @@ def _window(draw, h, w):
 
 # the unary ops: the step's name -> the builder's method
 UNARY = {"relu": "relu", "relu6": "relu6", "hswish": "hard_swish", "abs": "abs", "relu1": "relu_n1_to_1",
-         "relu01": "relu_0_to_1", "logistic": "logistic"}
+         "relu01": "relu_0_to_1", "logistic": "logistic", "tanh": "tanh", "exp": "exp"}
 
 
 @st.composite
@@ -33,7 +33,7 @@ def layer_step(draw, mb: ModelBuilder, x: int) -> int:
     _, h, w, c = mb.shape(x)
     op = draw(st.sampled_from(["conv", "dw", "dil", "add", "sub", "mul", "avg", "max", "relu", "relu6", "hswish",
                                "leaky", "resize", "relu1", "relu01", "abs", "maxmin", "logistic", "pad", "concat", "requant",
-                               "slice", "tconv"]))
+                               "slice", "tconv", "tanh", "exp"]))
     if op == "conv":
         return mb.conv2d(x, draw(st.integers(1, 12)), activation=draw(ACTS),
                          per_channel=draw(st.booleans()), **_window(draw, h, w))
