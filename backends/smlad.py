@@ -218,7 +218,7 @@ def _add(kern, weight_bytes: int, use: str) -> Variant | None:
                    True, False, 1, None, template_context, None)
 
 
-RULES = (VariantRule("smlad conv/fc", _conv_fc), VariantRule("smlad add", _add))
+RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)))
 
 
 # ---- the templates' values ---------------------------------------------------------------

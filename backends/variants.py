@@ -49,9 +49,11 @@ class Variant:
 @dataclass(frozen=True, slots=True)
 class VariantRule:
     """A variant as a target lists it: ``bind(kernel, weight_bytes, use)`` gives the variant
-    for a layer, or None where it does not apply."""
+    for a layer, or None where it does not apply; ``kernels``: the kernel records it may take
+    (what ``deploy ops`` lists; ``bind`` decides per layer)."""
     name: str
     bind: Callable[[Any, int, str], Variant | None]
+    kernels: tuple[type, ...] = ()
 
 
 # ---- the portable variants -------------------------------------------------------------
@@ -91,7 +93,7 @@ def _portable(kern, weight_bytes: int, use: str) -> Variant:
     return Variant(portable_name(kern), "kernels", type(kern).__name__, weight_bytes)
 
 
-PORTABLE = VariantRule("portable", _portable)
+PORTABLE = VariantRule("portable", _portable)  # every kernel
 
 
 def choose(rules: tuple[VariantRule, ...], kern, weight_bytes: int, use: str = "whole") -> Variant:

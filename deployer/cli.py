@@ -612,5 +612,14 @@ def targets_cmd(as_json):
     click.echo(json.dumps(infos, indent=2) if as_json else targets_table(infos))
 
 
+@main.command("ops")
+@click.option("--json", "as_json", is_flag=True, help="print the table as JSON")
+def ops_cmd(as_json):
+    """List the supported operators: types, and whether each tiles, runs in patches, runs in place
+    and has DSP kernels on a target."""
+    from .ops_table import ops_json, ops_text
+    click.echo(json.dumps(ops_json(), indent=2) if as_json else ops_text())
+
+
 if __name__ == "__main__":
     main()

@@ -798,7 +798,7 @@ def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
     return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi)
 
 
-def _quantize(g: Graph, l: Layer, where: str):
+def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize:
     x, y = _same_shape(g, l, where)
     if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
         return Offset(x.elements, y.zero_point - x.zero_point)

@@ -53,8 +53,14 @@ class SpatialLayer:
     macs_per_pixel: int
 
 
+# the kernel records that can run patch by patch (spatial_layer decides per layer)
+SPATIAL = (K.Transpose, K.Quantize, K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd)
+
+
 def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shape: tuple) -> SpatialLayer | None:
     """The spatial view of a lowered kernel, or None when it cannot run patch by patch."""
+    if not isinstance(kernel, SPATIAL):
+        return None
     if getattr(kernel, "float_avg", None) is not None:
         return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:

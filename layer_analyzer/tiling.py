@@ -153,8 +153,14 @@ class TileGeometry:
         return 1
 
 
+# the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
+TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.FullyConnected)
+
+
 def geometry(kernel, layer: int) -> TileGeometry | None:
     """The tiling view of a lowered kernel, or None when the layer runs untiled from L2."""
+    if not isinstance(kernel, TILED):
+        return None
     if getattr(kernel, "float_avg", None) is not None:
         return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:

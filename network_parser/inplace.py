@@ -16,6 +16,8 @@ from .ir import Graph
 UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS", "TANH", "EXP", "LOG", "RSQRT",
                      "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX")
 ZERO_COPY = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+ELEMENTWISE = ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", *UNARY_ELEMENTWISE)
+CONVERTS = ("QUANTIZE", "DEQUANTIZE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ def zero_copy_reshape(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse 
 def elementwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
     """ADD/SUB/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
     layer = graph.layers[k]
-    if layer.op not in ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", *UNARY_ELEMENTWISE):
+    if layer.op not in ELEMENTWISE:
         return None
     out = graph.tensors[layer.outputs[0]]
     for src in layer.inputs:
@@ -75,7 +77,7 @@ def convert_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse |
     layer = graph.layers[k]
     src = layer.inputs[0]
     x, y = graph.tensors[src], graph.tensors[layer.outputs[0]]
-    if layer.op in ("QUANTIZE", "DEQUANTIZE") and x.dtype != y.dtype and not x.is_const and dies_here(src):
+    if layer.op in CONVERTS and x.dtype != y.dtype and not x.is_const and dies_here(src):
         return Reuse("convert-in-place", k, layer.outputs[0], src)
     return None
 
@@ -134,3 +136,10 @@ def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset
                 reuses.append(r)
                 break
     return tuple(reuses)
+
+
+def in_place_rules(op: str) -> tuple[str, ...]:
+    """The in-place rules that may let an op's output take over an input's bytes (``deploy ops``)."""
+    return tuple(rule for rule, ops in (("zero-copy-reshape", ZERO_COPY), ("elementwise-in-place", ELEMENTWISE),
+                                        ("depthwise-in-place", ("DEPTHWISE_CONV_2D",)), ("convert-in-place", CONVERTS))
+                 if op in ops)

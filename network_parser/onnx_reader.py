@@ -36,6 +36,9 @@ UNSIGNED = Quant((1.0,), (-128,))
 # the argmax of their input is the answer).
 TRAILING_FLOAT_OPS = ("LogSoftmax", "Softmax", "Sigmoid")
 CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift", "Identity")
+# every node type an integer graph may hold (``deploy ops``; the reader's handlers are these)
+INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                   "Flatten", "Reshape", "Pad", "Constant", *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
@@ -139,6 +142,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
             handlers.setdefault(op, self._standalone_chain)
         for op in TRAILING_FLOAT_OPS:
             handlers[op] = self._trailing
+        assert set(handlers) == set(INTEGER_OPS), sorted(set(handlers) ^ set(INTEGER_OPS))
         for i, node in enumerate(self.nodes):
             if i in self.done:
                 continue

@@ -181,6 +181,12 @@ _OPS = {
 }
 
 
+def supported_operators() -> dict[str, tuple[tuple[str, ...], tuple[str, ...], str]]:
+    """Every TFLite operator the reader takes: the types of its activation inputs and outputs,
+    and the IR op it is read as (``deploy ops``)."""
+    return {op: (*_IO_TYPES.get(op, (_INT8, _INT8)), "STRIDED_SLICE" if op in _SPLITS else op) for op in _OPS}
+
+
 def read_tflite(path: str | Path, cut: CutSpec = CutSpec()) -> Graph:
     """The model's subgraph 0; with ``cut``, the part of it between the tensors it names."""
     path = Path(path)

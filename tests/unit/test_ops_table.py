@@ -1,0 +1,64 @@
+"""deploy ops: the support table is made from the code's own tables, and every decision a real
+deployment takes is one the table allows."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deployer.ops_table import ops_json, ops_text, tflite_table
+from deployer.pipeline import Options, deploy
+from network_parser.tflite_reader import supported_operators
+from tests.model_zoo import audio_unet, detection_fpn
+from tests.unit.test_cli import kitchen_sink_model, run_clirunner
+
+
+def test_every_operator_the_reader_takes_is_listed():
+    rows = {r["operator"]: r for r in tflite_table()}
+    assert set(rows) == set(supported_operators()) and len(rows) >= 47
+    assert rows["CONV_2D"]["tiled"] and rows["CONV_2D"]["dsp"]["cortex-m7"] == ["smlad conv/fc"]
+    assert rows["SPLIT"]["read_as"] == "STRIDED_SLICE" and rows["ARG_MAX"]["outputs"] == ["int32", "int64"]
+    assert rows["RESHAPE"]["in_place"] == ["zero-copy-reshape"] and not rows["TRANSPOSE_CONV"]["tiled"]
+    assert "gap8" not in rows["CONV_2D"]["dsp"] and "host" not in rows["ADD"]["dsp"]
+
+
+@pytest.mark.parametrize("target, l1", [("stm32h743", 32 * 1024), ("host", 8 * 1024)])
+def test_deployments_stay_within_the_table(tmp_path, target, l1):
+    """Each layer tiled, run in patches, in place or by a DSP variant is an op the table says may be."""
+    rows = {r["operator"]: r for r in tflite_table()}
+    models = [kitchen_sink_model(tmp_path / "k.tflite")]
+    for build in (audio_unet, detection_fpn):
+        models.append(tmp_path / f"{build.__name__}.tflite")
+        build().save(models[-1])
+    seen = set()
+    for model in models:
+        for options in (Options(target=target, l1=l1), Options(target=target, patch="2x2@3")):
+            try:
+                plan = deploy(model, options)
+            except Exception as e:  # a forced split a model cannot take: not this test's concern
+                if "patch" in str(e).lower() or "stage" in str(e).lower():
+                    continue
+                raise
+            reuse = {r.layer: r.rule for r in plan.reuses}
+            for k, (layer, lp) in enumerate(zip(plan.graph.layers, plan.layers)):
+                row = rows[layer.op]
+                if lp.tiling is not None:
+                    assert row["tiled"], layer.op
+                    seen.add("tiled")
+                if lp.in_stage:
+                    assert row["patches"], layer.op
+                    seen.add("patches")
+                if k in reuse:
+                    assert reuse[k] in row["in_place"], (layer.op, reuse[k])
+                    seen.add("in place")
+                if lp.variant.dsp:
+                    assert target in row["dsp"], layer.op
+                    seen.add("dsp")
+    assert {"tiled", "in place"} <= seen
+
+
+def test_cli_ops():
+    code, out, _ = run_clirunner("ops")
+    assert code == 0 and out.strip() == ops_text().strip() and "TRANSPOSE_CONV" in out
+    code, out, _ = run_clirunner("ops", "--json")
+    assert code == 0 and json.loads(out) == json.loads(json.dumps(ops_json()))
