@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import FullyConnected, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
+from .ir import FullyConnected, Gather, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
 from .onnx_common import UNIT, OnnxGraphBuilder, Value, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -38,7 +38,8 @@ TRAILING_FLOAT_OPS = ("LogSoftmax", "Softmax", "Sigmoid")
 CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift", "Identity")
 # every node type an integer graph may hold (``deploy ops``; the reader's handlers are these)
 INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                   "Flatten", "Reshape", "Pad", "Constant", *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
+                                   "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze", "Unsqueeze",
+                                   *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
@@ -137,6 +138,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
         handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
                     "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
                     "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
+                    "Gather": self._gather, "Squeeze": self._squeeze, "Unsqueeze": self._squeeze,
                     "Constant": lambda i, n: None}
         for op in CHAIN_OPS:
             handlers.setdefault(op, self._standalone_chain)
@@ -423,6 +425,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
         a = self.attrs(node)
         where = self.where(i)
         x = self.value(node.input[0], i)
+        if x.rank == 3 and node.op_type == "MatMul":
+            return self._matmul3(i, node, x)
         if x.rank != 2:
             raise UnsupportedOperator(f"{where}: {node.op_type} over a rank-{x.rank} input (flatten it first)")
         w = self.fc_weights(node, a, self.weights(node.input[1], i), x, where)
@@ -438,6 +442,89 @@ class IntegerGraphReader(OnnxGraphBuilder):
                 inputs.append(b)
         self.finish(i, node, "FULLY_CONNECTED", inputs, lambda rq: FullyConnected("NONE", False, rq),
                     (batch, units), units, 2)
+
+    def _matmul3(self, i: int, node, x: Value) -> None:
+        """MatMul of a rank-3 activation (N, S, D), a sequence of S vectors, by constant (D, E)
+        weights: one fully connected layer over the S rows. The IR holds a rank-3 value as
+        (N, 1, D, S) (NCL as NHWC), so the rows are transposed to (S, D) before it and back after."""
+        where = self.where(i)
+        w = self.weights(node.input[1], i)
+        _, _, depth, rows = self.nhwc(x)
+        if w.ndim != 2 or w.shape[0] != depth:
+            raise UnsupportedOperator(f"{where}: MatMul weights {list(w.shape)} for rows of {depth} values")
+        units = w.shape[1]
+        xt = self.tensors[x.tensor]
+        seq = self.add_tensor(f"{node.output[0]}/rows", (1, 1, rows, depth), xt.dtype, xt.quant)
+        self.add_layer("TRANSPOSE", [x.tensor], [seq], Transpose((0, 1, 3, 2)), f"{node.output[0]}/rows")
+        wt = self.add_tensor(node.input[1], (units, depth), "int8", UNIT, np.ascontiguousarray(w.T))
+        chain = self.absorb(node.output[0], units)
+        rq, dtype, quant = self.requant(chain, units, where)
+        out = self.add_tensor(f"{chain.end}/rows", (rows, units), dtype, quant)
+        self.add_layer("FULLY_CONNECTED", [seq, wt], [out], FullyConnected("NONE", False, rq), f"{chain.end}/rows")
+        back = self.add_tensor(chain.end, (1, 1, units, rows), dtype, quant)
+        view = self.add_tensor(f"{chain.end}/view", (1, 1, rows, units), dtype, quant)
+        self.add_layer("RESHAPE", [out], [view], NoAttrs(), f"{chain.end}/view")
+        self.add_layer("TRANSPOSE", [view], [back], Transpose((0, 1, 3, 2)), chain.end)
+        self.values[chain.end] = Value(back, 3)
+
+    def _gather(self, i: int, node) -> None:
+        """Gather with constant indices on a rank-1 or rank-2 activation (NEMO splits a classifier's
+        scores this way): the IR's GATHER, its layout the model's."""
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        if x.rank > 2:
+            raise UnsupportedOperator(f"{where}: Gather on a rank-{x.rank} activation (only ranks 1 and 2, whose "
+                                      f"layout the engine keeps)")
+        if node.input[1] not in self.consts:
+            raise UnsupportedOperator(f"{where}: Gather with indices computed at run time")
+        xt = self.tensors[x.tensor]
+        axis = int(self.attrs(node).get("axis", 0))
+        if not -x.rank <= axis < x.rank:
+            raise ModelFormatError(f"{where}: axis {axis} of a rank-{x.rank} activation")
+        axis %= x.rank
+        idx = _exact_ints(self.consts[node.input[1]], "the indices", where)
+        dim = xt.shape[axis]
+        if ((idx < -dim) | (idx >= dim)).any():
+            raise ModelFormatError(f"{where}: indices {idx.reshape(-1).tolist()} outside the axis's {dim} entries")
+        idx = np.where(idx < 0, idx + dim, idx)
+        shape = xt.shape[:axis] + tuple(idx.shape) + xt.shape[axis + 1:]
+        if len(shape) > 2:
+            raise UnsupportedOperator(f"{where}: Gather giving a rank-{len(shape)} activation")
+        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
+        self.add_layer("GATHER", [x.tensor], [out], Gather(axis, tuple(int(v) for v in idx.reshape(-1)),
+                                                          tuple(idx.shape)), node.output[0])
+        self.values[node.output[0]] = Value(out, len(shape))
+
+    def _squeeze(self, i: int, node) -> None:
+        """Squeeze / Unsqueeze of a rank-1 or rank-2 activation: the same bytes (a RESHAPE)."""
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        xt = self.tensors[x.tensor]
+        if x.rank > 2:
+            raise UnsupportedOperator(f"{where}: {node.op_type} of a rank-{x.rank} activation (only ranks 1 and 2)")
+        axes = self.attrs(node).get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in self.consts:
+                raise UnsupportedOperator(f"{where}: axes computed at run time")
+            axes = _exact_ints(self.consts[node.input[1]], "the axes", where).reshape(-1).tolist()
+        shape = list(xt.shape)
+        if node.op_type == "Squeeze":
+            drop = {a % len(shape) for a in axes} if axes else {d for d, n in enumerate(shape) if n == 1}
+            if any(shape[d] != 1 for d in drop):
+                raise ModelFormatError(f"{where}: cannot squeeze axes {sorted(drop)} of {shape}")
+            shape = [n for d, n in enumerate(shape) if d not in drop]
+        else:
+            if not axes:
+                raise ModelFormatError(f"{where}: Unsqueeze without axes")
+            rank = len(shape) + len(axes)
+            for a in sorted(v % rank for v in axes):
+                shape.insert(a, 1)
+        if len(shape) > 2:
+            raise UnsupportedOperator(f"{where}: {node.op_type} giving a rank-{len(shape)} activation (only ranks "
+                                      f"1 and 2)")
+        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
+        self.add_layer("RESHAPE", [x.tensor], [out], NoAttrs(), node.output[0])
+        self.values[node.output[0]] = Value(out, len(shape))
 
     def _scaled_operand(self, name: str, i: int) -> tuple[Value, int]:
         """An Add operand, looking through a Mul by one constant that only this Add reads (NEMO's

@@ -95,3 +95,19 @@ def test_nemo_graphs_match_onnxruntime_on_random_inputs(folder, file, layout):
         ours, _ = golden.run(g, [to_engine_input(g, 0, x)], dep.kernels)
         ref = run_onnxruntime(model, [x.astype(np.float32)], [g.tensors[o].name for o in g.outputs])
         assert np.array_equal(ours[0].astype(np.int64), to_engine_output(g, 0, ref[0]).astype(np.int64))
+
+
+@pytest.mark.parametrize("which", ["test_nemo_classifier_split_by_gather_and_unsqueeze", "test_matmul_over_a_sequence"])
+def test_gather_and_sequence_matmul_engines(tmp_path, which):
+    """The engines of the integer graphs the reader tests build (a classifier split by Gather and
+    Unsqueeze, a MatMul over a sequence), against onnxruntime."""
+    from tests.unit import test_onnx_reader
+    getattr(test_onnx_reader, which)(tmp_path)  # builds the model (and checks the executor)
+    path = next(p for p in sorted(tmp_path.glob("*.onnx")) if p.stem in ("cls", "seq"))
+    dep = deploy(path, Options(input_type="uint8"))
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, dep.graph.source.input_shapes[0])
+    outs, _ = run_engine(build_engine(dep), [[to_engine_input(dep.graph, 0, x)]])
+    refs = run_onnxruntime(path, [x.astype(np.float32)], [dep.graph.tensors[o].name for o in dep.graph.outputs])
+    for j, (a, r) in enumerate(zip(outs[0], refs)):
+        assert np.array_equal(a.astype(np.int64), to_engine_output(dep.graph, j, r).astype(np.int64).reshape(a.shape))

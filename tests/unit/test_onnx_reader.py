@@ -180,3 +180,66 @@ def test_an_add_whose_operands_do_not_broadcast(tmp_path):
              helper.make_node("Add", ["a", "b"], ["y"])]
     with pytest.raises(UnsupportedOperator, match="node 4 Add .*do not broadcast"):
         read_onnx(save(tmp_path, nodes, inits, [1, 2, 4, 4], "y", [1, 3, 4, 4]), input_type="int8")
+
+
+def _nemo_chain(src: str, out: str, mul: int, shift: int, inits: dict) -> list:
+    """Mul by an integer, Div by 2^shift, Floor, Clip 0..255: NEMO's requantization after a layer."""
+    inits[f"{out}_m"], inits[f"{out}_d"] = np.array(mul, np.float32), np.array(2.0 ** shift, np.float32)
+    inits[f"{out}_lo"], inits[f"{out}_hi"] = np.array(0.0, np.float32), np.array(255.0, np.float32)
+    return [helper.make_node("Mul", [src, f"{out}_m"], [f"{out}_1"]),
+            helper.make_node("Div", [f"{out}_1", f"{out}_d"], [f"{out}_2"]),
+            helper.make_node("Floor", [f"{out}_2"], [f"{out}_3"]),
+            helper.make_node("Clip", [f"{out}_3", f"{out}_lo", f"{out}_hi"], [out])]
+
+
+def _run_both(path, g, x):
+    ours, _ = golden.run(g, [to_engine_input(g, 0, x)])
+    refs = run_onnxruntime(path, [x.astype(np.float32)], [g.tensors[o].name for o in g.outputs])
+    return ours, [to_engine_output(g, j, r) for j, r in enumerate(refs)]
+
+
+def test_nemo_classifier_split_by_gather_and_unsqueeze(tmp_path):
+    """A Gemm's scores split into one output per class (Gather of a constant index, then Unsqueeze),
+    as NEMO exports some classifiers: read as GATHER and zero-copy reshapes, exact against onnxruntime."""
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.integers(-3, 4, (5, 8)).astype(np.float32), "b": rng.integers(-20, 20, 5).astype(np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["acc"], transB=1), *_nemo_chain("acc", "s", 3, 2, inits)]
+    outs = []
+    for k in (0, 3, 4):
+        inits[f"i{k}"] = np.array(k, np.int64)
+        nodes += [helper.make_node("Gather", ["s", f"i{k}"], [f"g{k}"], axis=1),
+                  helper.make_node("Unsqueeze", [f"g{k}"], [f"out{k}"], axes=[1])]
+        outs.append(f"out{k}")
+    graph = helper.make_graph(nodes, "cls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, 1]) for o in outs],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    path = tmp_path / "cls.onnx"
+    onnx.save(model, path)
+    g = read_onnx(path, input_type="uint8")
+    assert [layer.op for layer in g.layers].count("GATHER") == 3
+    for seed in range(3):
+        x = np.random.default_rng(seed).integers(0, 256, (1, 8))
+        ours, refs = _run_both(path, g, x)
+        for a, b in zip(ours, refs):
+            assert np.array_equal(a.astype(np.int64), b.astype(np.int64))
+
+
+def test_matmul_over_a_sequence(tmp_path):
+    """MatMul of a rank-3 (1, S, D) activation by (D, E) weights, as a transformer's projections: one
+    fully connected layer over the S rows, exact against onnxruntime; a Gather on it is refused."""
+    rng = np.random.default_rng(1)
+    inits = {"w": rng.integers(-4, 5, (6, 5)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["acc"]), *_nemo_chain("acc", "y", 5, 3, inits)]
+    path = save(tmp_path, nodes, inits, [1, 4, 6], "y", [1, 4, 5], name="seq")
+    g = read_onnx(path, input_type="uint8")
+    assert "FULLY_CONNECTED" in [layer.op for layer in g.layers]
+    for seed in range(3):
+        x = np.random.default_rng(seed).integers(0, 256, (1, 4, 6))
+        ours, refs = _run_both(path, g, x)
+        assert np.array_equal(ours[0].astype(np.int64), refs[0].astype(np.int64))
+    inits["i"] = np.array(1, np.int64)
+    nodes.append(helper.make_node("Gather", ["y", "i"], ["z"], axis=1))
+    with pytest.raises(UnsupportedOperator, match="Gather on a rank-3 activation"):
+        read_onnx(save(tmp_path, nodes, inits, [1, 4, 6], "z", [1, 5], name="seq2"), input_type="uint8")
