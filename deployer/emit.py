@@ -140,10 +140,6 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
         case K.Gather():
             return dict(indices=sym.array(f"op{k}_indices", "int32_t", np.array(kern.indices, np.int32)))
-        case K.Slice():
-            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(4)]
-            return dict(base=sum(b * s for b, s in zip(kern.start, strides)),
-                        steps4=[st * s for st, s in zip(kern.step, strides)])
         case K.Transpose():
             strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
             return dict(out4=_pad4(kern.out_shape, 1), perm_strides4=_pad4([strides[p] for p in kern.perm], 0))

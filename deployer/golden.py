@@ -332,9 +332,11 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             v = ins[0].reshape(kernel.outer, kernel.reduced, kernel.inner)
             pick = (np.argmax if kernel.maximum else np.argmin) if kernel.index else (np.max if kernel.maximum else np.min)
             y = pick(v, axis=1)
-        case K.Slice():
-            idx = [np.arange(b, b + s * n, s) if n else np.arange(0) for b, s, n in zip(kernel.start, kernel.step, kernel.counts)]
-            y = ins[0].reshape(kernel.in_shape)[np.ix_(*idx)]
+        case K.Strided():
+            idx = np.full(kernel.counts, kernel.base, np.int64)
+            for d, (n, st) in enumerate(zip(kernel.counts, kernel.strides)):
+                idx += (np.arange(n, dtype=np.int64) * st).reshape([-1 if e == d else 1 for e in range(len(kernel.counts))])
+            y = ins[0].reshape(-1)[idx]
         case K.ResizeNearest():
             y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
         case _:

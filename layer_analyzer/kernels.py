@@ -363,13 +363,18 @@ class Transpose:
 
 
 @dataclass(frozen=True, slots=True)
-class Slice:
-    """STRIDED_SLICE / SLICE on a 4-D view (leading axes of one): output element (i0..i3) copies
-    input element (start[d] + i_d * step[d]) for every axis d."""
-    in_shape: tuple[int, int, int, int]
-    start: tuple[int, int, int, int]
-    step: tuple[int, int, int, int]
-    counts: tuple[int, int, int, int]  # the output's extent per axis, shrunk axes kept as one
+class Strided:
+    """A strided copy: output element (i_0, ..., i_n), in order, copies input element
+    base + sum(i_d * strides[d]) (a stride may be 0: broadcast and tile, or negative: a slice
+    walked backwards). STRIDED_SLICE, SLICE, DEPTH_TO_SPACE, SPACE_TO_DEPTH, TILE, BROADCAST_TO."""
+    base: int
+    counts: tuple[int, ...]
+    strides: tuple[int, ...]  # input elements
+    name: str = "strided_slice"  # the op, for the kernel's name
+
+
+def _element_strides(shape: tuple[int, ...]) -> list[int]:
+    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
 
 def slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool, end_masked: bool,
@@ -917,14 +922,12 @@ def _transpose(g: Graph, l: Layer, where: str) -> Transpose:
     return Transpose(x.shape, perm, y.shape)
 
 
-def _strided_slice(g: Graph, l: Layer, where: str) -> Slice:
+def _strided_slice(g: Graph, l: Layer, where: str) -> Strided:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     a = l.attrs
     rank = len(x.shape)
     if len(a.begin) != rank:
         raise UnsupportedOperator(f"{where}: begin {list(a.begin)} does not index the input's {rank} axes")
-    if rank > 4:
-        raise UnsupportedOperator(f"{where}: slicing more than 4 dimensions")
     if x.dtype != y.dtype:
         raise UnsupportedOperator(f"{where}: input {x.dtype} and output {y.dtype} differ")
     axes = []
@@ -937,9 +940,51 @@ def _strided_slice(g: Graph, l: Layer, where: str) -> Slice:
     kept = tuple(len(r) for d, r in enumerate(axes) if not a.shrink_axis_mask >> d & 1)
     if kept != y.shape:
         raise UnsupportedOperator(f"{where}: the slice gives {list(kept)}, the output is {list(y.shape)}")
-    pad = 4 - rank
-    return Slice((1,) * pad + tuple(x.shape), (0,) * pad + tuple(r.start for r in axes),
-                 (1,) * pad + tuple(r.step for r in axes), (1,) * pad + tuple(len(r) for r in axes))
+    st = _element_strides(x.shape)
+    return Strided(sum(r.start * s for r, s in zip(axes, st)), tuple(len(r) for r in axes),
+                   tuple(r.step * s for r, s in zip(axes, st)))
+
+
+def _depth_space(g: Graph, l: Layer, where: str) -> Strided:
+    """DEPTH_TO_SPACE and SPACE_TO_DEPTH (block b): the output walked as (n, h, w, by, bx, c) or
+    (n, h, by, w, bx, c), each a fixed step through the input."""
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    b = l.attrs.block
+    n, h, w, c = _nhwc(x, where)
+    if l.op == "DEPTH_TO_SPACE":
+        oc = c // (b * b)
+        if c % (b * b) or y.shape != (n, h * b, w * b, oc):
+            raise UnsupportedOperator(f"{where}: block {b} does not turn {list(x.shape)} into {list(y.shape)}")
+        # out (n, h, by, w, bx, c) <- in (n, h, w, (by * b + bx) * oc + c)
+        return Strided(0, (n, h, b, w, b, oc), (h * w * c, w * c, b * oc, c, oc, 1), "depth_to_space")
+    if h % b or w % b or y.shape != (n, h // b, w // b, c * b * b):
+        raise UnsupportedOperator(f"{where}: block {b} does not turn {list(x.shape)} into {list(y.shape)}")
+    # out (n, h, w, by, bx, c) <- in (n, h * b + by, w * b + bx, c)
+    return Strided(0, (n, h // b, w // b, b, b, c), (h * w * c, b * w * c, b * c, w * c, c, 1), "space_to_depth")
+
+
+def _tile(g: Graph, l: Layer, where: str) -> Strided:
+    """TILE: each axis walked as (copy, element), the copy a step of 0."""
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    mult = l.attrs.multiples
+    if len(mult) != len(x.shape) or any(m < 1 for m in mult) or \
+            tuple(d * m for d, m in zip(x.shape, mult)) != y.shape:
+        raise UnsupportedOperator(f"{where}: multiples {list(mult)} do not turn {list(x.shape)} into {list(y.shape)}")
+    counts, strides = [], []
+    for d, m, s in zip(x.shape, mult, _element_strides(x.shape)):
+        counts += [m, d]
+        strides += [0, s]
+    return Strided(0, tuple(counts), tuple(strides), "tile")
+
+
+def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    rank = len(y.shape)
+    shape = (1,) * (rank - len(x.shape)) + tuple(x.shape)
+    if len(x.shape) > rank or any(d not in (1, t) for d, t in zip(shape, y.shape)):
+        raise UnsupportedOperator(f"{where}: cannot broadcast {list(x.shape)} to {list(y.shape)}")
+    return Strided(0, tuple(y.shape), tuple(0 if d == 1 else s for d, s in zip(shape, _element_strides(shape))),
+                   "broadcast_to")
 
 
 LOWERINGS = {
@@ -952,12 +997,13 @@ LOWERINGS = {
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice,
-    "GATHER": _gather, "PACK": _pack, "EXPAND_DIMS": _copy, "PADV2": _pad, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
+    "GATHER": _gather, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
+    "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
 Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Slice | ResizeNearest | IntAdd | IntRescale
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | IntAdd | IntRescale
           | Offset)
 
 

@@ -213,6 +213,17 @@ class Gather:
 
 
 @dataclass(frozen=True, slots=True)
+class Block:
+    """DEPTH_TO_SPACE / SPACE_TO_DEPTH: the side of the square block moved between space and depth."""
+    block: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    multiples: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Reduce:
     """REDUCE_MAX / REDUCE_MIN / ARG_MAX / ARG_MIN over constant axes."""
     axes: tuple[int, ...]
@@ -249,7 +260,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, Tile, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import tflite
 
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, FileEdges, Source, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, Block, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -155,6 +155,15 @@ def _gather(op, where):
     return Gather(o.Axis() if o else 0, (), ())
 
 
+def _block(cls):
+    def parse(op, where):
+        o = _options(op, cls, where)
+        if o.BlockSize() < 1:
+            raise ModelFormatError(f"{where}: block size {o.BlockSize()} must be positive")
+        return Block(o.BlockSize())
+    return parse
+
+
 def _none(op, where):
     return NoAttrs()
 
@@ -178,6 +187,8 @@ _OPS = {
     "SPLIT": (_none, 1), "SPLIT_V": (_none, 1), "UNPACK": (_unpack, 1), "PACK": (_pack, None),
     "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1),
     "REDUCE_MAX": (_mean, 1), "REDUCE_MIN": (_mean, 1), "ARG_MAX": (_none, 1), "ARG_MIN": (_none, 1),
+    "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
+    "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
 }
 
 
@@ -372,7 +383,8 @@ _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"
 _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
-               "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2}
+               "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
+               "BROADCAST_TO": 2}
 
 
 def _pieces(op: str, attrs, x: Tensor, outs: list[Tensor], consts: list[Tensor], where: str) -> list[StridedSlice]:
@@ -497,4 +509,9 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
         if axis.size != 1:
             raise ModelFormatError(f"{where}: the axis must be one value, got {axis.tolist()}")
         return Reduce((int(axis[0]),))
+    if op == "TILE":
+        return Tile(tuple(int(v) for v in _const_ints(consts, "the multiples", where).reshape(-1)))
+    if op == "BROADCAST_TO":
+        _const_ints(consts, "the shape", where)  # a constant: the output tensor holds it
+        return attrs
     return attrs

@@ -73,6 +73,9 @@ def pool(mb, rng, kind):
 
 
 def unary(mb, rng, op, **kw):
+    if op == "exp":  # inputs whose exponential a float32 holds
+        return mb.exp(_input(mb, rng, _any_shape(rng), scale=float(rng.choice(SCALES[:3])),
+                             zero_point=int(rng.choice(ZERO_POINTS))))
     return getattr(mb, op)(_input(mb, rng, _any_shape(rng)), **kw)
 
 
@@ -122,6 +125,24 @@ def split(mb, rng, kind):
         return mb.unpack(x, axis)
     others = [x] + [_input(mb, rng, shape, scale=0.05, zero_point=2) for _ in range(int(rng.integers(0, 3)))]
     return mb.pack(others, int(rng.integers(0, len(shape) + 1)))
+
+
+def depth_space(mb, rng, op):
+    b = int(rng.integers(1, 4))
+    shape = (1, int(rng.integers(1, 5)) * b, int(rng.integers(1, 5)) * b, int(rng.integers(1, 4)) * b * b)
+    return getattr(mb, op)(_input(mb, rng, shape), b)
+
+
+def tile(mb, rng):
+    shape = _any_shape(rng, hi=4)
+    return mb.tile(_input(mb, rng, shape), [int(m) for m in rng.integers(1, 4, len(shape))])
+
+
+def broadcast_to(mb, rng):
+    shape = _any_shape(rng, hi=4)
+    target = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 2)))] + \
+        [int(rng.integers(1, 4)) if d == 1 else d for d in shape]
+    return mb.broadcast_to(_input(mb, rng, shape), target)
 
 
 def gather(mb, rng):
@@ -238,7 +259,8 @@ CASES: dict[str, Callable] = {
     "SQUEEZE": lambda mb, rng: reshape(mb, rng, "squeeze"), "EXPAND_DIMS": lambda mb, rng: reshape(mb, rng, "expand_dims"),
     "RESIZE_NEAREST_NEIGHBOR": resize, "STRIDED_SLICE": strided_slice, "SLICE": slice_,
     **{op.upper(): (lambda op: lambda mb, rng: split(mb, rng, op))(op) for op in ("split", "split_v", "unpack", "pack")},
-    "GATHER": gather, "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),
+    "GATHER": gather, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
+    "SPACE_TO_DEPTH": lambda mb, rng: depth_space(mb, rng, "space_to_depth"), "TILE": tile, "BROADCAST_TO": broadcast_to, "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),
     "REDUCE_MIN": lambda mb, rng: reduce(mb, rng, "min"), "ARG_MAX": lambda mb, rng: arg(mb, rng, "max"),
     "ARG_MIN": lambda mb, rng: arg(mb, rng, "min"),
 }

@@ -772,6 +772,49 @@ class ModelBuilder:
         return self._emit(name, code, 2, [x, at], [x], lambda v: fn(v, axis=axis + 1).astype(np.float64), out_shape,
                           dtype=output_type, options=_opts(opts, OutputType=ttype))
 
+    def depth_to_space(self, x, block) -> int:
+        t = self._int8(x, rank=4)
+        n, h, w, c = t.shape
+        oc = c // (block * block)
+
+        def fn(v):
+            s = len(v)
+            return v.reshape(s, n, h, w, block, block, oc).transpose(0, 1, 2, 4, 3, 5, 6).reshape(
+                s, n, h * block, w * block, oc)
+
+        return self._emit(self._name("depth_to_space"), Op.DEPTH_TO_SPACE, 1, [x], [x], fn,
+                          (n, h * block, w * block, oc), quant=self._q(x),
+                          options=_opts("DepthToSpaceOptions", BlockSize=block))
+
+    def space_to_depth(self, x, block) -> int:
+        t = self._int8(x, rank=4)
+        n, h, w, c = t.shape
+
+        def fn(v):
+            s = len(v)
+            return v.reshape(s, n, h // block, block, w // block, block, c).transpose(0, 1, 2, 4, 3, 5, 6).reshape(
+                s, n, h // block, w // block, block * block * c)
+
+        return self._emit(self._name("space_to_depth"), Op.SPACE_TO_DEPTH, 1, [x], [x], fn,
+                          (n, h // block, w // block, block * block * c), quant=self._q(x),
+                          options=_opts("SpaceToDepthOptions", BlockSize=block))
+
+    def tile(self, x, multiples) -> int:
+        t = self._int8(x)
+        name = self._name("tile")
+        mt = self._const(f"{name}/multiples", list(multiples), "int32")
+        out_shape = tuple(d * m for d, m in zip(t.shape, multiples))
+        return self._emit(name, Op.TILE, 2, [x, mt], [x], lambda v: np.tile(v, (1, *multiples)), out_shape,
+                          quant=self._q(x))
+
+    def broadcast_to(self, x, shape) -> int:
+        t = self._int8(x)
+        name = self._name("broadcast_to")
+        st = self._const(f"{name}/shape", list(shape), "int32")
+        return self._emit(name, Op.BROADCAST_TO, 2, [x, st], [x],
+                          lambda v: np.broadcast_to(v.reshape(len(v), *(1,) * (len(shape) - len(t.shape)), *t.shape),
+                                                    (len(v), *shape)), tuple(shape), quant=self._q(x))
+
     def resize_nearest(self, x, size, align_corners=False, half_pixel_centers=False) -> int:
         from layer_analyzer.kernels import nearest_indices  # the reference's index mapping
         t = self._int8(x, rank=4)

@@ -395,6 +395,24 @@ def test_reduce_and_arg(seed, shape, data, keep, output_type):
 
 
 @PROPERTY
+@given(seed=SEEDS, n=st.integers(1, 2), h=st.integers(1, 4), w=st.integers(1, 4), c=st.integers(1, 4),
+       block=st.integers(1, 3), data=st.data())
+def test_depth_space_tile_broadcast(seed, n, h, w, c, block, data):
+    """DEPTH_TO_SPACE and SPACE_TO_DEPTH (blocks 1-3), TILE (multiples 1-3 per axis), BROADCAST_TO
+    (new leading axes, size-1 axes stretched)."""
+    mb = ModelBuilder(seed)
+    x = mb.input((n, h * block, w * block, c * block * block))
+    outs = [mb.depth_to_space(x, block), mb.space_to_depth(x, block)]
+    outs.append(mb.tile(x, [data.draw(st.integers(1, 3)) for _ in range(4)]))
+    small = mb.input((1, data.draw(st.integers(1, 3)), 1, c))
+    _, sh, _, _ = mb.shape(small)
+    target = [data.draw(st.integers(1, 3)), 2, sh, data.draw(st.integers(1, 4)), c]
+    outs.append(mb.broadcast_to(small, target))
+    mb.output(*outs)
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data(),
        value=st.floats(-3, 3))
 def test_padv2(seed, shape, data, value):
