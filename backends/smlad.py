@@ -218,7 +218,34 @@ def _add(kern, weight_bytes: int, use: str) -> Variant | None:
                    True, False, 1, None, template_context, None)
 
 
-RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)))
+def shadow_conv(kern: K.TransposeConv) -> K.Conv:
+    """The convolution whose weights (OHWI), requantization and packing a TRANSPOSE_CONV shares:
+    its weight layout and per-lane arrays are the "rows" kernel's."""
+    return K.Conv(False, kern.batch, kern.in_h, kern.in_w, kern.in_c, kern.out_h, kern.out_w, kern.out_c, kern.k_h,
+                  kern.k_w, 1, 1, 1, 1, 0, 0, 1, kern.input_offset, kern.output_offset, kern.multiplier, kern.shift,
+                  kern.act_min, kern.act_max, kern.weights, kern.bias)
+
+
+def _transpose_conv(kern, weight_bytes: int, use: str) -> Variant | None:
+    """TRANSPOSE_CONV, whole from the arena: per output pixel and pass of 4 channels, a dot product
+    of in_c values (4 at a time) for each tap that reaches it, against the "rows" packing of its
+    weights; in_c a multiple of 4 keeps every tap's steps aligned."""
+    if use != "whole" or not isinstance(kern, K.TransposeConv) or kern.in_c % 4:
+        return None
+    shadow = shadow_conv(kern)
+    row = kern.k_w * kern.in_c
+    s = DspLayout("rows", -(-kern.out_c // LANES), row, 8 * (row // 4), *_rq_fast(shadow))
+
+    def context(kern, k, sym, variant, in_place=False):
+        return dict(template_context(shadow_conv(kern), k, sym, variant, in_place), macro="transpose_conv",
+                    odd_chunks=(kern.in_c // 4) % 2 == 1)
+
+    return Variant("transpose_conv_s8_smlad", "smlad", "transpose_conv", packed_bytes(shadow, s, weight_bytes),
+                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, None)
+
+
+RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)),
+         VariantRule("smlad transpose conv", _transpose_conv, (K.TransposeConv,)))
 
 
 # ---- the templates' values ---------------------------------------------------------------

@@ -99,7 +99,7 @@ def strided_slice(mb, rng):
 
 
 def transpose_conv(mb, rng):
-    shape = _nhwc(rng, 1, 7)
+    shape = (1, int(rng.integers(1, 7)), int(rng.integers(1, 7)), int(rng.choice([1, 3, 4, 8, 12])))  # 4k: DSP
     k, s = (int(rng.integers(1, 5)), int(rng.integers(1, 5))), (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
     padding = str(rng.choice(["SAME", "VALID"]))
     e = (int(rng.integers(0, s[0])), int(rng.integers(0, s[1])))
