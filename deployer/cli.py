@@ -133,9 +133,9 @@ def budget_options(f):
         click.option("--outputs", "cut_outputs", default=None,
                      help=".tflite models: ... to these tensors (ops past them, e.g. a float post-processing tail, "
                      "are never read)"),
-        click.option("--io", type=click.Choice(("int8",)), default=None,
-                     help=".tflite models: take and give int8 where the model quantizes a float input or "
-                     "dequantizes to a float output (as a converter's inference_input_type=int8)"),
+        click.option("--io", type=click.Choice(("int8", "uint8")), default=None,
+                     help=".tflite models: take and give int8 (or uint8) where the model quantizes a float input "
+                     "or dequantizes to a float output (as a converter's inference_input_type=int8)"),
     )):
         f = opt(f)
     return f

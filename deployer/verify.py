@@ -237,6 +237,8 @@ def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) ->
         if values is None:
             raise DeployError(f"{model}: {reference} keeps no intermediate tensors, so a cut graph cannot be "
                               f"checked against it")
+        for t, src, delta in graph.file_edges.derived:  # --io uint8: the int8 values, offset
+            values[t] = (values[src].astype(np.int64) + delta).astype(NP_DTYPES[graph.tensors[t].dtype])
         samples.append([values[t].reshape(graph.tensors[t].shape) for t in graph.inputs])
         outputs.append([values[t] for t in graph.outputs])
         tensors.append(values)

@@ -809,6 +809,9 @@ def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize:
         return Offset(x.elements, y.zero_point - x.zero_point)
     if x.dtype == "float32":
         return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq")
+    if "uint8" in (x.dtype, y.dtype):
+        raise UnsupportedOperator(f"{where}: QUANTIZE from {x.dtype} to {y.dtype} other than an offset of 128 "
+                                  f"(scale {x.scale:g} to {y.scale:g}, zero point {x.zero_point} to {y.zero_point})")
     return _requantize_act(g, l, where)
 
 

@@ -19,7 +19,7 @@ class CutSpec:
     """What the command line asked for."""
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
-    io: str | None = None  # "int8": float edges moved inward to their int8 tensors
+    io: str | None = None  # "int8" / "uint8": float edges moved inward to their int8 tensors (uint8: offset by 128)
 
     def __bool__(self) -> bool:
         return bool(self.inputs or self.outputs or self.io)
@@ -81,8 +81,8 @@ def cut_graph(where: str, names: list[str], dtypes: list[str], consts: set[int],
     for t in new_in:
         if t not in reached:
             raise UsageError(f"--inputs {names[t]!r}: none of the cut's outputs depends on it")
-    if spec.io == "int8":
-        new_in, new_out, kept, more = _integer_edges(names, dtypes, ops, new_in, new_out, kept)
+    if spec.io in ("int8", "uint8"):
+        new_in, new_out, kept, more = _integer_edges(names, dtypes, ops, new_in, new_out, kept, spec.io)
         notes += more
     if spec.inputs or spec.outputs:
         notes.append(f"the engine runs {len(kept)} of the model's {len(ops)} ops: inputs "
@@ -90,7 +90,7 @@ def cut_graph(where: str, names: list[str], dtypes: list[str], consts: set[int],
     return Cut(tuple(sorted(kept)), new_in, new_out, tuple(notes))
 
 
-def _integer_edges(names, dtypes, ops, inputs, outputs, kept):
+def _integer_edges(names, dtypes, ops, inputs, outputs, kept, io):
     readers: dict[int, list[int]] = {}
     for k in sorted(kept):
         for i in ops[k].inputs:
@@ -102,7 +102,7 @@ def _integer_edges(names, dtypes, ops, inputs, outputs, kept):
                 and dtypes[ops[ks[0]].outputs[0]] == "int8":
             kept.discard(ks[0])
             new_in.append(ops[ks[0]].outputs[0])
-            notes.append(f"--io int8: the engine takes int8 '{names[new_in[-1]]}' instead of float32 '{names[t]}'")
+            notes.append(f"--io {io}: the engine takes {io} '{names[new_in[-1]]}' instead of float32 '{names[t]}'")
         else:
             new_in.append(t)
     writer = {o: k for k in kept for o in ops[k].outputs}
@@ -111,7 +111,7 @@ def _integer_edges(names, dtypes, ops, inputs, outputs, kept):
         if dtypes[t] == "float32" and k is not None and ops[k].name == "DEQUANTIZE" and dtypes[ops[k].inputs[0]] == "int8":
             kept.discard(k)
             new_out.append(ops[k].inputs[0])
-            notes.append(f"--io int8: the engine gives int8 '{names[new_out[-1]]}' instead of float32 '{names[t]}'")
+            notes.append(f"--io {io}: the engine gives {io} '{names[new_out[-1]]}' instead of float32 '{names[t]}'")
         else:
             new_out.append(t)
     return tuple(new_in), tuple(new_out), kept, notes

@@ -294,6 +294,8 @@ class FileEdges:
     is a part of it (--inputs / --outputs / --io int8)."""
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    # tensors the file does not hold (--io uint8's edges): (tensor, the file's tensor, what is added)
+    derived: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

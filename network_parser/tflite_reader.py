@@ -24,7 +24,7 @@ _ACT = {getattr(tflite.ActivationFunctionType, a): a for a in ACTIVATIONS}
 
 # Activation dtypes each op accepts on its data inputs / outputs.
 _INT8 = ("int8",)
-_IO_TYPES = {"QUANTIZE": (("float32", "int8"), _INT8), "DEQUANTIZE": (_INT8, ("float32",)),
+_IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8"), ("int8", "uint8")), "DEQUANTIZE": (_INT8, ("float32",)),
              "ARG_MAX": (_INT8, ("int32", "int64")), "ARG_MIN": (_INT8, ("int32", "int64"))}
 # ops with one output per piece: read as one STRIDED_SLICE per output
 _SPLITS = ("SPLIT", "SPLIT_V", "UNPACK")
@@ -371,9 +371,12 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         if o < 0 or o not in produced:
             raise ModelFormatError(f"{path}: graph output {o} is never written")
     for i in inputs:
-        if tensors[i].dtype not in ("int8", "float32"):
+        if tensors[i].dtype not in ("int8", "uint8", "float32"):
             raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
-                                      f"{tensors[i].dtype}; only int8 and float32 are supported")
+                                      f"{tensors[i].dtype}; only int8, uint8 and float32 are supported")
+    if cut.io == "uint8":  # the int8 edges as uint8 ones: value + 128, zero point + 128
+        tensors, layers, inputs, outputs, derived = _unsigned_edges(tensors, layers, inputs, outputs, len(edges))
+        file_edges = FileEdges(file_edges.inputs, file_edges.outputs, derived)
     name = name_text(path.stem)
     source = Source("tflite", notes=notes) if notes else None
     return Graph(name, tuple(tensors), tuple(layers), inputs, outputs, source, file_edges)
@@ -415,6 +418,34 @@ def _pieces(op: str, attrs, x: Tensor, outs: list[Tensor], consts: list[Tensor],
         pieces.append(StridedSlice(begin, end, (1,) * rank, 0, 0, (1 << axis) if op == "UNPACK" else 0))
         start += size
     return pieces
+
+
+def _unsigned_edges(tensors, layers, inputs, outputs, first: int):
+    """Each int8 graph input and output behind a uint8 tensor of its own (the same scale, the zero
+    point 128 higher) and a QUANTIZE that offsets the values by 128."""
+    tensors, layers, derived = list(tensors), list(layers), []
+
+    def twin(t: int) -> int:
+        src = tensors[t]
+        q = src.quant
+        tensors.append(Tensor(f"{src.name}/uint8", src.shape, "uint8", Quant(q.scale, (q.zero_point[0] + 128,), q.axis)))
+        derived.append((len(tensors) - 1, t, 128))
+        return len(tensors) - 1
+
+    new_in, new_out, head = [], [], []
+    for t in inputs:
+        if tensors[t].dtype == "int8" and not tensors[t].quant.per_channel:
+            u = twin(t)
+            head.append(Layer(first + len(head), "QUANTIZE", (u,), (t,), NoAttrs(), tensors[t].name))
+            t = u
+        new_in.append(t)
+    for t in outputs:
+        if tensors[t].dtype == "int8" and not tensors[t].quant.per_channel:
+            u = twin(t)
+            layers.append(Layer(first + len(head) + len(new_out), "QUANTIZE", (t,), (u,), NoAttrs(), tensors[u].name))
+            t = u
+        new_out.append(t)
+    return tuple(tensors), head + layers, tuple(new_in), tuple(new_out), tuple(derived)
 
 
 def _check_output_shape(shape: Tensor, out: Tensor, where: str) -> None:

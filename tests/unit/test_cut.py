@@ -150,3 +150,19 @@ def test_cli_cut_flags(tmp_path):
     np.save(tmp_path / "x.npy", np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32))
     code, out, err = run_clirunner("verify", path, "--io", "int8", "--input", tmp_path / "x.npy")
     assert code == 0 and "bit-exact" in out, err
+
+
+def test_io_uint8_offsets_the_int8_edges(tmp_path):
+    """--io uint8: the engine takes and gives uint8 (the int8 tensors' values + 128, zero points + 128),
+    checked against the reference's int8 values at the cut, offset alike."""
+    path = float_edged(tmp_path / "f.tflite")
+    dep = deploy(path, Options(cut=CutSpec(io="uint8")))
+    ends = [dep.graph.tensors[t] for t in (*dep.graph.inputs, *dep.graph.outputs)]
+    int8 = deploy(path, Options(cut=CutSpec(io="int8"))).graph
+    twins = [int8.tensors[t] for t in (*int8.inputs, *int8.outputs)]
+    assert [t.dtype for t in ends] == ["uint8", "uint8"]
+    assert [t.zero_point for t in ends] == [t.zero_point + 128 for t in twins]
+    assert dep.graph.layers[0].op == "QUANTIZE" and dep.graph.layers[-1].op == "QUANTIZE"
+    assert_cut_exact(path, dep)
+    code, out, err = run_clirunner("verify", path, "--io", "uint8")
+    assert code == 0 and "bit-exact" in out, err
