@@ -138,6 +138,10 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.ResizeNearest():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
+        case K.Mean() if kern.axes:
+            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
+            return dict(kept=[(n, st) for d, (n, st) in enumerate(zip(kern.in_shape, strides)) if d not in kern.axes],
+                        reduced=[(kern.in_shape[d], strides[d]) for d in kern.axes])
         case K.Gather():
             return dict(indices=sym.array(f"op{k}_indices", "int32_t", np.array(kern.indices, np.int32)))
         case K.Transpose():

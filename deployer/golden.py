@@ -184,6 +184,9 @@ def _pool(k: K.Pool, x):
 
 
 def _mean(k: K.Mean, x):
+    if k.axes:  # the kept axes first, then the reduced ones
+        kept = [d for d in range(len(k.in_shape)) if d not in k.axes]
+        x = np.transpose(x.reshape(k.in_shape), kept + list(k.axes))
     s = x.reshape(k.outer, k.reduced, k.inner).astype(np.int64).sum(axis=1) + k.sum_offset
     if k.float_scale is not None:
         return float_requant(s, k.float_scale, k.output_offset, -128, 127).astype(np.int8)

@@ -232,7 +232,8 @@ class Offset:
 
 @dataclass(frozen=True, slots=True)
 class Mean:
-    """Mean over the middle axis of an (outer, reduced, inner) view of the input."""
+    """Mean over the middle axis of an (outer, reduced, inner) view of the input; over axes that
+    are not contiguous, ``in_shape`` and ``axes`` say which (outer: the kept axes, inner 1)."""
     outer: int
     reduced: int
     inner: int
@@ -241,6 +242,8 @@ class Mean:
     multiplier: int
     shift: int
     float_scale: float | None = None  # QDQ: onnxruntime's x_scale / (y_scale * count), float32
+    in_shape: tuple[int, ...] = ()
+    axes: tuple[int, ...] = ()  # set for a reduction over axes that are not contiguous
 
 
 @dataclass(frozen=True, slots=True)
@@ -669,22 +672,26 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
     if any(not -rank <= a < rank for a in l.attrs.axes):
         raise UnsupportedOperator(f"{where}: MEAN axes {list(l.attrs.axes)} do not index {list(x.shape)}")
     axes = sorted({a % rank for a in l.attrs.axes}) if rank else []
-    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
-        raise UnsupportedOperator(f"{where}: MEAN over axes {list(l.attrs.axes)} (only contiguous axes)")
-    outer = int(np.prod(x.shape[:axes[0]], dtype=np.int64))
-    reduced = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    inner = int(np.prod(x.shape[axes[-1] + 1:], dtype=np.int64))
+    if not axes:
+        raise UnsupportedOperator(f"{where}: MEAN over no axis")
+    contiguous = axes == list(range(axes[0], axes[-1] + 1))
+    reduced = math.prod(x.shape[a] for a in axes)
+    if contiguous:
+        outer, inner = math.prod(x.shape[:axes[0]]), math.prod(x.shape[axes[-1] + 1:])
+    else:  # the kept axes outside, the reduced ones inside, walked through the input's strides
+        outer, inner = x.elements // reduced, 1
     if y.elements != outer * inner:
         raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not {list(x.shape)} reduced over "
                                   f"axes {axes}")
+    view = {} if contiguous else dict(in_shape=tuple(x.shape), axes=tuple(axes))
     if l.attrs.float_requant:  # MlasQLinearGlobalAveragePool: scale in float32, requantized like a conv
         scale = float(np.float32(x.scale) / (np.float32(y.scale) * np.float32(reduced)))
-        return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, 0, 0, scale)
+        return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, 0, 0, scale, **view)
     m, s = quantize_multiplier(x.scale / y.scale)
     # QuantizedMeanOrSum folds the division by the element count into the multiplier.
     extra = min((reduced.bit_length() - 1), 32, 31 + s)
     m, s = (m << extra) // reduced, s - extra
-    return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s)
+    return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s, **view)
 
 
 def _same_shape(g: Graph, l: Layer, where: str) -> tuple[Tensor, Tensor]:

@@ -174,7 +174,7 @@ def fully_connected(mb, rng):
 
 def mean(mb, rng):
     shape = _nhwc(rng, 1, 8)
-    axes = [(1, 2), (1,), (2,), (3,), (2, 3)][int(rng.integers(0, 5))]
+    axes = [(1, 2), (1,), (2,), (3,), (2, 3), (1, 3), (0, 2), (3, 1)][int(rng.integers(0, 8))]
     return mb.mean(_input(mb, rng, shape, edge=False), axes, bool(rng.random() < 0.5))
 
 

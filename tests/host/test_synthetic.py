@@ -187,3 +187,12 @@ def test_data_movement_and_reductions_engine(tmp_path):
               mb.reduce("max", x, (1, 2)), mb.reduce("min", x, (3,), keep_dims=True),
               mb.arg("max", x, 3), mb.arg("min", x, 1, output_type="int64"))
     check(tmp_path, mb)
+
+
+def test_mean_over_axes_apart_engine(tmp_path):
+    """MEAN over axes that are not next to each other: the kept axes walked outside, the reduced inside."""
+    mb = ModelBuilder(4)
+    x = mb.input((2, 5, 3, 6))
+    mb.output(mb.mean(x, axes=(1, 3), keep_dims=True), mb.mean(x, axes=(0, 2), keep_dims=False),
+              mb.mean(x, axes=(3, 0, 1)))
+    check(tmp_path, mb)
