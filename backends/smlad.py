@@ -212,7 +212,7 @@ def _window(variant: Variant, kern) -> Variant:
 def _add(kern, weight_bytes: int, use: str) -> Variant | None:
     """A same-shape ADD whose rescalings all shift right: one multiply-accumulate each (whole, or
     over a tile's elements)."""
-    if use not in ("whole", "tile") or not isinstance(kern, K.Add) or not add_one_multiply(kern):
+    if use not in ("whole", "tile") or not isinstance(kern, K.Add) or kern.squared or not add_one_multiply(kern):
         return None
     return Variant("sub_s8_smlad" if kern.subtract else "add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1,
                    True, False, 1, None, template_context, None)

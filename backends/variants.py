@@ -68,6 +68,8 @@ def portable_name(kern) -> str:
             return "avgpool_s8"
         case K.Pool():
             return "max_pool_s8"
+        case K.Add(squared=True):
+            return "squared_difference_s8"
         case K.Add(subtract=True):
             return "elementwise_sub_s8"
         case K.MinMax():

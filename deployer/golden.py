@@ -110,7 +110,8 @@ def _add(k: K.Add, a, b):
     sa, sb = _views(k.view, a, b)
     xa = fx.mbqm((sa + k.a_offset) << k.left_shift, k.a_multiplier, k.a_shift)
     xb = fx.mbqm((sb + k.b_offset) << k.left_shift, k.b_multiplier, k.b_shift)
-    out = fx.mbqm(xa - xb if k.subtract else xa + xb, k.out_multiplier, k.out_shift) + k.output_offset
+    d = xa - xb if k.subtract else xa + xb
+    out = fx.mbqm(fx.wrap32(d * d) if k.squared else d, k.out_multiplier, k.out_shift) + k.output_offset
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 

@@ -147,6 +147,7 @@ class Add:
     act_min: int
     act_max: int
     subtract: bool = False  # SUB: the rescaled b is subtracted (LiteRT's SubElementwise), else added
+    squared: bool = False  # SQUARED_DIFFERENCE: the difference squared (wrapping as int32) before the output rescale
 
 
 @dataclass(frozen=True, slots=True)
@@ -622,6 +623,20 @@ def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
                am, ash, bm, bsh, om, osh, y.zero_point, lo, hi, subtract=l.op == "SUB")
 
 
+def _squared_difference(g: Graph, l: Layer, where: str) -> Add:
+    """SQUARED_DIFFERENCE: the inputs rescaled (left shift 7) to half the larger scale, subtracted,
+    squared, and the square rescaled to the output, as LiteRT's int8 kernel."""
+    a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    left_shift = 7
+    twice_max = 2.0 * max(a.scale, b.scale)
+    am, ash = quantize_multiplier_smaller_than_one(a.scale / twice_max)
+    bm, bsh = quantize_multiplier_smaller_than_one(b.scale / twice_max)
+    om, osh = quantize_multiplier(twice_max * twice_max / ((1 << (2 * left_shift)) * y.scale))
+    lo, hi = _act(y, "NONE")
+    return Add(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, left_shift, am, ash, bm, bsh, om, osh,
+               y.zero_point, lo, hi, subtract=True, squared=True)
+
+
 def _min_max(g: Graph, l: Layer, where: str) -> MinMax:
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
     return MinMax(_broadcast(a, b, y, where), l.op == "MAXIMUM")
@@ -999,7 +1014,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv,
-    "ADD": _add, "SUB": _add, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
+    "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,

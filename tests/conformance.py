@@ -59,7 +59,7 @@ def binary(mb, rng, op):
         a_shape, b_shape = b_shape, a_shape
     same = dict(scale=0.05, zero_point=3) if op in ("maximum", "minimum") and rng.random() < 0.5 else {}
     a, b = _input(mb, rng, a_shape, **same), _input(mb, rng, b_shape, **same)
-    if op in ("maximum", "minimum"):
+    if op in ("maximum", "minimum", "squared_difference"):
         return getattr(mb, op)(a, b)
     return getattr(mb, op)(a, b, activation=_act(rng))
 
@@ -245,7 +245,7 @@ CASES: dict[str, Callable] = {
     "CONV_2D": conv, "DEPTHWISE_CONV_2D": lambda mb, rng: conv(mb, rng, True), "FULLY_CONNECTED": fully_connected,
     "TRANSPOSE_CONV": transpose_conv,
     **{op.upper(): (lambda op: lambda mb, rng: binary(mb, rng, op))(op)
-       for op in ("add", "sub", "mul", "maximum", "minimum")},
+       for op in ("add", "sub", "mul", "maximum", "minimum", "squared_difference")},
     "AVERAGE_POOL_2D": lambda mb, rng: pool(mb, rng, "avg"), "MAX_POOL_2D": lambda mb, rng: pool(mb, rng, "max"),
     "MEAN": mean, "SOFTMAX": softmax, "LOG_SOFTMAX": lambda mb, rng: softmax(mb, rng, True),
     **{op.upper(): (lambda op: lambda mb, rng: unary(mb, rng, op))(op)

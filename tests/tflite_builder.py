@@ -408,6 +408,13 @@ class ModelBuilder:
     def sub(self, a, b, activation="NONE") -> int:
         return self._binary("sub", Op.SUB, a, b, activation, np.subtract)
 
+    def squared_difference(self, a, b) -> int:
+        ta, tb = self._int8(a), self._int8(b)
+        out_shape = np.broadcast_shapes(ta.shape, tb.shape)
+        r = len(out_shape)
+        return self._emit(self._name("squared_difference"), Op.SQUARED_DIFFERENCE, 2, [a, b], [a, b],
+                          lambda va, vb: (_bcast(va, r) - _bcast(vb, r)) ** 2, out_shape)
+
     def maximum(self, a, b) -> int:
         return self._min_max("maximum", Op.MAXIMUM, a, b, np.maximum)
 

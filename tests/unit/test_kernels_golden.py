@@ -218,6 +218,14 @@ def test_positive_domain_unary(seed, shape, op, zp):
 
 
 @PROPERTY
+@given(seed=SEEDS, shapes=broadcast_pair())
+def test_squared_difference(seed, shapes):
+    mb = ModelBuilder(seed)
+    mb.output(mb.squared_difference(*(mb.input(s) for s in shapes)))
+    assert_golden_matches_litert(mb, seed, samples=3)
+
+
+@PROPERTY
 @given(seed=SEEDS, shapes=broadcast_pair(), op=st.sampled_from(["maximum", "minimum"]), same=st.booleans())
 def test_maximum_minimum_broadcasting(seed, shapes, op, same):
     """Raw int8 comparison, as LiteRT's: inputs sharing one quantization (the converter's case) or not."""
