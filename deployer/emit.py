@@ -119,7 +119,7 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
     match kern:
         case K.Conv() | K.FullyConnected() | K.TransposeConv():
             return _weights_context(kern, k, sym, l3_weights)
-        case K.Add() | K.Mul() | K.MinMax():
+        case K.Add() | K.Mul() | K.MinMax() | K.Prelu():
             return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None)
         case K.IntAdd():
             return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None,

@@ -115,6 +115,14 @@ def _add(k: K.Add, a, b):
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 
+def _prelu(k: K.Prelu, x, alpha):
+    sx, sa = _views(k.view, x, alpha)
+    v = sx + k.input_offset
+    pos = fx.mbqm(v, k.multiplier_1, k.shift_1)
+    neg = fx.mbqm(fx.wrap32(v * (sa + k.alpha_offset)), k.multiplier_2, k.shift_2)
+    return np.clip(np.where(v >= 0, pos, neg) + k.output_offset, k.act_min, k.act_max).astype(np.int8)
+
+
 def _min_max(k: K.MinMax, a, b):
     sa, sb = _views(k.view, a, b)
     return (np.maximum if k.maximum else np.minimum)(sa, sb).astype(np.int8)
@@ -297,6 +305,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _mul(kernel, ins[0], ins[1])
         case K.MinMax():
             y = _min_max(kernel, ins[0], ins[1])
+        case K.Prelu():
+            y = _prelu(kernel, ins[0], ins[1])
         case K.IntAdd():
             y = _int_add(kernel, ins[0], ins[1])
         case K.IntRescale():

@@ -151,6 +151,22 @@ class Add:
 
 
 @dataclass(frozen=True, slots=True)
+class Prelu:
+    """PRELU: x - zp rescaled to the output where it is not negative, else times the (broadcast,
+    constant) alpha - its zero point and rescaled by the second multiplier, as LiteRT's kernel."""
+    view: Broadcast
+    input_offset: int
+    alpha_offset: int
+    multiplier_1: int
+    shift_1: int
+    multiplier_2: int
+    shift_2: int
+    output_offset: int
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
+
+
+@dataclass(frozen=True, slots=True)
 class MinMax:
     """MAXIMUM / MINIMUM: LiteRT compares the raw int8 values (its converter gives the inputs and
     the output one quantization)."""
@@ -637,6 +653,16 @@ def _squared_difference(g: Graph, l: Layer, where: str) -> Add:
                y.zero_point, lo, hi, subtract=True, squared=True)
 
 
+def _prelu(g: Graph, l: Layer, where: str) -> Prelu:
+    x, alpha, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    if alpha.quant is None or alpha.quant.per_channel:
+        raise UnsupportedOperator(f"{where}: PRELU's alpha '{alpha.name}' must have one quantization (the reference "
+                                  f"reads one scale)")
+    m1, s1 = quantize_multiplier(x.scale / y.scale)
+    m2, s2 = quantize_multiplier(x.scale * alpha.scale / y.scale)
+    return Prelu(_broadcast(x, alpha, y, where), -x.zero_point, -alpha.zero_point, m1, s1, m2, s2, y.zero_point)
+
+
 def _min_max(g: Graph, l: Layer, where: str) -> MinMax:
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
     return MinMax(_broadcast(a, b, y, where), l.op == "MAXIMUM")
@@ -1014,7 +1040,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv,
-    "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
+    "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
@@ -1027,7 +1053,7 @@ LOWERINGS = {
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
-Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
+Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | IntAdd | IntRescale
           | Offset)
 

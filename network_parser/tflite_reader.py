@@ -174,7 +174,7 @@ _OPS = {
     "FULLY_CONNECTED": (_fc, None), "TRANSPOSE_CONV": (_transpose_conv, None),
     "ADD": (_elementwise(tflite.AddOptions), None), "MUL": (_elementwise(tflite.MulOptions), None),
     "SUB": (_elementwise(tflite.SubOptions), None), "MAXIMUM": (_none, None), "MINIMUM": (_none, None),
-    "SQUARED_DIFFERENCE": (_none, None),
+    "SQUARED_DIFFERENCE": (_none, None), "PRELU": (_none, None),
     "AVERAGE_POOL_2D": (_pool, None), "MAX_POOL_2D": (_pool, None),
     "MEAN": (_mean, 1), "RESHAPE": (_none, 1), "SQUEEZE": (_none, 1),
     "SOFTMAX": (_softmax, None), "LOG_SOFTMAX": (_none, None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
@@ -384,7 +384,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
 
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
-_MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2,
+_MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
                "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,

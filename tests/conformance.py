@@ -145,6 +145,12 @@ def broadcast_to(mb, rng):
     return mb.broadcast_to(_input(mb, rng, shape), target)
 
 
+def prelu(mb, rng):
+    shape = _any_shape(rng)
+    alpha_shape = [tuple(shape), tuple(shape[-1:]), (1,)][int(rng.integers(0, 3))]
+    return mb.prelu(_input(mb, rng, shape), rng.uniform(-0.5, 1.5, alpha_shape))
+
+
 def gather(mb, rng):
     shape = _any_shape(rng)
     axis = int(rng.integers(0, len(shape)))
@@ -259,7 +265,7 @@ CASES: dict[str, Callable] = {
     "SQUEEZE": lambda mb, rng: reshape(mb, rng, "squeeze"), "EXPAND_DIMS": lambda mb, rng: reshape(mb, rng, "expand_dims"),
     "RESIZE_NEAREST_NEIGHBOR": resize, "STRIDED_SLICE": strided_slice, "SLICE": slice_,
     **{op.upper(): (lambda op: lambda mb, rng: split(mb, rng, op))(op) for op in ("split", "split_v", "unpack", "pack")},
-    "GATHER": gather, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
+    "GATHER": gather, "PRELU": prelu, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
     "SPACE_TO_DEPTH": lambda mb, rng: depth_space(mb, rng, "space_to_depth"), "TILE": tile, "BROADCAST_TO": broadcast_to, "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),
     "REDUCE_MIN": lambda mb, rng: reduce(mb, rng, "min"), "ARG_MAX": lambda mb, rng: arg(mb, rng, "max"),
     "ARG_MIN": lambda mb, rng: arg(mb, rng, "min"),

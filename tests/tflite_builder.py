@@ -408,6 +408,22 @@ class ModelBuilder:
     def sub(self, a, b, activation="NONE") -> int:
         return self._binary("sub", Op.SUB, a, b, activation, np.subtract)
 
+    def prelu(self, x, alpha) -> int:
+        """PRELU with a constant ``alpha`` (broadcast against x), quantized int8 with its own scale."""
+        t = self._int8(x)
+        alpha = np.asarray(alpha, np.float64)
+        name = self._name("prelu")
+        lo, hi = min(alpha.min(), 0.0), max(alpha.max(), 0.0)
+        scale = float(np.float32(max(hi - lo, 1e-3) / 255.0))
+        zp = int(np.clip(round(-128 - lo / scale), -128, 127))
+        aq = np.clip(np.round(alpha / scale) + zp, -128, 127).astype(np.int8)
+        at = self._const(f"{name}/alpha", aq, "int8", np.array([scale], np.float32))
+        self._tensors[at].zero_point = np.array([zp], np.int64)
+        real = (aq.astype(np.float64) - zp) * scale
+        r = len(t.shape)
+        return self._emit(name, Op.PRELU, 1, [x, at], [x], lambda v: np.where(v >= 0, v, v * _bcast(real[None], r)),
+                          t.shape)
+
     def squared_difference(self, a, b) -> int:
         ta, tb = self._int8(a), self._int8(b)
         out_shape = np.broadcast_shapes(ta.shape, tb.shape)

@@ -218,6 +218,17 @@ def test_positive_domain_unary(seed, shape, op, zp):
 
 
 @PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
+def test_prelu(seed, shape, data):
+    """Alpha per element, per channel (the last axis) or one value; slopes negative, small and above one."""
+    alpha_shape = data.draw(st.sampled_from([tuple(shape), tuple(shape[-1:]), (1,)]))
+    alpha = np.random.default_rng(seed).uniform(-0.5, 1.5, alpha_shape)
+    mb = ModelBuilder(seed)
+    mb.output(mb.prelu(mb.input(tuple(shape)), alpha))
+    assert_golden_matches_litert(mb, seed, samples=3)
+
+
+@PROPERTY
 @given(seed=SEEDS, shapes=broadcast_pair())
 def test_squared_difference(seed, shapes):
     mb = ModelBuilder(seed)
