@@ -89,7 +89,7 @@ PORTABLE_NAMES = {
     K.Mean: "mean_s8", K.Softmax: "softmax_s8", K.LogSoftmax: "log_softmax_s8", K.HardSwish: "hard_swish_s8",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
     K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8", K.Gather: "gather_s8",
-    K.ResizeNearest: "resize_nearest_neighbor_s8",
+    K.ResizeNearest: "resize_nearest_neighbor_s8", K.ResizeBilinear: "resize_bilinear_s8",
 }
 
 

@@ -135,6 +135,9 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.Pad():
             return dict(in4=_pad4(kern.in_shape, 1), out4=_pad4(kern.out_shape, 1),
                         before4=_pad4(kern.before, 0))
+        case K.ResizeBilinear():
+            return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
+                        cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
         case K.ResizeNearest():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))

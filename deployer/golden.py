@@ -235,6 +235,16 @@ def _log_softmax(k: K.LogSoftmax, x):
     return out.reshape(x.shape).astype(np.int8)
 
 
+def _resize_bilinear(k: K.ResizeBilinear, x):
+    (y0, y1, dy), (x0, x1, dx) = (np.array(t, np.int64).T for t in (k.rows, k.cols))
+    v = x.astype(np.int64)
+    wy, wx = dy[None, :, None, None], dx[None, None, :, None]
+    total = (v[:, y0][:, :, x0] * (1024 - wy) * (1024 - wx) + v[:, y1][:, :, x0] * wy * (1024 - wx)
+             + v[:, y0][:, :, x1] * (1024 - wy) * wx + v[:, y1][:, :, x1] * wy * wx)
+    total = total + np.where(total > 0, 1 << 19, -(1 << 19))
+    return (np.sign(total) * (np.abs(total) >> 20)).astype(np.int8)  # C's division truncates
+
+
 def _lookup(k: K.Lookup, x):
     return np.array(k.table, np.int8)[x.astype(np.int64) + 128]
 
@@ -351,6 +361,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             for d, (n, st) in enumerate(zip(kernel.counts, kernel.strides)):
                 idx += (np.arange(n, dtype=np.int64) * st).reshape([-1 if e == d else 1 for e in range(len(kernel.counts))])
             y = ins[0].reshape(-1)[idx]
+        case K.ResizeBilinear():
+            y = _resize_bilinear(kernel, ins[0])
         case K.ResizeNearest():
             y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
         case _:

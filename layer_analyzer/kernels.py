@@ -427,6 +427,41 @@ class ResizeNearest:
     cols: tuple[int, ...]  # input column of each output column
 
 
+@dataclass(frozen=True, slots=True)
+class ResizeBilinear:
+    """RESIZE_BILINEAR as LiteRT's integer kernel: per output row (and column) the two input rows
+    it blends and the lower one's distance in 1/1024ths; the four products summed in 64 bits and
+    divided by 2^20, rounding halves away from zero (the stored values: input and output share a
+    quantization)."""
+    batch: int
+    in_h: int
+    in_w: int
+    channels: int
+    rows: tuple[tuple[int, int, int], ...]  # (y0, y1, dy) per output row
+    cols: tuple[tuple[int, int, int], ...]  # (x0, x1, dx) per output column
+
+
+def _c_div(a: int, b: int) -> int:
+    """C's integer division, truncating toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def bilinear_steps(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool) -> tuple:
+    """The reference's ComputeInterpolationValuesInteger for every output index: (lower, upper,
+    distance of the scaled position from the lower, in 1/1024ths)."""
+    if align_corners and out_size > 1:
+        scale = _c_div((1 << 10) * (in_size - 1) + (out_size - 1) // 2, out_size - 1)
+    else:
+        scale = _c_div((1 << 10) * in_size + out_size // 2, out_size)
+    steps = []
+    for i in range(out_size):
+        v = i * scale + scale // 2 - (1 << 9) if half_pixel_centers else i * scale
+        lo, hi = max(_c_div(v, 1 << 10), 0), min(_c_div(v + (1 << 10) - 1, 1 << 10), in_size - 1)
+        steps.append((lo, hi, v - (lo << 10)))
+    return tuple(steps)
+
+
 def nearest_indices(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool) -> tuple[int, ...]:
     """The reference's GetNearestNeighbor for every output index, in float32 as it computes."""
     if align_corners and out_size > 1:
@@ -812,6 +847,20 @@ def _resize_nearest(g: Graph, l: Layer, where: str) -> ResizeNearest:
                          nearest_indices(ow, iw, a.align_corners, a.half_pixel_centers))
 
 
+def _resize_bilinear(g: Graph, l: Layer, where: str) -> ResizeBilinear:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    n, ih, iw, c = _nhwc(x, where)
+    yn, oh, ow, yc = _nhwc(y, where)
+    a = l.attrs
+    if (yn, yc) != (n, c) or (oh, ow) != a.size:
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not the input {list(x.shape)} resized to "
+                                  f"{list(a.size)}")
+    if x.dtype != "int8" or (x.scale, x.zero_point) != (y.scale, y.zero_point):
+        raise UnsupportedOperator(f"{where}: int8 RESIZE_BILINEAR keeps its input's quantization")
+    return ResizeBilinear(n, ih, iw, c, bilinear_steps(oh, ih, a.align_corners, a.half_pixel_centers),
+                          bilinear_steps(ow, iw, a.align_corners, a.half_pixel_centers))
+
+
 def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
     alpha = np.float32(l.attrs.alpha)
@@ -1043,7 +1092,7 @@ LOWERINGS = {
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "HARD_SWISH": _hard_swish,
-    "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "ABS": _abs,
+    "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
@@ -1054,7 +1103,7 @@ LOWERINGS = {
 }
 
 Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | IntAdd | IntRescale
+          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
           | Offset)
 
 

@@ -111,6 +111,11 @@ def _resize_nearest(op, where):
     return Resize((0, 0), bool(o.AlignCorners()) if o else False, bool(o.HalfPixelCenters()) if o else False)
 
 
+def _resize_bilinear(op, where):
+    o = _options(op, tflite.ResizeBilinearOptions)
+    return Resize((0, 0), bool(o.AlignCorners()) if o else False, bool(o.HalfPixelCenters()) if o else False)
+
+
 def _leaky_relu(op, where):
     o = _options(op, tflite.LeakyReluOptions)
     return LeakyRelu(float(o.Alpha()) if o else 0.0)
@@ -183,7 +188,7 @@ _OPS = {
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
     "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None), "TANH": (_none, None), "EXP": (_none, None),
     "LOG": (_none, None), "RSQRT": (_none, None),
-    "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1),
+    "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1), "RESIZE_BILINEAR": (_resize_bilinear, 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
     "SPLIT": (_none, 1), "SPLIT_V": (_none, 1), "UNPACK": (_unpack, 1), "PACK": (_pack, None),
     "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1),
@@ -385,7 +390,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
-               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
+               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
                "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
                "BROADCAST_TO": 2}
@@ -503,7 +508,7 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
         return Pad(tuple((int(a), int(b)) for a, b in p))
     if op == "TRANSPOSE":
         return Transpose(tuple(int(a) for a in _const_ints(consts, "the permutation", where)))
-    if op == "RESIZE_NEAREST_NEIGHBOR":
+    if op in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
         size = _const_ints(consts, "the output size", where)
         if consts[0].dtype != "int32" or size.shape != (2,) or (size < 1).any():
             raise ModelFormatError(f"{where}: the output size must be an int32 tensor of two positive integers, got "

@@ -208,6 +208,13 @@ def resize(mb, rng):
     return mb.resize_nearest(_input(mb, rng, shape), size, bool(rng.random() < 0.5), bool(rng.random() < 0.5))
 
 
+def resize_bilinear(mb, rng):
+    shape = _nhwc(rng, 1, 7)
+    size = (int(rng.integers(1, 15)), int(rng.integers(1, 15)))
+    mode = int(rng.integers(0, 3))
+    return mb.resize_bilinear(_input(mb, rng, shape), size, mode == 1, mode == 2)
+
+
 def reshape(mb, rng, kind):
     shape = _any_shape(rng)
     x = _input(mb, rng, shape)
@@ -263,7 +270,7 @@ CASES: dict[str, Callable] = {
     "DEQUANTIZE": lambda mb, rng: quantize(mb, rng, "dequantize"),
     "TRANSPOSE": transpose, "RESHAPE": lambda mb, rng: reshape(mb, rng, "reshape"),
     "SQUEEZE": lambda mb, rng: reshape(mb, rng, "squeeze"), "EXPAND_DIMS": lambda mb, rng: reshape(mb, rng, "expand_dims"),
-    "RESIZE_NEAREST_NEIGHBOR": resize, "STRIDED_SLICE": strided_slice, "SLICE": slice_,
+    "RESIZE_NEAREST_NEIGHBOR": resize, "RESIZE_BILINEAR": resize_bilinear, "STRIDED_SLICE": strided_slice, "SLICE": slice_,
     **{op.upper(): (lambda op: lambda mb, rng: split(mb, rng, op))(op) for op in ("split", "split_v", "unpack", "pack")},
     "GATHER": gather, "PRELU": prelu, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
     "SPACE_TO_DEPTH": lambda mb, rng: depth_space(mb, rng, "space_to_depth"), "TILE": tile, "BROADCAST_TO": broadcast_to, "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),

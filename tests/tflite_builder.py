@@ -850,6 +850,16 @@ class ModelBuilder:
                           options=_opts("ResizeNearestNeighborOptions", AlignCorners=bool(align_corners),
                                         HalfPixelCenters=bool(half_pixel_centers)))
 
+    def resize_bilinear(self, x, size, align_corners=False, half_pixel_centers=False) -> int:
+        """RESIZE_BILINEAR; its float model here is the nearest neighbour's (calibration only: the
+        output keeps the input's quantization, as LiteRT's int8 kernel requires)."""
+        out = self.resize_nearest(x, size, align_corners, half_pixel_centers)
+        op = self._ops[-1]
+        op.code, op.version = Op.RESIZE_BILINEAR, 3 if half_pixel_centers else 2
+        op.options = _opts("ResizeBilinearOptions", AlignCorners=bool(align_corners),
+                           HalfPixelCenters=bool(half_pixel_centers))
+        return out
+
     def output(self, *xs) -> None:
         for x in xs:
             if self._tensors[x].sim is None:

@@ -258,6 +258,16 @@ def test_resize_nearest_neighbor(seed, n, h, w, c, oh, ow, align, half):
 
 
 @PROPERTY
+@given(seed=SEEDS, n=st.integers(1, 2), h=st.integers(1, 7), w=st.integers(1, 7), c=st.integers(1, 5),
+       oh=st.integers(1, 15), ow=st.integers(1, 15), mode=st.sampled_from(["plain", "align", "half"]))
+def test_resize_bilinear(seed, n, h, w, c, oh, ow, mode):
+    """LiteRT's integer bilinear resize (positions in 1/1024ths), up and down, each corner mode."""
+    mb = ModelBuilder(seed)
+    mb.output(mb.resize_bilinear(mb.input((n, h, w, c)), (oh, ow), mode == "align", mode == "half"))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
        alpha=st.sampled_from([0.01, 0.1, 0.2, 0.3, 0.5, 1.5, -0.25, 0.0]))
 def test_leaky_relu(seed, shape, alpha):
