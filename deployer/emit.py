@@ -145,6 +145,9 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
             return dict(kept=[(n, st) for d, (n, st) in enumerate(zip(kern.in_shape, strides)) if d not in kern.axes],
                         reduced=[(kern.in_shape[d], strides[d]) for d in kern.axes])
+        case K.BatchMatMul() if len(kern.x_offsets) > 1:
+            return dict(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
+                        y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
         case K.Gather():
             return dict(indices=sym.array(f"op{k}_indices", "int32_t", np.array(kern.indices, np.int32)))
         case K.Transpose():

@@ -85,6 +85,18 @@ def _transpose_conv(k: K.TransposeConv, x, w, b):
     return np.clip(out, k.act_min, k.act_max).astype(np.int8)
 
 
+def _batch_matmul(k: K.BatchMatMul, x, w):
+    xf, wf = x.reshape(-1).astype(np.int64) + k.x_offset, w.reshape(-1).astype(np.int64) + k.y_offset
+    i, kk, j = np.arange(k.rows)[:, None], np.arange(k.depth)[None, :], np.arange(k.cols)[None, :]
+    out = []
+    for xo, yo in zip(k.x_offsets, k.y_offsets):
+        a = xf[xo + i * k.x_strides[0] + kk * k.x_strides[1]]  # rows x depth
+        b = wf[yo + kk.T * k.y_strides[0] + j * k.y_strides[1]]  # depth x cols
+        out.append(fx.wrap32(a @ b))
+    acc = np.stack(out)
+    return np.clip(fx.mbqm(acc, k.multiplier, k.shift) + k.output_offset, k.act_min, k.act_max).astype(np.int8)
+
+
 def _fc(k: K.FullyConnected, x, w, b):
     xs = x.reshape(k.batch, k.in_features).astype(np.float64) + k.input_offset
     acc = np.rint(xs @ w.astype(np.float64).T).astype(np.int64)
@@ -307,6 +319,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _conv(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
         case K.TransposeConv():
             y = _transpose_conv(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+        case K.BatchMatMul():
+            y = _batch_matmul(kernel, ins[0], ins[1])
         case K.FullyConnected():
             y = _fc(kernel, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
         case K.Add():

@@ -94,6 +94,31 @@ class TransposeConv:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchMatMul:
+    """BATCH_MATMUL of two int8 operands (either may be a constant): per output batch the offsets
+    of its two operand matrices, then out[i, j] = sum over k of (x[i, k] + x_offset) * (y[k, j] +
+    y_offset), requantized with one multiplier (the scales' product over the output's)."""
+    rows: int
+    depth: int
+    cols: int
+    x_offsets: tuple[int, ...]  # per output batch, element offset of its x matrix
+    y_offsets: tuple[int, ...]
+    x_strides: tuple[int, int]  # (row, k) steps in x
+    y_strides: tuple[int, int]  # (k, col) steps in y
+    x_offset: int
+    y_offset: int
+    multiplier: int
+    shift: int
+    output_offset: int
+    act_min: int = INT8_MIN
+    act_max: int = INT8_MAX
+
+    @property
+    def macs(self) -> int:
+        return len(self.x_offsets) * self.rows * self.depth * self.cols
+
+
+@dataclass(frozen=True, slots=True)
 class FullyConnected:
     """LiteRT's reference FC requantizes in double: round(acc * scale), halves away from zero."""
     batch: int
@@ -583,6 +608,42 @@ def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
     lo, hi = _act(y, a.activation)
     return TransposeConv(n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pad_t, pad_l, -x.zero_point, y.zero_point,
                          ms, ss, lo, hi, l.inputs[1], bias)
+
+
+def _batch_matmul(g: Graph, l: Layer, where: str) -> BatchMatMul:
+    x, w, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
+    a = l.attrs
+    if len(x.shape) < 2 or len(w.shape) < 2:
+        raise UnsupportedOperator(f"{where}: operands {list(x.shape)} and {list(w.shape)} need two axes each")
+    for t in (x, w):
+        if t.dtype != "int8" or t.quant is None or t.quant.per_channel:
+            raise UnsupportedOperator(f"{where}: operand '{t.name}' must be int8 with one quantization")
+    rows, depth = (x.shape[-1], x.shape[-2]) if a.adj_x else x.shape[-2:]
+    depth_y, cols = (w.shape[-1], w.shape[-2]) if a.adj_y else w.shape[-2:]
+    if depth != depth_y:
+        raise UnsupportedOperator(f"{where}: {list(x.shape)} x {list(w.shape)}: inner sizes {depth} and {depth_y}")
+    try:
+        batch = tuple(np.broadcast_shapes(x.shape[:-2], w.shape[:-2]))
+    except ValueError:
+        raise UnsupportedOperator(f"{where}: batch axes of {list(x.shape)} and {list(w.shape)} do not broadcast") from None
+    if y.shape != batch + (rows, cols):
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not {list(batch + (rows, cols))}")
+
+    def offsets(t: Tensor) -> tuple[int, ...]:
+        shape = (1,) * (len(batch) - len(t.shape) + 2) + tuple(t.shape[:-2])
+        size = t.shape[-1] * t.shape[-2]
+        step = [math.prod(shape[d + 1:]) * size for d in range(len(shape))]
+        idx = np.zeros(batch, np.int64) if batch else np.zeros((), np.int64)
+        for d, (n, st) in enumerate(zip(shape, step)):
+            if n > 1:
+                idx = idx + (np.arange(n) * st).reshape([-1 if e == d else 1 for e in range(len(batch))])
+        return tuple(int(v) for v in np.broadcast_to(idx, batch).reshape(-1))
+
+    xs = (1, x.shape[-1]) if a.adj_x else (x.shape[-1], 1)
+    ys = (1, w.shape[-1]) if a.adj_y else (w.shape[-1], 1)
+    m, s = quantize_multiplier(x.scale * w.scale / y.scale)
+    return BatchMatMul(rows, depth, cols, offsets(x), offsets(w), xs, ys, -x.zero_point, -w.zero_point, m, s,
+                       y.zero_point)
 
 
 def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
@@ -1088,7 +1149,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 
 
 LOWERINGS = {
-    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv,
+    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "HARD_SWISH": _hard_swish,
@@ -1102,7 +1163,7 @@ LOWERINGS = {
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
-Kernel = (Conv | TransposeConv | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
+Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
           | Offset)
 

@@ -123,6 +123,14 @@ class TransposeConv2D:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchMatMul:
+    """BATCH_MATMUL: out[..., i, j] = sum over k of x[..., i, k] * y[..., k, j] (adj_x / adj_y: that
+    operand's last two axes swapped), batch axes broadcast."""
+    adj_x: bool
+    adj_y: bool
+
+
+@dataclass(frozen=True, slots=True)
 class FullyConnected:
     activation: str
     keep_num_dims: bool
@@ -259,7 +267,7 @@ class NoAttrs:
     """Ops fully described by their tensors (RESHAPE, RELU, QUANTIZE, ...)."""
 
 
-Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
+Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
               Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, Tile, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
 
 

@@ -10,7 +10,7 @@ import tflite
 
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, Block, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, BatchMatMul, Block, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -77,6 +77,11 @@ def _dwconv(op, where):
 def _transpose_conv(op, where):
     o = _options(op, tflite.TransposeConvOptions, where)
     return TransposeConv2D((o.StrideH(), o.StrideW()), _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
+
+
+def _batch_matmul(op, where):
+    o = _options(op, tflite.BatchMatMulOptions)
+    return BatchMatMul(bool(o.AdjX()) if o else False, bool(o.AdjY()) if o else False)
 
 
 def _fc(op, where):
@@ -177,6 +182,7 @@ def _none(op, where):
 _OPS = {
     "CONV_2D": (_conv, None), "DEPTHWISE_CONV_2D": (_dwconv, None),
     "FULLY_CONNECTED": (_fc, None), "TRANSPOSE_CONV": (_transpose_conv, None),
+    "BATCH_MATMUL": (_batch_matmul, None),
     "ADD": (_elementwise(tflite.AddOptions), None), "MUL": (_elementwise(tflite.MulOptions), None),
     "SUB": (_elementwise(tflite.SubOptions), None), "MAXIMUM": (_none, None), "MINIMUM": (_none, None),
     "SQUARED_DIFFERENCE": (_none, None), "PRELU": (_none, None),
@@ -389,7 +395,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
 
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
-_MIN_INPUTS = {"TRANSPOSE_CONV": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
+_MIN_INPUTS = {"TRANSPOSE_CONV": 2, "BATCH_MATMUL": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
                "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,

@@ -172,6 +172,16 @@ def arg(mb, rng, kind):
     return mb.arg(kind, x, int(rng.integers(-len(shape), len(shape))), str(rng.choice(["int32", "int64"])))
 
 
+def batch_matmul(mb, rng):
+    m, k, n = (int(v) for v in rng.integers(1, 12, 3))
+    adj_x, adj_y = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+    batch_x = [(), (2,), (1, 3), (2, 3)][int(rng.integers(0, 4))]
+    batch_y = [batch_x, batch_x[1:], tuple(1 for _ in batch_x)][int(rng.integers(0, 3))]
+    x = _input(mb, rng, (*batch_x, *((k, m) if adj_x else (m, k))))
+    y = _input(mb, rng, (*batch_y, *((n, k) if adj_y else (k, n))))
+    return mb.batch_matmul(x, y, adj_x, adj_y)
+
+
 def fully_connected(mb, rng):
     lead = tuple(int(d) for d in rng.integers(1, 4, int(rng.integers(1, 3))))
     x = _input(mb, rng, (*lead, int(rng.integers(1, 40))), edge=rng.random() < 0.5)
@@ -256,7 +266,7 @@ def softmax(mb, rng, log=False):
 # operator -> case(builder, rng) adding its layers to the builder and returning the output(s)
 CASES: dict[str, Callable] = {
     "CONV_2D": conv, "DEPTHWISE_CONV_2D": lambda mb, rng: conv(mb, rng, True), "FULLY_CONNECTED": fully_connected,
-    "TRANSPOSE_CONV": transpose_conv,
+    "TRANSPOSE_CONV": transpose_conv, "BATCH_MATMUL": batch_matmul,
     **{op.upper(): (lambda op: lambda mb, rng: binary(mb, rng, op))(op)
        for op in ("add", "sub", "mul", "maximum", "minimum", "squared_difference")},
     "AVERAGE_POOL_2D": lambda mb, rng: pool(mb, rng, "avg"), "MAX_POOL_2D": lambda mb, rng: pool(mb, rng, "max"),

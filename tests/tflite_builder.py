@@ -368,6 +368,22 @@ class ModelBuilder:
         return self._emit(name, Op.TRANSPOSE_CONV, 4, inputs, [x], lambda v: tconv(v) + bf, (n, oh, ow, out_channels),
                           act=activation, options=opts)
 
+    def batch_matmul(self, x, y, adj_x=False, adj_y=False) -> int:
+        """BATCH_MATMUL of two int8 activations (batch axes broadcast)."""
+        tx, ty = self._int8(x), self._int8(y)
+        a_shape = tx.shape[:-2] + ((tx.shape[-1], tx.shape[-2]) if adj_x else tx.shape[-2:])
+        b_shape = ty.shape[:-2] + ((ty.shape[-1], ty.shape[-2]) if adj_y else ty.shape[-2:])
+        out_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2])) + (a_shape[-2], b_shape[-1])
+
+        def fn(va, vb):
+            va = np.swapaxes(va, -1, -2) if adj_x else va
+            vb = np.swapaxes(vb, -1, -2) if adj_y else vb
+            r = len(out_shape)
+            return _bcast(va, r) @ _bcast(vb, r)
+
+        return self._emit(self._name("batch_matmul"), Op.BATCH_MATMUL, 4, [x, y], [x, y], fn, out_shape,
+                          options=_opts("BatchMatMulOptions", AdjX=bool(adj_x), AdjY=bool(adj_y)))
+
     def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True) -> int:
         t = self._int8(x)
         in_f = t.shape[-1]

@@ -229,6 +229,20 @@ def test_prelu(seed, shape, data):
 
 
 @PROPERTY
+@given(seed=SEEDS, m=st.integers(1, 5), k=st.integers(1, 9), n=st.integers(1, 5), data=st.data(),
+       adj_x=st.booleans(), adj_y=st.booleans())
+def test_batch_matmul(seed, m, k, n, data, adj_x, adj_y):
+    """Both operands activations, batch axes broadcast (none, equal, one side of size 1), either transposed."""
+    batch_x = data.draw(st.sampled_from([(), (2,), (1, 3), (2, 3)]))
+    batch_y = data.draw(st.sampled_from([batch_x, batch_x[1:], tuple(1 for _ in batch_x)]))
+    mb = ModelBuilder(seed)
+    x = mb.input((*batch_x, *((k, m) if adj_x else (m, k))))
+    y = mb.input((*batch_y, *((n, k) if adj_y else (k, n))))
+    mb.output(mb.batch_matmul(x, y, adj_x, adj_y))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, shapes=broadcast_pair())
 def test_squared_difference(seed, shapes):
     mb = ModelBuilder(seed)
