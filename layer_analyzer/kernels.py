@@ -886,6 +886,12 @@ def _float_lookup(g: Graph, l: Layer, where: str) -> Lookup:
     return Lookup(x.elements, float_table(name, x.scale, x.zero_point, y.scale, y.zero_point), name)
 
 
+def _neg(g: Graph, l: Layer, where: str) -> Lookup:
+    """NEG: LiteRT negates the stored int8 value whatever the quantization (-(-128) wraps to -128)."""
+    x, _ = _same_shape(g, l, where)
+    return Lookup(x.elements, tuple((-v + 128) % 256 - 128 for v in range(-128, 128)), "neg")
+
+
 def _abs(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
     if not 0 < float(np.float32(x.scale) / np.float32(y.scale)) < 2.0 ** 30:
@@ -1152,7 +1158,7 @@ LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
-    "RSQRT": _float_lookup, "HARD_SWISH": _hard_swish,
+    "RSQRT": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,

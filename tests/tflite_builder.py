@@ -564,6 +564,11 @@ class ModelBuilder:
         t = self._int8(x)
         return self._emit(self._name("abs"), Op.ABS, 2, [x], [x], np.abs, t.shape)
 
+    def neg(self, x) -> int:
+        """NEG; LiteRT negates the stored values (the output keeps the input's quantization here)."""
+        t = self._int8(x)
+        return self._emit(self._name("neg"), Op.NEG, 1, [x], [x], lambda v: -v, t.shape, quant=self._q(x))
+
     def tanh(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("tanh"), Op.TANH, 2, [x], [x], np.tanh, t.shape)

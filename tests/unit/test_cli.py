@@ -81,10 +81,10 @@ def kitchen_sink_model(path: Path, seed: int = 1) -> Path:
 
 
 def unsupported_model(path: Path) -> Path:
-    """A builder model whose second op is relabelled NEG."""
+    """A builder model whose second op is relabelled SQRT."""
     mb = ModelBuilder(0)
     mb.output(mb.relu(mb.relu(mb.input((1, 8)))))
-    mb._ops[1].code = tflite.BuiltinOperator.NEG
+    mb._ops[1].code = tflite.BuiltinOperator.SQRT
     mb.save(path)
     return path
 
@@ -172,11 +172,11 @@ def test_model_format_error(run, tmp_path):
 
 
 def test_unsupported_operator(run, tmp_path):
-    model = unsupported_model(tmp_path / "neg.tflite")
+    model = unsupported_model(tmp_path / "sqrt.tflite")
     before = {p.name for p in tmp_path.iterdir()}
     code, _, err = run(model, "-o", tmp_path / "out")
     line = assert_one_line_error(code, err, "UnsupportedOperator")
-    assert "NEG" in line and "op 1" in line
+    assert "SQRT" in line and "op 1" in line
     assert_no_output(tmp_path / "out", before)
 
 

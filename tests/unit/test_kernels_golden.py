@@ -190,7 +190,7 @@ def test_log_softmax(seed, lead, depth, scale):
 @PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
        op=st.sampled_from(["logistic", "hard_swish", "relu", "relu6", "relu_n1_to_1", "relu_0_to_1", "abs", "tanh",
-                           "exp"]))
+                           "exp", "neg"]))
 def test_unary(seed, shape, op):
     mb = ModelBuilder(seed)
     mb.output(getattr(mb, op)(mb.input(tuple(shape))))
