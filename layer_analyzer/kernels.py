@@ -374,6 +374,14 @@ class Pad:
 
 
 @dataclass(frozen=True, slots=True)
+class MirrorPad:
+    """MIRROR_PAD: output element (i_0, ..., i_n) copies input element (rows_0[i_0], ..., rows_n[i_n]),
+    each axis's table reflecting the positions outside it (REFLECT: without repeating the edge)."""
+    in_shape: tuple[int, ...]
+    tables: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Concat:
     outer: int
     chunks: tuple[int, ...]  # bytes each input contributes per outer step
@@ -1049,6 +1057,21 @@ def _pack(g: Graph, l: Layer, where: str) -> Concat:
     return Concat(outer, tuple(t.nbytes // outer for t in ins))
 
 
+def _mirror_pad(g: Graph, l: Layer, where: str) -> MirrorPad:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    p = l.attrs.paddings
+    if len(p) != len(x.shape) or tuple(d + a + b for d, (a, b) in zip(x.shape, p)) != y.shape or x.dtype != y.dtype:
+        raise UnsupportedOperator(f"{where}: paddings {list(p)} do not turn {list(x.shape)} into {list(y.shape)}")
+    edge = 1 if l.attrs.mirror == "REFLECT" else 0
+    tables = []
+    for n, (before, after) in zip(x.shape, p):
+        if max(before, after) > n - edge:
+            raise UnsupportedOperator(f"{where}: {l.attrs.mirror} padding of {max(before, after)} on an axis of {n}")
+        tables.append(tuple(-i - 1 + edge if i < 0 else (2 * n - i - 1 - edge if i >= n else i)
+                            for i in range(-before, n + after)))
+    return MirrorPad(tuple(x.shape), tuple(tables))
+
+
 def _pad(g: Graph, l: Layer, where: str) -> Pad:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     p = l.attrs.paddings
@@ -1165,12 +1188,12 @@ LOWERINGS = {
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice,
     "GATHER": _gather, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
-    "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
+    "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "MIRROR_PAD": _mirror_pad, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
+          | Requantize | Quantize | Dequantize | Copy | Pad | MirrorPad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
           | Offset)
 
 

@@ -210,6 +210,7 @@ class LeakyRelu:
 class Pad:
     paddings: tuple[tuple[int, int], ...]
     value: int | None = None  # PADV2: the stored value it pads with (PAD: the output's zero point)
+    mirror: str | None = None  # MIRROR_PAD: "REFLECT" (the edge not repeated) or "SYMMETRIC" (repeated)
 
 
 @dataclass(frozen=True, slots=True)

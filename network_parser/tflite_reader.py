@@ -174,6 +174,15 @@ def _block(cls):
     return parse
 
 
+def _mirror_pad(op, where):
+    o = _options(op, tflite.MirrorPadOptions)
+    mode = o.Mode() if o else tflite.MirrorPadMode.REFLECT
+    names = {tflite.MirrorPadMode.REFLECT: "REFLECT", tflite.MirrorPadMode.SYMMETRIC: "SYMMETRIC"}
+    if mode not in names:
+        raise ModelFormatError(f"{where}: unknown mirror padding mode {mode}")
+    return Pad((), None, names[mode])
+
+
 def _none(op, where):
     return NoAttrs()
 
@@ -197,7 +206,7 @@ _OPS = {
     "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1), "RESIZE_BILINEAR": (_resize_bilinear, 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
     "SPLIT": (_none, 1), "SPLIT_V": (_none, 1), "UNPACK": (_unpack, 1), "PACK": (_pack, None),
-    "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1),
+    "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1), "MIRROR_PAD": (_mirror_pad, 1),
     "REDUCE_MAX": (_mean, 1), "REDUCE_MIN": (_mean, 1), "ARG_MAX": (_none, 1), "ARG_MIN": (_none, 1),
     "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
     "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
@@ -398,7 +407,7 @@ _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"
 _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "BATCH_MATMUL": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
-               "PADV2": 3, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
+               "PADV2": 3, "MIRROR_PAD": 2, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
                "BROADCAST_TO": 2}
 
 
@@ -557,4 +566,6 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
     if op == "BROADCAST_TO":
         _const_ints(consts, "the shape", where)  # a constant: the output tensor holds it
         return attrs
+    if op == "MIRROR_PAD":
+        return Pad(_fold_constants("PAD", attrs, consts[:1], where).paddings, None, attrs.mirror)
     return attrs

@@ -201,6 +201,14 @@ def pad(mb, rng, v2=False):
     return mb.padv2(x, p, float(rng.uniform(-2, 2))) if v2 else mb.pad(x, p)
 
 
+def mirror_pad(mb, rng):
+    shape = _any_shape(rng)
+    mode = str(rng.choice(["REFLECT", "SYMMETRIC"]))
+    edge = 1 if mode == "REFLECT" else 0
+    p = [[int(rng.integers(0, d - edge + 1)), int(rng.integers(0, d - edge + 1))] for d in shape]
+    return mb.mirror_pad(_input(mb, rng, shape), p, mode)
+
+
 def concat(mb, rng):
     shape = _any_shape(rng)
     axis = int(rng.integers(-len(shape), len(shape)))
@@ -275,7 +283,7 @@ CASES: dict[str, Callable] = {
        for op in ("logistic", "tanh", "exp", "neg", "hard_swish", "relu", "relu6", "relu_n1_to_1", "relu_0_to_1", "abs")},
     "LEAKY_RELU": lambda mb, rng: unary(mb, rng, "leaky_relu", alpha=float(rng.choice([0.01, 0.2, 1.5, -0.3]))),
     "LOG": lambda mb, rng: positive(mb, rng, "log"), "RSQRT": lambda mb, rng: positive(mb, rng, "rsqrt"),
-    "PAD": pad, "PADV2": lambda mb, rng: pad(mb, rng, True), "CONCATENATION": concat,
+    "PAD": pad, "PADV2": lambda mb, rng: pad(mb, rng, True), "MIRROR_PAD": mirror_pad, "CONCATENATION": concat,
     "QUANTIZE": lambda mb, rng: quantize(mb, rng, "quantize" if rng.random() < 0.5 else "requantize"),
     "DEQUANTIZE": lambda mb, rng: quantize(mb, rng, "dequantize"),
     "TRANSPOSE": transpose, "RESHAPE": lambda mb, rng: reshape(mb, rng, "reshape"),

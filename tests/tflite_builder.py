@@ -789,6 +789,17 @@ class ModelBuilder:
         return self._emit(name, Op.PADV2, 1, [x, pt, vt], [x], lambda v: np.pad(v, widths, constant_values=real),
                           out_shape, quant=self._q(x))
 
+    def mirror_pad(self, x, paddings, mode="REFLECT") -> int:
+        t = self._int8(x)
+        p = np.asarray(paddings, np.int32).reshape(-1, 2)
+        name = self._name("mirror_pad")
+        pt = self._const(f"{name}/paddings", p, "int32")
+        widths = [(0, 0)] + [tuple(r) for r in p.tolist()]
+        np_mode = "reflect" if mode == "REFLECT" else "symmetric"
+        out_shape = tuple(int(d + a + b) for d, (a, b) in zip(t.shape, p))
+        return self._emit(name, Op.MIRROR_PAD, 2, [x, pt], [x], lambda v: np.pad(v, widths, mode=np_mode), out_shape,
+                          quant=self._q(x), options=_opts("MirrorPadOptions", Mode=getattr(fb.MirrorPadMode, mode)))
+
     def reduce(self, kind, x, axes, keep_dims=False) -> int:
         """REDUCE_MAX / REDUCE_MIN (kind "max" / "min") over constant axes."""
         t = self._int8(x)

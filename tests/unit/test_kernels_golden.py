@@ -451,6 +451,17 @@ def test_depth_space_tile_broadcast(seed, n, h, w, c, block, data):
 
 @PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data(),
+       mode=st.sampled_from(["REFLECT", "SYMMETRIC"]))
+def test_mirror_pad(seed, shape, data, mode):
+    edge = 1 if mode == "REFLECT" else 0
+    paddings = [[data.draw(st.integers(0, d - edge)), data.draw(st.integers(0, d - edge))] for d in shape]
+    mb = ModelBuilder(seed)
+    mb.output(mb.mirror_pad(mb.input(tuple(shape)), paddings, mode))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data(),
        value=st.floats(-3, 3))
 def test_padv2(seed, shape, data, value):
     paddings = [[data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))] for _ in shape]
