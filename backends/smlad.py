@@ -221,9 +221,11 @@ def _add(kern, weight_bytes: int, use: str) -> Variant | None:
 def shadow_conv(kern: K.TransposeConv) -> K.Conv:
     """The convolution whose weights (OHWI), requantization and packing a TRANSPOSE_CONV shares:
     its weight layout and per-lane arrays are the "rows" kernel's."""
-    return K.Conv(False, kern.batch, kern.in_h, kern.in_w, kern.in_c, kern.out_h, kern.out_w, kern.out_c, kern.k_h,
-                  kern.k_w, 1, 1, 1, 1, 0, 0, 1, kern.input_offset, kern.output_offset, kern.multiplier, kern.shift,
-                  kern.act_min, kern.act_max, kern.weights, kern.bias)
+    return K.Conv(depthwise=False, batch=kern.batch, in_h=kern.in_h, in_w=kern.in_w, in_c=kern.in_c, out_h=kern.out_h,
+                  out_w=kern.out_w, out_c=kern.out_c, k_h=kern.k_h, k_w=kern.k_w, stride_h=1, stride_w=1, dil_h=1,
+                  dil_w=1, pad_t=0, pad_l=0, depth_multiplier=1, input_offset=kern.input_offset,
+                  output_offset=kern.output_offset, multiplier=kern.multiplier, shift=kern.shift,
+                  act_min=kern.act_min, act_max=kern.act_max, weights=kern.weights, bias=kern.bias)
 
 
 def _transpose_conv(kern, weight_bytes: int, use: str) -> Variant | None:

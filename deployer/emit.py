@@ -22,7 +22,7 @@ from .render import environment as template_environment
 
 CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
           "float32": "float"}
-DTYPE_SHORT = {"int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "float32": "f32"}
+DTYPE_SHORT = {"int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32", "int64": "s64", "float32": "f32"}
 
 
 def core_flags(backend: Backend) -> str:

@@ -427,7 +427,8 @@ def auto_optimize(model: Path, options: Options, rounds: int = 6) -> tuple[Optio
                           f"{flag} that works is {need} ({-(-need // 1024)}K))" for flag, name, need, budget in s.over())
         recs = s.recommendations or recommendations(model, s).recommendations
         left = [f"{' '.join(r.flags)} (saves {r.saving:,} B of {r.memory}: {r.name} changes what the engine takes "
-                f"and gives, so it is for you to choose)" for r in recs if r.flags and not r.changes and r.saving > 0]
+                f"and gives, so it is for you to choose)" for r in recs
+                if r.flags and not r.changes and not r.needs_hardware and r.saving > 0]
         still += "; not applied: " + "; ".join(left) if left else ""
         raise InfeasibleBudget(f"--auto-optimize applied {applied}; still over: {still}",
                                s.over()[0][2], needs={flag: need for flag, _, need, _ in s.over()})

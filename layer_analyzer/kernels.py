@@ -172,7 +172,7 @@ class Add:
     act_min: int
     act_max: int
     subtract: bool = False  # SUB: the rescaled b is subtracted (LiteRT's SubElementwise), else added
-    squared: bool = False  # SQUARED_DIFFERENCE: the difference squared (wrapping as int32) before the output rescale
+    squared: bool = False  # SQUARED_DIFFERENCE: the difference squared (below 2^30: int32 holds it) before the output rescale
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +541,14 @@ def _check_bias(g: Graph, bias: int, counts: tuple[int, ...], where: str) -> Non
                                   f"{' or '.join(map(str, sorted(set(counts))))} values")
 
 
+def _check_channel_scales(w: Tensor, channels: int, where: str) -> None:
+    """Per-channel weights hold one scale per output channel (quantized along the output channels'
+    axis); the kernels index their multipliers by output channel."""
+    if w.quant is not None and w.quant.per_channel and len(w.quant.scale) != channels:
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' have {len(w.quant.scale)} scales (axis "
+                                  f"{w.quant.axis}) for {channels} output channels")
+
+
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
     x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
     bias = l.inputs[2] if len(l.inputs) > 2 else -1
@@ -558,6 +566,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     if y.shape[0] != n:
         raise UnsupportedOperator(f"{where}: output batch {y.shape[0]} differs from the input's {n}")
     _check_bias(g, bias, (oc,), where)
+    _check_channel_scales(w, oc, where)
     kh, kw = w.shape[1], w.shape[2]
     mult = a.depth_multiplier if depthwise else 1
     if depthwise:
@@ -603,6 +612,7 @@ def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
     if w.shape[0] != oc or w.shape[3] != ic or yn != n:
         raise UnsupportedOperator(f"{where}: weights {list(w.shape)} do not map {list(x.shape)} to {list(y.shape)}")
     _check_bias(g, bias, (oc,), where)
+    _check_channel_scales(w, oc, where)
     kh, kw = w.shape[1], w.shape[2]
     (sh, sw) = a.stride
     back = geo.output_size(oh, kh, sh, 1, a.padding), geo.output_size(ow, kw, sw, 1, a.padding)
@@ -667,6 +677,7 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
         raise UnsupportedOperator(f"{where}: output {list(y.shape)} does not hold {x.elements // depth} x {units} "
                                   f"values")
     _check_bias(g, bias, (units, x.elements // depth * units), where)
+    _check_channel_scales(w, units, where)
     if any(z != 0 for z in w.quant.zero_point):
         raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric (zero point 0)")
     rq = l.attrs.requant
@@ -980,6 +991,8 @@ def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize:
     if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
         return Offset(x.elements, y.zero_point - x.zero_point)
     if x.dtype == "float32":
+        if y.dtype != "int8":
+            raise UnsupportedOperator(f"{where}: QUANTIZE from float32 to {y.dtype} (the engine quantizes to int8)")
         return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq")
     if "uint8" in (x.dtype, y.dtype):
         raise UnsupportedOperator(f"{where}: QUANTIZE from {x.dtype} to {y.dtype} other than an offset of 128 "
@@ -1079,6 +1092,8 @@ def _pad(g: Graph, l: Layer, where: str) -> Pad:
         raise UnsupportedOperator(f"{where}: paddings {list(p)} do not turn {list(x.shape)} into {list(y.shape)}")
     if (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: PAD with different input and output quantization")
+    if l.attrs.value is not None and not INT8_MIN <= l.attrs.value <= INT8_MAX:
+        raise UnsupportedOperator(f"{where}: padding value {l.attrs.value} is not an int8")
     return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point if l.attrs.value is None else l.attrs.value)
 
 
@@ -1127,6 +1142,8 @@ def _strided_slice(g: Graph, l: Layer, where: str) -> Strided:
             raise UnsupportedOperator(f"{where}: shrinking axis {d} with a negative stride")
         axes.append(slice_axis(x.shape[d], a.begin[d], a.end[d], a.strides[d], bool(a.begin_mask >> d & 1),
                                bool(a.end_mask >> d & 1), shrink))
+        if shrink and not 0 <= axes[-1].start < x.shape[d]:  # the one index it keeps must exist
+            raise UnsupportedOperator(f"{where}: shrinking axis {d} of {x.shape[d]} at index {a.begin[d]}")
     kept = tuple(len(r) for d, r in enumerate(axes) if not a.shrink_axis_mask >> d & 1)
     if kept != y.shape:
         raise UnsupportedOperator(f"{where}: the slice gives {list(kept)}, the output is {list(y.shape)}")

@@ -78,7 +78,7 @@ def cut_graph(where: str, names: list[str], dtypes: list[str], consts: set[int],
         k = writer[t]
         kept.add(k)
         stack.extend(i for i in ops[k].inputs if i >= 0)
-    for t in new_in:
+    for t in new_in if spec.inputs else ():  # the model's own inputs stay, read or not
         if t not in reached:
             raise UsageError(f"--inputs {names[t]!r}: none of the cut's outputs depends on it")
     if spec.io in ("int8", "uint8"):
@@ -90,6 +90,18 @@ def cut_graph(where: str, names: list[str], dtypes: list[str], consts: set[int],
     return Cut(tuple(sorted(kept)), new_in, new_out, tuple(notes))
 
 
+def _quantizes(op: OpEdges, t: int, dtypes) -> bool:
+    """Is ``op`` a QUANTIZE of float32 tensor ``t`` into one int8 tensor?"""
+    return (op.name == "QUANTIZE" and dtypes[t] == "float32" and len(op.outputs) == 1 and op.outputs[0] >= 0
+            and dtypes[op.outputs[0]] == "int8")
+
+
+def _dequantizes(op: OpEdges, t: int, dtypes) -> bool:
+    """Is ``op`` a DEQUANTIZE of one int8 tensor into float32 tensor ``t``?"""
+    return (op.name == "DEQUANTIZE" and dtypes[t] == "float32" and len(op.inputs) >= 1 and op.inputs[0] >= 0
+            and dtypes[op.inputs[0]] == "int8")
+
+
 def _integer_edges(names, dtypes, ops, inputs, outputs, kept, io):
     readers: dict[int, list[int]] = {}
     for k in sorted(kept):
@@ -98,8 +110,7 @@ def _integer_edges(names, dtypes, ops, inputs, outputs, kept, io):
     kept, notes, new_in, new_out = set(kept), [], [], []
     for t in inputs:
         ks = readers.get(t, [])
-        if dtypes[t] == "float32" and len(ks) == 1 and ops[ks[0]].name == "QUANTIZE" \
-                and dtypes[ops[ks[0]].outputs[0]] == "int8":
+        if len(ks) == 1 and _quantizes(ops[ks[0]], t, dtypes):
             kept.discard(ks[0])
             new_in.append(ops[ks[0]].outputs[0])
             notes.append(f"--io {io}: the engine takes {io} '{names[new_in[-1]]}' instead of float32 '{names[t]}'")
@@ -108,7 +119,7 @@ def _integer_edges(names, dtypes, ops, inputs, outputs, kept, io):
     writer = {o: k for k in kept for o in ops[k].outputs}
     for t in outputs:
         k = writer.get(t)
-        if dtypes[t] == "float32" and k is not None and ops[k].name == "DEQUANTIZE" and dtypes[ops[k].inputs[0]] == "int8":
+        if k is not None and _dequantizes(ops[k], t, dtypes):
             kept.discard(k)
             new_out.append(ops[k].inputs[0])
             notes.append(f"--io {io}: the engine gives {io} '{names[new_out[-1]]}' instead of float32 '{names[t]}'")
@@ -119,14 +130,16 @@ def _integer_edges(names, dtypes, ops, inputs, outputs, kept, io):
 
 def float_edges(graph) -> list[int]:
     """The graph's float32 inputs that one QUANTIZE reads and float32 outputs a DEQUANTIZE writes:
-    what --io int8 moves inward."""
+    what --io int8 moves inward (the same test as the cut's)."""
+    dtypes = [t.dtype for t in graph.tensors]
     readers: dict[int, list] = {}
     for layer in graph.layers:
         for t in layer.inputs:
             readers.setdefault(t, []).append(layer)
     writers = {o: layer for layer in graph.layers for o in layer.outputs}
-    ins = [t for t in graph.inputs if graph.tensors[t].dtype == "float32" and len(readers.get(t, [])) == 1
-           and readers[t][0].op == "QUANTIZE"]
-    outs = [t for t in graph.outputs if graph.tensors[t].dtype == "float32" and t in writers
-            and writers[t].op == "DEQUANTIZE"]
+
+    def edges(layer):
+        return OpEdges(layer.op, layer.inputs, layer.outputs)
+    ins = [t for t in graph.inputs if len(readers.get(t, [])) == 1 and _quantizes(edges(readers[t][0]), t, dtypes)]
+    outs = [t for t in graph.outputs if t in writers and _dequantizes(edges(writers[t]), t, dtypes)]
     return ins + outs

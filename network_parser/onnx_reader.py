@@ -135,16 +135,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
         for inp in self.g.input:
             if inp.name not in self.consts:
                 self._graph_input(inp)
-        handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
-                    "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
-                    "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
-                    "Gather": self._gather, "Squeeze": self._squeeze, "Unsqueeze": self._squeeze,
-                    "Constant": lambda i, n: None}
-        for op in CHAIN_OPS:
-            handlers.setdefault(op, self._standalone_chain)
-        for op in TRAILING_FLOAT_OPS:
-            handlers[op] = self._trailing
-        assert set(handlers) == set(INTEGER_OPS), sorted(set(handlers) ^ set(INTEGER_OPS))
+        handlers = self.handlers()
         for i, node in enumerate(self.nodes):
             if i in self.done:
                 continue
@@ -166,6 +157,19 @@ class IntegerGraphReader(OnnxGraphBuilder):
                         tuple(self.input_perms), tuple(perms), tuple(self.notes),
                         tuple(self.input_shapes), tuple(shapes))
         return Graph(name_text(self.path.stem), tuple(self.tensors), tuple(self.layers), tuple(inputs), tuple(outputs), source)
+
+    def handlers(self) -> dict:
+        """The reader's handler of every node type an integer graph may hold (INTEGER_OPS)."""
+        handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
+                    "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
+                    "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
+                    "Gather": self._gather, "Squeeze": self._squeeze, "Unsqueeze": self._squeeze,
+                    "Constant": lambda i, n: None}
+        for op in CHAIN_OPS:
+            handlers.setdefault(op, self._standalone_chain)
+        for op in TRAILING_FLOAT_OPS:
+            handlers[op] = self._trailing
+        return handlers
 
     # ---- edges ----------------------------------------------------------------------
 
@@ -508,6 +512,9 @@ class IntegerGraphReader(OnnxGraphBuilder):
                 raise UnsupportedOperator(f"{where}: axes computed at run time")
             axes = _exact_ints(self.consts[node.input[1]], "the axes", where).reshape(-1).tolist()
         shape = list(xt.shape)
+        rank = len(shape) + (len(axes) if axes and node.op_type == "Unsqueeze" else 0)
+        if axes and (len(set(axes)) != len(axes) or any(not -rank <= a < rank for a in axes)):
+            raise ModelFormatError(f"{where}: axes {list(axes)} for a rank-{rank} value")
         if node.op_type == "Squeeze":
             drop = {a % len(shape) for a in axes} if axes else {d for d, n in enumerate(shape) if n == 1}
             if any(shape[d] != 1 for d in drop):
@@ -516,7 +523,6 @@ class IntegerGraphReader(OnnxGraphBuilder):
         else:
             if not axes:
                 raise ModelFormatError(f"{where}: Unsqueeze without axes")
-            rank = len(shape) + len(axes)
             for a in sorted(v % rank for v in axes):
                 shape.insert(a, 1)
         if len(shape) > 2:

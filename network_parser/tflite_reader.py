@@ -366,6 +366,8 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         _check_window(attrs, where)
         data_ins = ins if n_data is None else ins[:n_data]
         consts = ins[len(data_ins):]
+        if name not in _WEIGHTED and any(i < 0 for i in data_ins):
+            raise ModelFormatError(f"{where}: inputs {ins}: -1 (an omitted input) where {name} needs a tensor")
         for i in data_ins:
             if i >= 0 and i not in produced:
                 raise ModelFormatError(f"{where} reads tensor {i} '{tensors[i].name}' before "
@@ -384,6 +386,9 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
             produced.update(outs)
             continue
         attrs = _fold_constants(name, attrs, [tensors[i] for i in consts], where)
+        if name == "PADV2" and tensors[consts[1]].quant != tensors[data_ins[0]].quant:
+            raise UnsupportedOperator(f"{where}: the padding value '{tensors[consts[1]].name}' must share the input's "
+                                      f"quantization")
         if output_shape is not None:
             _check_output_shape(tensors[output_shape], tensors[outs[0]], where)
         layers.append(Layer(k, name, tuple(data_ins), tuple(outs), attrs, out_name))
@@ -509,6 +514,8 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
 def _const_ints(ts: list[Tensor], what: str, where: str) -> np.ndarray:
     if not ts or not ts[0].is_const:
         raise UnsupportedOperator(f"{where}: {what} must be a constant tensor")
+    if ts[0].dtype not in ("int16", "int32", "int64"):
+        raise ModelFormatError(f"{where}: {what} '{ts[0].name}' is {ts[0].dtype}; integers are expected")
     return np.asarray(ts[0].data, dtype=np.int64)
 
 
@@ -551,8 +558,8 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
     if op == "PADV2":
         padded = _fold_constants("PAD", attrs, consts[:1], where)
         value = consts[1] if len(consts) > 1 else None
-        if value is None or not value.is_const or value.elements != 1:
-            raise UnsupportedOperator(f"{where}: the padding value must be a constant scalar")
+        if value is None or not value.is_const or value.elements != 1 or value.dtype != "int8":
+            raise UnsupportedOperator(f"{where}: the padding value must be a constant int8 scalar")
         return Pad(padded.paddings, int(np.asarray(value.data).reshape(-1)[0]))
     if op in ("REDUCE_MAX", "REDUCE_MIN"):
         return Reduce(tuple(int(a) for a in _const_ints(consts, "the axes", where).reshape(-1)), attrs.keep_dims)

@@ -306,6 +306,19 @@ def build(op: str, seed: int) -> ModelBuilder:
     return mb
 
 
+def first_tiled_case(op: str, target: str, l1: int, cases: int = 30) -> int:
+    """The first case of ``op`` whose layer of that op runs tile by tile with ``l1`` on ``target``."""
+    from deployer.pipeline import Options, plan_deployment
+    for seed in range(cases):
+        with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
+            path = Path(tmp) / "case.tflite"
+            build(op, seed).save(path)
+            plan = plan_deployment(path, Options(target=target, l1=l1))
+            if any(lp.tiling is not None and layer.op == op for layer, lp in zip(plan.graph.layers, plan.layers)):
+                return seed
+    raise AssertionError(f"none of the first {cases} cases of {op} tiles")
+
+
 def samples_for(op: str, graph, seed: int, count: int = 2) -> list[list[np.ndarray]]:
     """Inputs the reference runs on: int8 over the whole range (LOG and RSQRT: above zero)."""
     from deployer.verify import random_inputs

@@ -51,7 +51,8 @@ import tflite as fb
 Op = fb.BuiltinOperator
 _ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 _PADDING = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
-_TYPES = {"int8": fb.TensorType.INT8, "int32": fb.TensorType.INT32, "int64": fb.TensorType.INT64,
+_TYPES = {"int8": fb.TensorType.INT8, "uint8": fb.TensorType.UINT8, "int32": fb.TensorType.INT32,
+          "int64": fb.TensorType.INT64,
           "float32": fb.TensorType.FLOAT32}
 _CALIB = 8  # calibration samples per tensor (leading axis of every sample array)
 FLOAT_INPUT_RANGE = (-1.0, 1.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from network_parser.tflite_reader import supported_operators
-from tests.conformance import CASES, check, exact
+from deployer.ops_table import tflite_table
+from tests.conformance import CASES, check, exact, first_tiled_case
 
 
 def test_every_operator_has_cases():
@@ -19,9 +20,13 @@ def test_operator_bit_exact_on_host(op, seed):
     assert exact(result), result["outputs"]
 
 
-@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
-                                "AVERAGE_POOL_2D", "MAX_POOL_2D"])
+TILED = sorted(r["operator"] for r in tflite_table() if r["tiled"])
+
+
+@pytest.mark.parametrize("op", TILED)
 def test_tiled_operator_bit_exact_on_host(op):
-    """The operators that tile, cut into L1 tiles of at most 2 KiB (case 2: its own shapes)."""
-    result = check(op, 2, l1=2048)
+    """The operators that tile, on the first case whose layer the planner cuts into L1 tiles of at
+    most 2 KiB (a broadcast or batched case runs whole)."""
+    seed = first_tiled_case(op, "host", 2048)
+    result = check(op, seed, l1=2048)
     assert exact(result), result["outputs"]

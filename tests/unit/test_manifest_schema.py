@@ -74,3 +74,17 @@ def test_every_kind_of_model_shares_the_memory_record():
     assert language["$defs"]["memory"] == network["properties"]["memory"]
     assert language["properties"]["manifest_version"] == {**network["properties"]["manifest_version"],
                                                           "description": language["properties"]["manifest_version"]["description"]}
+
+
+def test_manifests_of_the_newer_operators_follow_the_schema(tmp_path):
+    """int64 outputs (ARG_MAX), uint8 edges and a graph cut from its file (its source's cut_from)."""
+    from network_parser.cut import CutSpec
+    from tests.tflite_builder import ModelBuilder
+    mb = ModelBuilder(0)
+    x = mb.quantize(mb.input((1, 4, 4, 3), dtype="float32"))
+    mb.output(mb.dequantize(mb.conv2d(x, 4)), mb.arg("max", x, 3, "int64"))
+    mb.save(tmp_path / "m.tflite")
+    for cut in (CutSpec(), CutSpec(io="uint8"), CutSpec(outputs=("arg_max_0/out",))):
+        m = json.loads(deploy(tmp_path / "m.tflite", Options(cut=cut)).files["manifest.json"])
+        errors = sorted(VALIDATOR.iter_errors(m), key=str)
+        assert not errors, errors[0].message

@@ -243,3 +243,9 @@ def test_matmul_over_a_sequence(tmp_path):
     nodes.append(helper.make_node("Gather", ["y", "i"], ["z"], axis=1))
     with pytest.raises(UnsupportedOperator, match="Gather on a rank-3 activation"):
         read_onnx(save(tmp_path, nodes, inits, [1, 4, 6], "z", [1, 5], name="seq2"), input_type="uint8")
+
+
+def test_the_integer_readers_node_types_are_listed():
+    """deploy ops lists INTEGER_OPS: exactly the node types the reader has a handler for."""
+    from network_parser.onnx_reader import INTEGER_OPS, IntegerGraphReader
+    assert set(IntegerGraphReader.handlers(IntegerGraphReader.__new__(IntegerGraphReader))) == set(INTEGER_OPS)

@@ -327,3 +327,66 @@ def test_out_of_range_multiplier_is_unsupported(tmp_path, case):
     mb.output(y)
     with pytest.raises(DeployError, match="op 0"):
         _deploy(mb, tmp_path / f"{case}.tflite")
+
+
+# ---- malformed parameters of the newer operators ---------------------------------------------------
+
+def _plan_error(mb: ModelBuilder, path: Path, exc, *parts: str, **options):
+    """deploy's plan of the model raises exactly ``exc``, one line naming the file and ``parts``."""
+    from deployer.pipeline import Options, plan_deployment
+    from network_parser.cut import CutSpec
+    save(mb, path)
+    with pytest.raises(DeployError) as err:
+        plan_deployment(path, Options(cut=CutSpec(**options)))
+    assert type(err.value) is exc, repr(err.value)
+    assert "\n" not in str(err.value) and all(p in str(err.value) for p in parts), str(err.value)
+
+
+def test_a_shrunk_axis_must_index_the_input(tmp_path):
+    mb = ModelBuilder(0)
+    mb.output(mb.strided_slice(mb.input((1, 4, 4, 8)), [0, 0, 0, 3], [1, 4, 4, 4], [1, 1, 1, 1], shrink_axis_mask=8))
+    begin = next(t for t in mb._tensors if t.name.endswith("/begin"))
+    mb._buffers[begin.buffer] = np.array([0, 0, 0, 9], np.int32).tobytes()
+    _plan_error(mb, tmp_path / "shrink.tflite", UnsupportedOperator, "shrinking axis 3 of 8 at index 9")
+
+
+def test_an_omitted_input_of_pack_is_refused(tmp_path):
+    mb = ModelBuilder(0)
+    x = mb.input((1, 6), scale=0.1, zero_point=0)
+    mb.output(mb.pack([x, mb.input((1, 6), scale=0.1, zero_point=0)]))
+    mb._ops[-1].inputs[1] = -1
+    _plan_error(mb, tmp_path / "pack.tflite", ModelFormatError, "PACK needs a tensor")
+
+
+def test_per_channel_weights_on_the_wrong_axis(tmp_path):
+    mb = ModelBuilder(0)
+    mb.output(mb.transpose_conv(mb.input((1, 3, 3, 2)), 8, kernel=(2, 2)))
+    w = next(t for t in mb._tensors if t.name.endswith("/weights"))
+    w.scale, w.zero_point, w.qdim = w.scale[:2].copy(), w.zero_point[:2].copy(), 3
+    _plan_error(mb, tmp_path / "axis.tflite", UnsupportedOperator, "2 scales (axis 3) for 8 output channels")
+
+
+def test_a_padv2_value_of_another_type_or_quantization(tmp_path):
+    mb = ModelBuilder(0)
+    mb.output(mb.padv2(mb.input((1, 3, 3, 2)), [[0, 0], [1, 1], [1, 1], [0, 0]], 0.5))
+    value = next(t for t in mb._tensors if t.name.endswith("/value"))
+    value.zero_point = value.zero_point + 3
+    _plan_error(mb, tmp_path / "padv2.tflite", UnsupportedOperator, "must share the input's quantization")
+
+
+def test_float_to_uint8_quantize_is_refused(tmp_path):
+    mb = ModelBuilder(0)
+    q = mb.quantize(mb.input((1, 4), dtype="float32"))
+    mb.output(q)
+    out = mb._tensors[q]
+    out.dtype = "uint8"
+    out.zero_point = out.zero_point + 128
+    _plan_error(mb, tmp_path / "u8.tflite", UnsupportedOperator, "QUANTIZE from float32 to uint8")
+
+
+def test_io_int8_with_a_dequantize_that_has_no_input(tmp_path):
+    """The cut looks at edges before the reader checks each op: a malformed DEQUANTIZE is the reader's error."""
+    mb = ModelBuilder(0)
+    mb.output(mb.dequantize(mb.relu(mb.input((1, 4)))))
+    mb._ops[-1].inputs = []
+    _plan_error(mb, tmp_path / "deq.tflite", ModelFormatError, "DEQUANTIZE", io="int8")
