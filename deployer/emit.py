@@ -142,21 +142,21 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
         case K.Mean() if kern.axes:
-            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
+            strides = K.element_strides(kern.in_shape)
             return dict(kept=[(n, st) for d, (n, st) in enumerate(zip(kern.in_shape, strides)) if d not in kern.axes],
                         reduced=[(kern.in_shape[d], strides[d]) for d in kern.axes])
         case K.BatchMatMul() if len(kern.x_offsets) > 1:
             return dict(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
                         y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
         case K.MirrorPad():
-            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
+            strides = K.element_strides(kern.in_shape)
             # each axis's table holds input offsets (index times the axis's stride)
             return dict(tables=[sym.array(f"op{k}_axis{d}", "int32_t", np.array(t, np.int64) * st)
                                 for d, (t, st) in enumerate(zip(kern.tables, strides))])
         case K.Gather():
             return dict(indices=sym.array(f"op{k}_indices", "int32_t", np.array(kern.indices, np.int32)))
         case K.Transpose():
-            strides = [int(np.prod(kern.in_shape[d + 1:], dtype=np.int64)) for d in range(len(kern.in_shape))]
+            strides = K.element_strides(kern.in_shape)
             return dict(out4=_pad4(kern.out_shape, 1), perm_strides4=_pad4([strides[p] for p in kern.perm], 0))
     return {}
 

@@ -426,7 +426,8 @@ class Strided:
     name: str = "strided_slice"  # the op, for the kernel's name
 
 
-def _element_strides(shape: tuple[int, ...]) -> list[int]:
+def element_strides(shape: tuple[int, ...]) -> list[int]:
+    """Elements from one index to the next along each axis of a dense tensor."""
     return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
 
@@ -1147,7 +1148,7 @@ def _strided_slice(g: Graph, l: Layer, where: str) -> Strided:
     kept = tuple(len(r) for d, r in enumerate(axes) if not a.shrink_axis_mask >> d & 1)
     if kept != y.shape:
         raise UnsupportedOperator(f"{where}: the slice gives {list(kept)}, the output is {list(y.shape)}")
-    st = _element_strides(x.shape)
+    st = element_strides(x.shape)
     return Strided(sum(r.start * s for r, s in zip(axes, st)), tuple(len(r) for r in axes),
                    tuple(r.step * s for r, s in zip(axes, st)))
 
@@ -1178,7 +1179,7 @@ def _tile(g: Graph, l: Layer, where: str) -> Strided:
             tuple(d * m for d, m in zip(x.shape, mult)) != y.shape:
         raise UnsupportedOperator(f"{where}: multiples {list(mult)} do not turn {list(x.shape)} into {list(y.shape)}")
     counts, strides = [], []
-    for d, m, s in zip(x.shape, mult, _element_strides(x.shape)):
+    for d, m, s in zip(x.shape, mult, element_strides(x.shape)):
         counts += [m, d]
         strides += [0, s]
     return Strided(0, tuple(counts), tuple(strides), "tile")
@@ -1190,7 +1191,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
     shape = (1,) * (rank - len(x.shape)) + tuple(x.shape)
     if len(x.shape) > rank or any(d not in (1, t) for d, t in zip(shape, y.shape)):
         raise UnsupportedOperator(f"{where}: cannot broadcast {list(x.shape)} to {list(y.shape)}")
-    return Strided(0, tuple(y.shape), tuple(0 if d == 1 else s for d, s in zip(shape, _element_strides(shape))),
+    return Strided(0, tuple(y.shape), tuple(0 if d == 1 else s for d, s in zip(shape, element_strides(shape))),
                    "broadcast_to")
 
 

@@ -111,14 +111,13 @@ def _softmax(op, where):
     return Softmax(float(o.Beta()) if o else 1.0)
 
 
-def _resize_nearest(op, where):
-    o = _options(op, tflite.ResizeNearestNeighborOptions)
-    return Resize((0, 0), bool(o.AlignCorners()) if o else False, bool(o.HalfPixelCenters()) if o else False)
-
-
-def _resize_bilinear(op, where):
-    o = _options(op, tflite.ResizeBilinearOptions)
-    return Resize((0, 0), bool(o.AlignCorners()) if o else False, bool(o.HalfPixelCenters()) if o else False)
+def _resize(cls):
+    """RESIZE_NEAREST_NEIGHBOR / RESIZE_BILINEAR: how output pixels map to input ones (the size is the
+    constant input, folded below)."""
+    def parse(op, where):
+        o = _options(op, cls)
+        return Resize((0, 0), bool(o.AlignCorners()) if o else False, bool(o.HalfPixelCenters()) if o else False)
+    return parse
 
 
 def _leaky_relu(op, where):
@@ -203,7 +202,8 @@ _OPS = {
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
     "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None), "TANH": (_none, None), "EXP": (_none, None),
     "LOG": (_none, None), "RSQRT": (_none, None), "NEG": (_none, None),
-    "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 1), "RESIZE_BILINEAR": (_resize_bilinear, 1),
+    "RESIZE_NEAREST_NEIGHBOR": (_resize(tflite.ResizeNearestNeighborOptions), 1),
+    "RESIZE_BILINEAR": (_resize(tflite.ResizeBilinearOptions), 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
     "SPLIT": (_none, 1), "SPLIT_V": (_none, 1), "UNPACK": (_unpack, 1), "PACK": (_pack, None),
     "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1), "MIRROR_PAD": (_mirror_pad, 1),
