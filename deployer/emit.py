@@ -360,7 +360,7 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
         return dict(ptr=sym.tensor(t, f"op{k}_in"), table=f"P{t}" if t in patch.buffers else None,
                     w=shape[2] if len(shape) == 4 else 1, c=shape[-1])
 
-    kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.IntAdd: "binary", K.Transpose: "transpose",
+    kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.IntAdd: "binary", K.MinMax: "binary", K.Transpose: "transpose",
             K.Quantize: "quantize"}[type(kern)]
     ctx = dict(kind=kind, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
                out_type="int8_t", out_w=out_t.shape[2], full_out=None,

@@ -54,7 +54,7 @@ class SpatialLayer:
 
 
 # the kernel records that can run patch by patch (spatial_layer decides per layer)
-SPATIAL = (K.Transpose, K.Quantize, K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd)
+SPATIAL = (K.Transpose, K.Quantize, K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax)
 
 
 def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shape: tuple) -> SpatialLayer | None:
@@ -82,7 +82,8 @@ def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shap
             cols = Window(kernel.f_w, kernel.stride_w, 1, kernel.pad_l, kernel.in_w)
             return SpatialLayer(k, inputs, output, rows, cols, kernel.out_h, kernel.out_w, kernel.channels,
                                 kernel.f_h * kernel.f_w * kernel.channels)
-        case K.Add() | K.Mul() | K.IntAdd() if kernel.view.dense and kernel.view.shape[0] == 1 and len(inputs) == 2:
+        case K.Add() | K.Mul() | K.IntAdd() | K.MinMax() if kernel.view.dense and kernel.view.shape[0] == 1 \
+                and len(inputs) == 2:
             _, h, w, c = kernel.view.shape
             return SpatialLayer(k, inputs, output, Window(in_size=h), Window(in_size=w), h, w, c, c)
     return None

@@ -154,7 +154,7 @@ class TileGeometry:
 
 
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
-TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.FullyConnected)
+TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.FullyConnected)
 
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
@@ -178,7 +178,7 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "pool", kernel.out_h, kernel.out_w, kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, kernel.f_h, kernel.f_w, kernel.stride_h,
                                 kernel.stride_w, pad_t=kernel.pad_t, pad_l=kernel.pad_l)
-        case K.Add() | K.Mul() | K.IntAdd() if kernel.view.dense and kernel.view.shape[0] == 1:
+        case K.Add() | K.Mul() | K.IntAdd() | K.MinMax() if kernel.view.dense and kernel.view.shape[0] == 1:
             _, h, w, c = kernel.view.shape
             return TileGeometry(layer, "eltwise", h, w, c, h, w, c, operands=2)
         case K.FullyConnected(batch=1):

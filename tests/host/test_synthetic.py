@@ -196,3 +196,21 @@ def test_mean_over_axes_apart_engine(tmp_path):
     mb.output(mb.mean(x, axes=(1, 3), keep_dims=True), mb.mean(x, axes=(0, 2), keep_dims=False),
               mb.mean(x, axes=(3, 0, 1)))
     check(tmp_path, mb)
+
+
+def test_maximum_in_tiles_and_patches(tmp_path):
+    """MAXIMUM of two branches runs tile by tile and inside a patch stage (both branches' regions)."""
+    mb = ModelBuilder(3)
+    x = mb.input((1, 40, 40, 3))
+    m = mb.maximum(mb.conv2d(x, 8, stride=(2, 2), activation="RELU"), mb.conv2d(x, 8, stride=(2, 2)))
+    mb.output(mb.mean(mb.conv2d(m, 16, stride=(2, 2), activation="RELU"), axes=(1, 2), keep_dims=False))
+    path = tmp_path / "model.tflite"
+    mb.save(path)
+    for options in (Options(patch="2x2@3"), Options(l1=4096, patch="off")):
+        dep = deploy(path, options)
+        assert dep.layers[3].in_stage if options.l1 is None else dep.layers[3].tiling is not None  # the MAXIMUM
+        samples = [random_inputs(dep.graph, s) for s in range(2)]
+        outs, _ = run_engine(build_engine(dep), samples)
+        for sample, ours in zip(samples, outs):
+            ref, _ = run_litert(path, sample)
+            assert all(np.array_equal(a, b.reshape(a.shape)) for a, b in zip(ours, ref))
