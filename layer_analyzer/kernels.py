@@ -286,6 +286,7 @@ class Mean:
     float_scale: float | None = None  # QDQ: onnxruntime's x_scale / (y_scale * count), float32
     in_shape: tuple[int, ...] = ()
     axes: tuple[int, ...] = ()  # set for a reduction over axes that are not contiguous
+    op: str = "mean"  # "sum": SUM, the same arithmetic without the division by the count
 
 
 @dataclass(frozen=True, slots=True)
@@ -845,6 +846,8 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
         scale = float(np.float32(x.scale) / (np.float32(y.scale) * np.float32(reduced)))
         return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, 0, 0, scale, **view)
     m, s = quantize_multiplier(x.scale / y.scale)
+    if l.op == "SUM":  # TFLite Micro's int8 SUM (see deployer.reference.LITERT_DEPARTS)
+        return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s, **view, op="sum")
     # QuantizedMeanOrSum folds the division by the element count into the multiplier.
     extra = min((reduced.bit_length() - 1), 32, 31 + s)
     m, s = (m << extra) // reduced, s - extra
@@ -1198,7 +1201,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
-    "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
+    "MEAN": _mean, "SUM": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
