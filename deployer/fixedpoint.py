@@ -183,6 +183,31 @@ def log_x_for_x_ge_1(x: int, input_bits: int, output_bits: int) -> int:
     return int(saturating_left_shift(total, accum_bits - output_bits))
 
 
+def inv_sqrt_multiplier(x: int) -> tuple[int, int]:
+    """GetInvSqrtQuantizedMultiplierExp with a reverse shift of -1 (L2_NORMALIZATION): 1/sqrt(x)
+    as a Q31 multiplier and a left shift, by five Newton-Raphson steps in Q3 on x normalised to
+    [2^27, 2^29)."""
+    if x <= 1:
+        return I32_MAX, 0
+    shift = 11
+    while x >= 1 << 29:
+        x //= 4
+        shift += 1
+    pairs = (count_leading_zeros32(x) - 1) // 2 - 1
+    shift -= pairs
+    x <<= 2 * pairs
+    half = int(rdbpot(x >> 1, 1))  # x / 2 in Q3
+    half_three = (1 << 28) + (1 << 27)  # 1.5 in Q3
+    y = 1 << 28  # 1 in Q3
+    for _ in range(5):
+        y3 = int(saturating_left_shift(_mul(_mul(y, y), y), 6))  # Q9 -> Q3
+        y = int(saturating_left_shift(_wrap(_mul(half_three, y) - _mul(half, y3)), 3))  # Q6 -> Q3
+    y = _mul(y, 1518500250)  # times sqrt(2) / 2
+    if shift < 0:
+        y, shift = _wrap(y << -shift), 0
+    return y, -shift
+
+
 # ---- int16 helpers of the HARD_SWISH reference kernel --------------------------
 
 I16_MIN, I16_MAX = -(1 << 15), (1 << 15) - 1

@@ -257,6 +257,15 @@ def _resize_bilinear(k: K.ResizeBilinear, x):
     return (np.sign(total) * (np.abs(total) >> 20)).astype(np.int8)  # C's division truncates
 
 
+def _l2_norm(k: K.L2Norm, x):
+    v = x.reshape(k.rows, k.depth).astype(np.int64) - k.input_zero_point
+    out = np.empty_like(v)
+    for r in range(k.rows):
+        m, s = fx.inv_sqrt_multiplier(int((v[r] * v[r]).sum()))
+        out[r] = np.clip(fx.mbqm(v[r], m, s + 7), -128, 127)
+    return out.reshape(x.shape).astype(np.int8)
+
+
 def _lookup(k: K.Lookup, x):
     return np.array(k.table, np.int8)[x.astype(np.int64) + 128]
 
@@ -343,6 +352,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _mean(kernel, ins[0])
         case K.Softmax():
             y = _softmax(kernel, ins[0])
+        case K.L2Norm():
+            y = _l2_norm(kernel, ins[0])
         case K.LogSoftmax():
             y = _log_softmax(kernel, ins[0])
         case K.Lookup():

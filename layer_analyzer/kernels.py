@@ -312,6 +312,16 @@ class LogSoftmax:
 
 
 @dataclass(frozen=True, slots=True)
+class L2Norm:
+    """L2_NORMALIZATION (int8, output scale 1/128, zero point 0): per row the sum of squares of
+    x - zp, its inverse square root as a multiplier (the reference's Newton-Raphson), each value
+    rescaled by it and by 2^7."""
+    rows: int
+    depth: int
+    input_zero_point: int
+
+
+@dataclass(frozen=True, slots=True)
 class Lookup:
     """A unary int8 op as a 256-entry table indexed by the input, each entry computed as the
     reference kernel computes that input's output (LOGISTIC's reference kernel is one)."""
@@ -895,6 +905,18 @@ def _log_softmax(g: Graph, l: Layer, where: str) -> LogSoftmax:
     return LogSoftmax(x.elements // depth, depth, m, s, rm, rs, diff_min)
 
 
+def _l2_norm(g: Graph, l: Layer, where: str) -> L2Norm:
+    x, y = _same_shape(g, l, where)
+    if not x.shape:
+        raise UnsupportedOperator(f"{where}: L2 normalization of a scalar")
+    if (y.scale, y.zero_point) != (1 / 128, 0):
+        raise UnsupportedOperator(f"{where}: int8 L2_NORMALIZATION output must have scale 1/128, zero point 0")
+    if l.attrs.activation != "NONE":
+        raise UnsupportedOperator(f"{where}: fused activation {l.attrs.activation} on L2_NORMALIZATION")
+    depth = x.shape[-1]
+    return L2Norm(x.elements // depth, depth, x.zero_point)
+
+
 def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
     if y.scale != 1.0 / 256:
@@ -1201,7 +1223,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
-    "MEAN": _mean, "SUM": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
+    "MEAN": _mean, "SUM": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
@@ -1213,7 +1235,7 @@ LOWERINGS = {
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
-Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | Lookup | HardSwish
+Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | Copy | Pad | MirrorPad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
           | Offset)
 

@@ -196,7 +196,7 @@ _OPS = {
     "SQUARED_DIFFERENCE": (_none, None), "PRELU": (_none, None),
     "AVERAGE_POOL_2D": (_pool, None), "MAX_POOL_2D": (_pool, None),
     "MEAN": (_mean, 1), "SUM": (_mean, 1), "RESHAPE": (_none, 1), "SQUEEZE": (_none, 1),
-    "SOFTMAX": (_softmax, None), "LOG_SOFTMAX": (_none, None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
+    "SOFTMAX": (_softmax, None), "LOG_SOFTMAX": (_none, None), "L2_NORMALIZATION": (_elementwise(tflite.L2NormOptions), None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
     "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),

@@ -543,6 +543,12 @@ class ModelBuilder:
         return self._emit(self._name("softmax"), Op.SOFTMAX, 2, [x], [x], fn, t.shape,
                           quant=_FIXED_SIGMOID_QUANT, options=_opts("SoftmaxOptions", Beta=float(beta)))
 
+    def l2_normalization(self, x) -> int:
+        t = self._int8(x)
+        return self._emit(self._name("l2_normalization"), Op.L2_NORMALIZATION, 2, [x], [x],
+                          lambda v: v / np.maximum(np.sqrt((v * v).sum(axis=-1, keepdims=True)), 1e-6), t.shape,
+                          quant=(1.0 / 128, 0))
+
     def log_softmax(self, x) -> int:
         t = self._int8(x)
 

@@ -168,6 +168,16 @@ def test_transpose_conv(seed, n, h, w, c, oc, kh, kw, sh, sw, padding, extra, pe
 
 
 @PROPERTY
+@given(seed=SEEDS, lead=st.lists(st.integers(1, 4), max_size=3), depth=st.integers(1, 64),
+       zp=st.sampled_from([None, 0, -128, 127]))
+def test_l2_normalization(seed, lead, depth, zp):
+    """Rows of 1 to 64 values (sums of squares from 0 to past 2^29), zero points at the edges."""
+    mb = ModelBuilder(seed)
+    mb.output(mb.l2_normalization(mb.input((*lead, depth), zero_point=zp)))
+    assert_golden_matches_litert(mb, seed, samples=3)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data(), keep=st.booleans(),
        same=st.booleans())
 def test_sum_against_tflite_micro(seed, shape, data, keep, same):
