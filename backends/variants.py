@@ -76,7 +76,7 @@ def portable_name(kern) -> str:
             return "maximum_s8" if kern.maximum else "minimum_s8"
         case K.Mean():
             return f"{kern.op}_s8"
-        case K.Strided():
+        case K.Strided() | K.AxisGather():
             return f"{kern.name}_s8"
         case K.Reduce():
             return f"{'arg_' if kern.index else 'reduce_'}{'max' if kern.maximum else 'min'}_s8"
@@ -90,7 +90,7 @@ PORTABLE_NAMES = {
     K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
     K.Softmax: "softmax_s8", K.LogSoftmax: "log_softmax_s8", K.L2Norm: "l2_normalization_s8", K.HardSwish: "hard_swish_s8",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
-    K.Copy: "reshape", K.Pad: "pad_s8", K.MirrorPad: "mirror_pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8", K.Gather: "gather_s8",
+    K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8", K.Gather: "gather_s8",
     K.ResizeNearest: "resize_nearest_neighbor_s8", K.ResizeBilinear: "resize_bilinear_s8",
 }
 

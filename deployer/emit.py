@@ -148,11 +148,9 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.BatchMatMul() if len(kern.x_offsets) > 1:
             return dict(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
                         y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
-        case K.MirrorPad():
-            strides = K.element_strides(kern.in_shape)
-            # each axis's table holds input offsets (index times the axis's stride)
-            return dict(tables=[sym.array(f"op{k}_axis{d}", "int32_t", np.array(t, np.int64) * st)
-                                for d, (t, st) in enumerate(zip(kern.tables, strides))])
+        case K.AxisGather():
+            return dict(tables=[sym.array(f"op{k}_axis{d}", "int32_t", np.array(t, np.int64))
+                                for d, t in enumerate(kern.tables)])
         case K.Gather():
             return dict(indices=sym.array(f"op{k}_indices", "int32_t", np.array(kern.indices, np.int32)))
         case K.Transpose():

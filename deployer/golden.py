@@ -381,8 +381,10 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             v = ins[0].reshape(kernel.outer, kernel.reduced, kernel.inner)
             pick = (np.argmax if kernel.maximum else np.argmin) if kernel.index else (np.max if kernel.maximum else np.min)
             y = pick(v, axis=1)
-        case K.MirrorPad():
-            y = ins[0].reshape(kernel.in_shape)[np.ix_(*[list(t) for t in kernel.tables])]
+        case K.AxisGather():
+            idx = sum(np.array(t, np.int64).reshape([-1 if e == d else 1 for e in range(len(kernel.tables))])
+                      for d, t in enumerate(kernel.tables))
+            y = ins[0].reshape(-1)[idx]
         case K.Strided():
             idx = np.full(kernel.counts, kernel.base, np.int64)
             for d, (n, st) in enumerate(zip(kernel.counts, kernel.strides)):

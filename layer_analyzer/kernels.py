@@ -385,11 +385,13 @@ class Pad:
 
 
 @dataclass(frozen=True, slots=True)
-class MirrorPad:
-    """MIRROR_PAD: output element (i_0, ..., i_n) copies input element (rows_0[i_0], ..., rows_n[i_n]),
-    each axis's table reflecting the positions outside it (REFLECT: without repeating the edge)."""
-    in_shape: tuple[int, ...]
-    tables: tuple[tuple[int, ...], ...]
+class AxisGather:
+    """Output element (i_0, ..., i_n), in order, copies the input element at offset
+    tables[0][i_0] + ... + tables[n][i_n]: each output axis adds its own table's offset.
+    MIRROR_PAD (positions mirrored at the edges), BATCH_TO_SPACE_ND and SPACE_TO_BATCH_ND (a
+    position's block and batch folded into its offsets)."""
+    tables: tuple[tuple[int, ...], ...]  # input elements
+    name: str = "mirror_pad"  # the op, for the kernel's name
 
 
 @dataclass(frozen=True, slots=True)
@@ -1096,7 +1098,7 @@ def _pack(g: Graph, l: Layer, where: str) -> Concat:
     return Concat(outer, tuple(t.nbytes // outer for t in ins))
 
 
-def _mirror_pad(g: Graph, l: Layer, where: str) -> MirrorPad:
+def _mirror_pad(g: Graph, l: Layer, where: str) -> AxisGather:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     p = l.attrs.paddings
     if len(p) != len(x.shape) or tuple(d + a + b for d, (a, b) in zip(x.shape, p)) != y.shape or x.dtype != y.dtype:
@@ -1108,7 +1110,30 @@ def _mirror_pad(g: Graph, l: Layer, where: str) -> MirrorPad:
             raise UnsupportedOperator(f"{where}: {l.attrs.mirror} padding of {max(before, after)} on an axis of {n}")
         tables.append(tuple(-i - 1 + edge if i < 0 else (2 * n - i - 1 - edge if i >= n else i)
                             for i in range(-before, n + after)))
-    return MirrorPad(tuple(x.shape), tuple(tables))
+    strides = element_strides(x.shape)
+    return AxisGather(tuple(tuple(i * st for i in t) for t, st in zip(tables, strides)))
+
+
+def _space_batch(g: Graph, l: Layer, where: str) -> AxisGather:
+    """SPACE_TO_BATCH_ND (its padding already a PAD before it) and BATCH_TO_SPACE_ND (with crops):
+    output batch b * N + n, b = (by, bx) a position in the block, holds the input's rows and
+    columns at that position of every block."""
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    (bh, bw), ((ct, cb), (cl, cr)) = l.attrs.block, l.attrs.crops
+    n, h, w, c = _nhwc(x, where)
+    sb, sh, sw = h * w * c, w * c, c
+    if l.op == "SPACE_TO_BATCH_ND":
+        if h % bh or w % bw or y.shape != (n * bh * bw, h // bh, w // bw, c):
+            raise UnsupportedOperator(f"{where}: block {[bh, bw]} does not turn {list(x.shape)} into {list(y.shape)}")
+        batch = tuple(by * sh + bx * sw + i * sb for by in range(bh) for bx in range(bw) for i in range(n))
+        return AxisGather((batch, tuple(r * bh * sh for r in range(h // bh)), tuple(q * bw * sw for q in range(w // bw)),
+                           tuple(range(c))), "space_to_batch_nd")
+    out_n, out_h, out_w = n // (bh * bw), h * bh - ct - cb, w * bw - cl - cr
+    if n % (bh * bw) or y.shape != (out_n, out_h, out_w, c):
+        raise UnsupportedOperator(f"{where}: block {[bh, bw]} and crops do not turn {list(x.shape)} into {list(y.shape)}")
+    rows = tuple(((r + ct) % bh) * bw * out_n * sb + (r + ct) // bh * sh for r in range(out_h))
+    cols = tuple(((q + cl) % bw) * out_n * sb + (q + cl) // bw * sw for q in range(out_w))
+    return AxisGather((tuple(i * sb for i in range(out_n)), rows, cols, tuple(range(c))), "batch_to_space_nd")
 
 
 def _pad(g: Graph, l: Layer, where: str) -> Pad:
@@ -1231,12 +1256,13 @@ LOWERINGS = {
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice,
     "GATHER": _gather, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
-    "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "MIRROR_PAD": _mirror_pad, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
+    "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "MIRROR_PAD": _mirror_pad, "SPACE_TO_BATCH_ND": _space_batch,
+    "BATCH_TO_SPACE_ND": _space_batch, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
 }
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | MirrorPad | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
+          | Requantize | Quantize | Dequantize | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
           | Offset)
 
 

@@ -228,6 +228,15 @@ class Block:
 
 
 @dataclass(frozen=True, slots=True)
+class SpaceBatch:
+    """SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND on NHWC: the block's height and width, and the rows
+    and columns cropped from the output ((top, bottom), (left, right); SPACE_TO_BATCH_ND: none, its
+    padding read as a PAD before it)."""
+    block: tuple[int, int]
+    crops: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+
+
+@dataclass(frozen=True, slots=True)
 class Tile:
     multiples: tuple[int, ...]
 
@@ -269,7 +278,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, Tile, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, SpaceBatch, Tile, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

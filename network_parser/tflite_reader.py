@@ -10,7 +10,7 @@ import tflite
 
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, BatchMatMul, Block, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -210,6 +210,7 @@ _OPS = {
     "REDUCE_MAX": (_mean, 1), "REDUCE_MIN": (_mean, 1), "ARG_MAX": (_none, 1), "ARG_MIN": (_none, 1),
     "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
     "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
+    "SPACE_TO_BATCH_ND": (_none, 1), "BATCH_TO_SPACE_ND": (_none, 1),
 }
 
 
@@ -391,6 +392,9 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
                                       f"quantization")
         if output_shape is not None:
             _check_output_shape(tensors[output_shape], tensors[outs[0]], where)
+        if name == "SPACE_TO_BATCH_ND" and attrs.crops != ((0, 0), (0, 0)):
+            # its padding as a PAD of its own (filled with the zero point, as the reference pads)
+            data_ins, attrs = _padded_input(tensors, layers, k, data_ins[0], attrs, where), SpaceBatch(attrs.block)
         layers.append(Layer(k, name, tuple(data_ins), tuple(outs), attrs, out_name))
         produced.update(outs)
     for o in outputs:
@@ -413,7 +417,7 @@ _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "BATCH_MATMUL": 2, "CONV_2D": 2, "DEPTHWISE_
                "MEAN": 2, "SUM": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
                "PADV2": 3, "MIRROR_PAD": 2, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
-               "BROADCAST_TO": 2}
+               "BROADCAST_TO": 2, "SPACE_TO_BATCH_ND": 3, "BATCH_TO_SPACE_ND": 3}
 
 
 def _pieces(op: str, attrs, x: Tensor, outs: list[Tensor], consts: list[Tensor], where: str) -> list[StridedSlice]:
@@ -472,6 +476,20 @@ def _unsigned_edges(tensors, layers, inputs, outputs, first: int):
             t = u
         new_out.append(t)
     return tuple(tensors), head + layers, tuple(new_in), tuple(new_out), tuple(derived)
+
+
+def _padded_input(tensors: list, layers: list, k: int, x: int, attrs, where: str) -> list[int]:
+    """SPACE_TO_BATCH_ND's input padded (top, bottom, left, right) by a PAD layer of its own: the tensor
+    it then reads."""
+    t = tensors[x]
+    if len(t.shape) != 4:
+        raise UnsupportedOperator(f"{where}: expects a 4-D NHWC input, '{t.name}' is {list(t.shape)}")
+    (pt, pb), (pl, pr) = attrs.crops
+    n, h, w, c = t.shape
+    tensors.append(Tensor(f"{t.name}/padded", (n, h + pt + pb, w + pl + pr, c), t.dtype, t.quant))
+    layers.append(Layer(k, "PAD", (x,), (len(tensors) - 1,), Pad(((0, 0), (pt, pb), (pl, pr), (0, 0))),
+                        tensors[-1].name))
+    return [len(tensors) - 1]
 
 
 def _check_output_shape(shape: Tensor, out: Tensor, where: str) -> None:
@@ -575,4 +593,11 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
         return attrs
     if op == "MIRROR_PAD":
         return Pad(_fold_constants("PAD", attrs, consts[:1], where).paddings, None, attrs.mirror)
+    if op in ("SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"):
+        block = _const_ints(consts[:1], "the block shape", where).reshape(-1)
+        edges = _const_ints(consts[1:2], "the paddings" if op == "SPACE_TO_BATCH_ND" else "the crops", where)
+        if block.shape != (2,) or (block < 1).any() or edges.shape != (2, 2) or (edges < 0).any():
+            raise UnsupportedOperator(f"{where}: block {block.tolist()} and {edges.tolist()}: a 2-D block of positive "
+                                      f"sizes and non-negative 2 x 2 edges (NHWC spatial axes) are supported")
+        return SpaceBatch((int(block[0]), int(block[1])), tuple((int(a), int(b)) for a, b in edges))
     return attrs

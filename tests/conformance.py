@@ -133,6 +133,20 @@ def depth_space(mb, rng, op):
     return getattr(mb, op)(_input(mb, rng, shape), b)
 
 
+def space_batch(mb, rng, op):
+    bh, bw, c = (int(v) for v in rng.integers(1, 4, 3))
+    if op == "space_to_batch_nd":
+        pads = [[int(v) for v in rng.integers(0, 3, 2)] for _ in range(2)]
+        h = max(bh * int(rng.integers(1, 4)) - sum(pads[0]), 1)
+        pads[0][1] = bh * -(-(h + pads[0][0]) // bh) - h - pads[0][0]  # whole blocks
+        w = max(bw * int(rng.integers(1, 4)) - sum(pads[1]), 1)
+        pads[1][1] = bw * -(-(w + pads[1][0]) // bw) - w - pads[1][0]
+        return mb.space_to_batch_nd(_input(mb, rng, (int(rng.integers(1, 3)), h, w, c)), (bh, bw), pads)
+    h, w = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    crops = [[int(rng.integers(0, h * bh)), 0], [0, int(rng.integers(0, w * bw))]]
+    return mb.batch_to_space_nd(_input(mb, rng, (bh * bw * int(rng.integers(1, 3)), h, w, c)), (bh, bw), crops)
+
+
 def tile(mb, rng):
     shape = _any_shape(rng, hi=4)
     return mb.tile(_input(mb, rng, shape), [int(m) for m in rng.integers(1, 4, len(shape))])
@@ -299,7 +313,9 @@ CASES: dict[str, Callable] = {
     "RESIZE_NEAREST_NEIGHBOR": resize, "RESIZE_BILINEAR": resize_bilinear, "STRIDED_SLICE": strided_slice, "SLICE": slice_,
     **{op.upper(): (lambda op: lambda mb, rng: split(mb, rng, op))(op) for op in ("split", "split_v", "unpack", "pack")},
     "GATHER": gather, "PRELU": prelu, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
-    "SPACE_TO_DEPTH": lambda mb, rng: depth_space(mb, rng, "space_to_depth"), "TILE": tile, "BROADCAST_TO": broadcast_to, "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),
+    "SPACE_TO_DEPTH": lambda mb, rng: depth_space(mb, rng, "space_to_depth"), "TILE": tile, "BROADCAST_TO": broadcast_to,
+    "SPACE_TO_BATCH_ND": lambda mb, rng: space_batch(mb, rng, "space_to_batch_nd"),
+    "BATCH_TO_SPACE_ND": lambda mb, rng: space_batch(mb, rng, "batch_to_space_nd"), "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),
     "REDUCE_MIN": lambda mb, rng: reduce(mb, rng, "min"), "ARG_MAX": lambda mb, rng: arg(mb, rng, "max"),
     "ARG_MIN": lambda mb, rng: arg(mb, rng, "min"),
 }

@@ -872,6 +872,41 @@ class ModelBuilder:
                           (n, h // block, w // block, block * block * c), quant=self._q(x),
                           options=_opts("SpaceToDepthOptions", BlockSize=block))
 
+    def space_to_batch_nd(self, x, block, paddings) -> int:
+        t = self._int8(x, rank=4)
+        n, h, w, c = t.shape
+        (pt, pb), (pl, pr) = paddings
+        bh, bw = block
+        hp, wp = h + pt + pb, w + pl + pr
+        name = self._name("space_to_batch_nd")
+        consts = [self._const(f"{name}/block", list(block), "int32"), self._const(f"{name}/paddings", paddings, "int32")]
+
+        def fn(v):
+            s = len(v)
+            v = np.pad(v, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)))
+            v = v.reshape(s, n, hp // bh, bh, wp // bw, bw, c).transpose(0, 3, 5, 1, 2, 4, 6)
+            return v.reshape(s, bh * bw * n, hp // bh, wp // bw, c)
+
+        return self._emit(name, Op.SPACE_TO_BATCH_ND, 2, [x, *consts], [x], fn, (n * bh * bw, hp // bh, wp // bw, c),
+                          quant=self._q(x))
+
+    def batch_to_space_nd(self, x, block, crops) -> int:
+        t = self._int8(x, rank=4)
+        nb, h, w, c = t.shape
+        bh, bw = block
+        n = nb // (bh * bw)
+        (ct, cb), (cl, cr) = crops
+        name = self._name("batch_to_space_nd")
+        consts = [self._const(f"{name}/block", list(block), "int32"), self._const(f"{name}/crops", crops, "int32")]
+
+        def fn(v):
+            s = len(v)
+            v = v.reshape(s, bh, bw, n, h, w, c).transpose(0, 3, 4, 1, 5, 2, 6).reshape(s, n, h * bh, w * bw, c)
+            return v[:, :, ct:h * bh - cb, cl:w * bw - cr, :]
+
+        return self._emit(name, Op.BATCH_TO_SPACE_ND, 2, [x, *consts], [x], fn,
+                          (n, h * bh - ct - cb, w * bw - cl - cr, c), quant=self._q(x))
+
     def tile(self, x, multiples) -> int:
         t = self._int8(x)
         name = self._name("tile")

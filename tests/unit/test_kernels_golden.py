@@ -468,6 +468,25 @@ def test_reduce_and_arg(seed, shape, data, keep, output_type):
 
 
 @PROPERTY
+@given(seed=SEEDS, n=st.integers(1, 2), c=st.integers(1, 4), data=st.data())
+def test_space_to_batch_and_back(seed, n, c, data):
+    """SPACE_TO_BATCH_ND with its padding, BATCH_TO_SPACE_ND with crops (how converters run a dilated
+    convolution), blocks of 1 to 3 per axis."""
+    bh, bw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    pads = [[data.draw(st.integers(0, 2)) for _ in range(2)] for _ in range(2)]
+    h = bh * data.draw(st.integers(1, 3)) - pads[0][0] - pads[0][1]
+    w = bw * data.draw(st.integers(1, 3)) - pads[1][0] - pads[1][1]
+    assume(h >= 1 and w >= 1)
+    mb = ModelBuilder(seed)
+    x = mb.input((n, h, w, c))
+    s2b = mb.space_to_batch_nd(x, (bh, bw), pads)
+    _, sh, sw, _ = mb.shape(s2b)
+    crops = [[data.draw(st.integers(0, sh * bh - 1)), 0], [0, data.draw(st.integers(0, sw * bw - 1))]]
+    mb.output(s2b, mb.batch_to_space_nd(mb.relu(s2b), (bh, bw), crops))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, n=st.integers(1, 2), h=st.integers(1, 4), w=st.integers(1, 4), c=st.integers(1, 4),
        block=st.integers(1, 3), data=st.data())
 def test_depth_space_tile_broadcast(seed, n, h, w, c, block, data):
