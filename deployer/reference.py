@@ -103,16 +103,14 @@ def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | 
     return session.run(None, feed)
 
 
-# Operators whose int8 kernel LiteRT's reference resolver lacks, or runs apart from the reference
-# arithmetic TFLite Micro runs: a model holding one is checked against TFLite Micro.
+# Operators whose int8 kernel in LiteRT departs from the reference arithmetic TFLite Micro runs:
+# a model holding one is checked against TFLite Micro.
 LITERT_DEPARTS = {
     # ai-edge-litert 2.3: a SUM that rescales gives 0 or -1 where TFLite Micro (and LiteRT's own
     # reference QuantizedMeanOrSum) give the output zero point or below (inputs at their zero point sum
     # to 0, which is the output's zero point, not 0); TFLite Micro: clamp(MultiplyByQuantizedMultiplier(
     # sum - n * zp_in, in/out) + zp_out)
     "SUM": "LiteRT's int8 SUM departs from the reference arithmetic",
-    # LiteRT's reference op resolver has no ELU; TFLite Micro's int8 ELU is a table of expm1
-    "ELU": "LiteRT's reference kernels have no ELU",
 }
 
 

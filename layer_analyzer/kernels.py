@@ -927,8 +927,7 @@ def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
 
 
 def _float_lookup(g: Graph, l: Layer, where: str) -> Lookup:
-    """TANH, EXP, LOG, RSQRT and ELU: the int8 kernels are a table of the float function (ELU's as
-    TFLite Micro builds it)."""
+    """TANH, EXP, LOG and RSQRT: LiteRT's int8 kernels are a table of the float function."""
     x, y = _same_shape(g, l, where)
     name = l.op.lower()
     return Lookup(x.elements, float_table(name, x.scale, x.zero_point, y.scale, y.zero_point), name)
@@ -1250,7 +1249,7 @@ LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SUM": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
-    "RSQRT": _float_lookup, "ELU": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
+    "RSQRT": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,

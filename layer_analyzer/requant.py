@@ -89,12 +89,12 @@ def _libm(name: str):
     return fn
 
 
-_LIBM = {name: _libm(name) for name in ("expf", "expm1f", "tanhf", "logf", "sqrtf")}
-_NUMPY = {"expf": np.exp, "expm1f": np.expm1, "tanhf": np.tanh, "logf": np.log, "sqrtf": np.sqrt}
+_LIBM = {name: _libm(name) for name in ("expf", "tanhf", "logf", "sqrtf")}
+_NUMPY = {"expf": np.exp, "tanhf": np.tanh, "logf": np.log, "sqrtf": np.sqrt}
 
 
 def libm(name: str, x) -> np.float32:
-    """``name`` (expf, expm1f, tanhf, logf, sqrtf) of float32 ``x`` as the C library computes it."""
+    """``name`` (expf, tanhf, logf, sqrtf) of float32 ``x`` as the C library computes it."""
     fn = _LIBM[name]
     with np.errstate(all="ignore"):
         return np.float32(fn(float(x))) if fn else np.float32(_NUMPY[name](np.float32(x)))
@@ -111,7 +111,6 @@ FLOAT_FUNCTIONS = {
     "exp": lambda x: libm("expf", x),
     "log": lambda x: libm("logf", x),
     "rsqrt": lambda x: np.float32(1.0) / libm("sqrtf", x),
-    "elu": lambda x: x if x >= 0 else libm("expm1f", x),  # TFLite Micro's (LiteRT's reference has none)
 }
 
 

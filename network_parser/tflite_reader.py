@@ -201,7 +201,7 @@ _OPS = {
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
     "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None), "TANH": (_none, None), "EXP": (_none, None),
-    "LOG": (_none, None), "RSQRT": (_none, None), "NEG": (_none, None), "ELU": (_none, None),
+    "LOG": (_none, None), "RSQRT": (_none, None), "NEG": (_none, None),
     "RESIZE_NEAREST_NEIGHBOR": (_resize(tflite.ResizeNearestNeighborOptions), 1),
     "RESIZE_BILINEAR": (_resize(tflite.ResizeBilinearOptions), 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),

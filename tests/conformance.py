@@ -301,7 +301,7 @@ CASES: dict[str, Callable] = {
     "AVERAGE_POOL_2D": lambda mb, rng: pool(mb, rng, "avg"), "MAX_POOL_2D": lambda mb, rng: pool(mb, rng, "max"),
     "MEAN": mean, "SUM": sum_, "SOFTMAX": softmax, "LOG_SOFTMAX": lambda mb, rng: softmax(mb, rng, True),
     **{op.upper(): (lambda op: lambda mb, rng: unary(mb, rng, op))(op)
-       for op in ("logistic", "tanh", "exp", "neg", "elu", "hard_swish", "relu", "relu6", "relu_n1_to_1", "relu_0_to_1", "abs")},
+       for op in ("logistic", "tanh", "exp", "neg", "hard_swish", "relu", "relu6", "relu_n1_to_1", "relu_0_to_1", "abs")},
     "L2_NORMALIZATION": lambda mb, rng: mb.l2_normalization(_input(mb, rng, _any_shape(rng, hi=40))),
     "LEAKY_RELU": lambda mb, rng: unary(mb, rng, "leaky_relu", alpha=float(rng.choice([0.01, 0.2, 1.5, -0.3]))),
     "LOG": lambda mb, rng: positive(mb, rng, "log"), "RSQRT": lambda mb, rng: positive(mb, rng, "rsqrt"),

@@ -587,10 +587,6 @@ class ModelBuilder:
         t = self._int8(x)
         return self._emit(self._name("neg"), Op.NEG, 1, [x], [x], lambda v: -v, t.shape, quant=self._q(x))
 
-    def elu(self, x) -> int:
-        t = self._int8(x)
-        return self._emit(self._name("elu"), Op.ELU, 1, [x], [x], lambda v: np.where(v >= 0, v, np.expm1(v)), t.shape)
-
     def tanh(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("tanh"), Op.TANH, 2, [x], [x], np.tanh, t.shape)

@@ -168,25 +168,6 @@ def test_transpose_conv(seed, n, h, w, c, oc, kh, kw, sh, sw, padding, extra, pe
 
 
 @PROPERTY
-@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4))
-def test_elu_against_tflite_micro(seed, shape):
-    """ELU is checked against TFLite Micro: LiteRT's reference kernels have none."""
-    pytest.importorskip("tflite_micro", reason="TFLite Micro is this operator's reference")
-    from deployer.reference import run_reference
-    mb = ModelBuilder(seed)
-    mb.output(mb.elu(mb.input(tuple(shape))))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.tflite"
-        mb.save(path)
-        graph = read_tflite(path)
-        for s in range(2):
-            inputs = random_inputs(mb, seed + s)
-            name, ref, _ = run_reference(path, inputs)
-            ours, _ = golden.run(graph, inputs)
-            assert name == "tflite-micro" and np.array_equal(ours[0], ref[0].reshape(ours[0].shape))
-
-
-@PROPERTY
 @given(seed=SEEDS, lead=st.lists(st.integers(1, 4), max_size=3), depth=st.integers(1, 64),
        zp=st.sampled_from([None, 0, -128, 127]))
 def test_l2_normalization(seed, lead, depth, zp):
