@@ -74,8 +74,6 @@ def portable_name(kern) -> str:
             return "elementwise_sub_s8"
         case K.MinMax():
             return "maximum_s8" if kern.maximum else "minimum_s8"
-        case K.Mean():
-            return f"{kern.op}_s8"
         case K.Strided() | K.AxisGather():
             return f"{kern.name}_s8"
         case K.Reduce():
@@ -86,7 +84,7 @@ def portable_name(kern) -> str:
 
 
 PORTABLE_NAMES = {
-    K.FullyConnected: "fully_connected_s8", K.TransposeConv: "transpose_conv_s8", K.BatchMatMul: "batch_matmul_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8", K.Prelu: "prelu_s8",
+    K.FullyConnected: "fully_connected_s8", K.Mean: "mean_s8", K.TransposeConv: "transpose_conv_s8", K.BatchMatMul: "batch_matmul_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8", K.Prelu: "prelu_s8",
     K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
     K.Softmax: "softmax_s8", K.LogSoftmax: "log_softmax_s8", K.L2Norm: "l2_normalization_s8", K.HardSwish: "hard_swish_s8",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",

@@ -103,43 +103,14 @@ def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | 
     return session.run(None, feed)
 
 
-# Operators whose int8 kernel in LiteRT departs from the reference arithmetic TFLite Micro runs:
-# a model holding one is checked against TFLite Micro.
-LITERT_DEPARTS = {
-    # ai-edge-litert 2.3: a SUM that rescales gives 0 or -1 where TFLite Micro (and LiteRT's own
-    # reference QuantizedMeanOrSum) give the output zero point or below (inputs at their zero point sum
-    # to 0, which is the output's zero point, not 0); TFLite Micro: clamp(MultiplyByQuantizedMultiplier(
-    # sum - n * zp_in, in/out) + zp_out)
-    "SUM": "LiteRT's int8 SUM departs from the reference arithmetic",
-}
-
-
-def litert_departs(model: Path) -> str | None:
-    """Why LiteRT cannot check this .tflite file (an operator of LITERT_DEPARTS), or None."""
-    import tflite
-    buf = read_model_file(model)
-    m = tflite.Model.GetRootAsModel(buf, 0)
-    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
-    for i in range(m.OperatorCodesLength()):
-        oc = m.OperatorCodes(i)
-        name = names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()))
-        if name in LITERT_DEPARTS:
-            return LITERT_DEPARTS[name]
-    return None
-
-
 def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False, graph=None):
-    """(name, outputs, tensors-or-None): LiteRT, or TFLite Micro for files LiteRT refuses or runs
-    differently (LITERT_DEPARTS); for an ONNX model onnxruntime (``graph``, the deployed IR, maps
-    the layouts; no per-tensor values)."""
+    """(name, outputs, tensors-or-None): LiteRT, or TFLite Micro for files LiteRT refuses; for
+    an ONNX model onnxruntime (``graph``, the deployed IR, maps the layouts; no per-tensor values)."""
     if Path(model).suffix.lower() == ".onnx":
         from .test_vectors import to_engine_outputs, to_model_input
         outs = run_onnxruntime(model, [to_model_input(graph, i, x) for i, x in enumerate(inputs)],
                                [graph.tensors[o].name for o in graph.outputs])
         return "onnxruntime", to_engine_outputs(graph, outs), None
-    if litert_departs(model):
-        outs, tensors = run_tflm(model, inputs)
-        return "tflite-micro", outs, tensors
     try:
         outs, tensors = run_litert(model, inputs, preserve)
         return "litert-builtin-ref", outs, tensors

@@ -286,7 +286,6 @@ class Mean:
     float_scale: float | None = None  # QDQ: onnxruntime's x_scale / (y_scale * count), float32
     in_shape: tuple[int, ...] = ()
     axes: tuple[int, ...] = ()  # set for a reduction over axes that are not contiguous
-    op: str = "mean"  # "sum": SUM, the same arithmetic without the division by the count
 
 
 @dataclass(frozen=True, slots=True)
@@ -858,8 +857,6 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
         scale = float(np.float32(x.scale) / (np.float32(y.scale) * np.float32(reduced)))
         return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, 0, 0, scale, **view)
     m, s = quantize_multiplier(x.scale / y.scale)
-    if l.op == "SUM":  # TFLite Micro's int8 SUM (see deployer.reference.LITERT_DEPARTS)
-        return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s, **view, op="sum")
     # QuantizedMeanOrSum folds the division by the element count into the multiplier.
     extra = min((reduced.bit_length() - 1), 32, 31 + s)
     m, s = (m << extra) // reduced, s - extra
@@ -916,6 +913,9 @@ def _l2_norm(g: Graph, l: Layer, where: str) -> L2Norm:
     if l.attrs.activation != "NONE":
         raise UnsupportedOperator(f"{where}: fused activation {l.attrs.activation} on L2_NORMALIZATION")
     depth = x.shape[-1]
+    if depth > 33025:  # 255^2 per value: the int32 sum of squares holds 33,025 of them
+        raise UnsupportedOperator(f"{where}: L2 normalization over {depth} values (at most 33,025: the sum of "
+                                  f"squares is an int32)")
     return L2Norm(x.elements // depth, depth, x.zero_point)
 
 
@@ -1121,6 +1121,8 @@ def _space_batch(g: Graph, l: Layer, where: str) -> AxisGather:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     (bh, bw), ((ct, cb), (cl, cr)) = l.attrs.block, l.attrs.crops
     n, h, w, c = _nhwc(x, where)
+    if x.dtype != y.dtype or x.quant != y.quant:
+        raise UnsupportedOperator(f"{where}: input and output must share a type and quantization (the values are moved)")
     sb, sh, sw = h * w * c, w * c, c
     if l.op == "SPACE_TO_BATCH_ND":
         if h % bh or w % bw or y.shape != (n * bh * bw, h // bh, w // bw, c):
@@ -1248,7 +1250,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
-    "MEAN": _mean, "SUM": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
+    "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,

@@ -195,7 +195,7 @@ _OPS = {
     "SUB": (_elementwise(tflite.SubOptions), None), "MAXIMUM": (_none, None), "MINIMUM": (_none, None),
     "SQUARED_DIFFERENCE": (_none, None), "PRELU": (_none, None),
     "AVERAGE_POOL_2D": (_pool, None), "MAX_POOL_2D": (_pool, None),
-    "MEAN": (_mean, 1), "SUM": (_mean, 1), "RESHAPE": (_none, 1), "SQUEEZE": (_none, 1),
+    "MEAN": (_mean, 1), "RESHAPE": (_none, 1), "SQUEEZE": (_none, 1),
     "SOFTMAX": (_softmax, None), "LOG_SOFTMAX": (_none, None), "L2_NORMALIZATION": (_elementwise(tflite.L2NormOptions), None), "LOGISTIC": (_none, None), "PAD": (_none, 1),
     "CONCATENATION": (_concat, None), "QUANTIZE": (_none, None), "DEQUANTIZE": (_none, None),
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
@@ -414,7 +414,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "BATCH_MATMUL": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
-               "MEAN": 2, "SUM": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
+               "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
                "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
                "PADV2": 3, "MIRROR_PAD": 2, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
                "BROADCAST_TO": 2, "SPACE_TO_BATCH_ND": 3, "BATCH_TO_SPACE_ND": 3}
@@ -538,7 +538,7 @@ def _const_ints(ts: list[Tensor], what: str, where: str) -> np.ndarray:
 
 
 def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
-    if op in ("MEAN", "SUM"):
+    if op == "MEAN":
         axes = _const_ints(consts, "the axes", where).reshape(-1)
         return Mean(tuple(int(a) for a in axes), attrs.keep_dims)
     if op == "PAD":

@@ -208,13 +208,6 @@ def mean(mb, rng):
     return mb.mean(_input(mb, rng, shape, edge=False), axes, bool(rng.random() < 0.5))
 
 
-def sum_(mb, rng):
-    shape = _any_shape(rng)
-    first = int(rng.integers(0, len(shape)))
-    axes = sorted({first, int(rng.integers(0, len(shape)))})
-    return mb.sum(_input(mb, rng, shape), axes, bool(rng.random() < 0.5))
-
-
 def pad(mb, rng, v2=False):
     shape = _any_shape(rng)
     p = [[int(rng.integers(0, 3)), int(rng.integers(0, 3))] for _ in shape]
@@ -299,7 +292,7 @@ CASES: dict[str, Callable] = {
     **{op.upper(): (lambda op: lambda mb, rng: binary(mb, rng, op))(op)
        for op in ("add", "sub", "mul", "maximum", "minimum", "squared_difference")},
     "AVERAGE_POOL_2D": lambda mb, rng: pool(mb, rng, "avg"), "MAX_POOL_2D": lambda mb, rng: pool(mb, rng, "max"),
-    "MEAN": mean, "SUM": sum_, "SOFTMAX": softmax, "LOG_SOFTMAX": lambda mb, rng: softmax(mb, rng, True),
+    "MEAN": mean, "SOFTMAX": softmax, "LOG_SOFTMAX": lambda mb, rng: softmax(mb, rng, True),
     **{op.upper(): (lambda op: lambda mb, rng: unary(mb, rng, op))(op)
        for op in ("logistic", "tanh", "exp", "neg", "hard_swish", "relu", "relu6", "relu_n1_to_1", "relu_0_to_1", "abs")},
     "L2_NORMALIZATION": lambda mb, rng: mb.l2_normalization(_input(mb, rng, _any_shape(rng, hi=40))),

@@ -499,17 +499,6 @@ class ModelBuilder:
         return self._emit(name, Op.MEAN, 2, [x, ax], [x], fn, out_shape,
                           options=_opts("ReducerOptions", KeepDims=bool(keep_dims)))
 
-    def sum(self, x, axes=(1, 2), keep_dims=True) -> int:
-        t = self._int8(x)
-        rank = len(t.shape)
-        axes = sorted({int(a) % rank for a in np.atleast_1d(axes)})
-        out_shape = tuple(1 if i in axes else dim for i, dim in enumerate(t.shape) if keep_dims or i not in axes)
-        name = self._name("sum")
-        ax = self._const(f"{name}/axes", axes, "int32")
-        return self._emit(name, Op.SUM, 2, [x, ax], [x], lambda v: v.sum(axis=tuple(a + 1 for a in axes),
-                                                                            keepdims=keep_dims), out_shape,
-                          options=_opts("ReducerOptions", KeepDims=bool(keep_dims)))
-
     def reshape(self, x, shape) -> int:
         t = self._int8(x)
         shape = [int(d) for d in shape]

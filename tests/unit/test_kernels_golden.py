@@ -178,32 +178,6 @@ def test_l2_normalization(seed, lead, depth, zp):
 
 
 @PROPERTY
-@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data(), keep=st.booleans(),
-       same=st.booleans())
-def test_sum_against_tflite_micro(seed, shape, data, keep, same):
-    """SUM follows TFLite Micro (LiteRT's int8 SUM departs from the reference arithmetic: see
-    deployer.reference.LITERT_DEPARTS); the output's quantization calibrated or the input's own."""
-    pytest.importorskip("tflite_micro", reason="TFLite Micro is this operator's reference")
-    from deployer.reference import run_reference
-    axes = data.draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape), unique=True))
-    mb = ModelBuilder(seed)
-    x = mb.input(tuple(shape))
-    y = mb.sum(x, axes, keep)
-    if same:
-        mb._tensors[y].scale, mb._tensors[y].zero_point = mb._tensors[x].scale, mb._tensors[x].zero_point
-    mb.output(y)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.tflite"
-        mb.save(path)
-        graph = read_tflite(path)
-        for s in range(2):
-            inputs = random_inputs(mb, seed + s)
-            name, ref, _ = run_reference(path, inputs)
-            ours, _ = golden.run(graph, inputs)
-            assert name == "tflite-micro" and np.array_equal(ours[0], ref[0].reshape(ours[0].shape))
-
-
-@PROPERTY
 @given(seed=SEEDS, lead=st.lists(st.integers(1, 4), max_size=3), depth=st.integers(1, 20),
        beta=st.sampled_from([1.0, 0.5, 2.0, 0.25]))
 def test_softmax(seed, lead, depth, beta):

@@ -390,3 +390,16 @@ def test_io_int8_with_a_dequantize_that_has_no_input(tmp_path):
     mb.output(mb.dequantize(mb.relu(mb.input((1, 4)))))
     mb._ops[-1].inputs = []
     _plan_error(mb, tmp_path / "deq.tflite", ModelFormatError, "DEQUANTIZE", io="int8")
+
+
+def test_an_l2_normalization_too_deep_for_its_int32_sum(tmp_path):
+    mb = ModelBuilder(0)
+    mb.output(mb.l2_normalization(mb.input((1, 33026))))
+    _plan_error(mb, tmp_path / "l2.tflite", UnsupportedOperator, "at most 33,025")
+
+
+def test_space_to_batch_keeps_its_quantization(tmp_path):
+    mb = ModelBuilder(0)
+    mb.output(mb.space_to_batch_nd(mb.input((1, 4, 4, 2)), (2, 2), [[0, 0], [0, 0]]))
+    mb._tensors[mb.outputs[0]].zero_point = mb._tensors[mb.outputs[0]].zero_point + 1
+    _plan_error(mb, tmp_path / "s2b.tflite", UnsupportedOperator, "share a type and quantization")
