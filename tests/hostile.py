@@ -99,6 +99,35 @@ def _mixed() -> tb.ModelBuilder:
     return mb
 
 
+def _newer() -> tb.ModelBuilder:
+    """STRIDED_SLICE -> TRANSPOSE_CONV -> GATHER -> SPLIT -> MIRROR_PAD: ops with constant parameters."""
+    mb = tb.ModelBuilder(seed=4)
+    x = mb.input((1, 6, 6, 4))  # tensor 0
+    s = mb.strided_slice(x, [0, 1, 0, 0], [1, 5, 6, 4], [1, 1, 2, 1])  # 1-3 begin/end/strides, 4 out; op 0
+    t = mb.transpose_conv(s, 4, kernel=(2, 2), stride=(2, 2))  # 5 output shape, 6 weights, 7 bias, 8 out; op 1
+    g = mb.gather(t, [0, 2], axis=3)  # 9 indices, 10 out; op 2
+    a, b = mb.split(g, 2, axis=1)  # 11 axis, 12 and 13 out; op 3
+    mb.output(mb.mirror_pad(a, [[0, 0], [1, 1], [1, 1], [0, 0]]), b)  # 14 paddings, 15 out; op 4
+    return mb
+
+
+def _const_data(index: int, values, dtype=np.int32) -> Callable:
+    """Tensor ``index`` (a constant) holding ``values`` instead, its shape unchanged."""
+    def tamper(mb):
+        t = mb._tensors[index]
+        arr = np.asarray(values, dtype).reshape(t.shape)
+        mb._buffers[t.buffer] = arr.tobytes()
+    return tamper
+
+
+def _const_type(index: int, dtype: str) -> Callable:
+    def tamper(mb):
+        t = mb._tensors[index]
+        mb._buffers[t.buffer] = np.zeros(t.shape, np.float32).tobytes()
+        t.dtype = dtype
+    return tamper
+
+
 def _tflite(tamper: Callable[[tb.ModelBuilder], None], base: Callable[[], tb.ModelBuilder] = _cnn) -> Callable[[], bytes]:
     def make() -> bytes:
         mb = base()
@@ -546,4 +575,24 @@ SAFETENSORS_CASES = [
              cfg_edit=_set("layer_norm_epsilon", 2)),
 ]
 CASES += SAFETENSORS_CASES
+
+# the operators' constant parameters (begin/end, output shape, indices, axis, paddings)
+CASES += [
+    Case("slice begin of floats", ".tflite", _tflite(_const_type(1, "float32"), _newer), "ModelFormatError",
+         "op 0 STRIDED_SLICE (output 'strided_slice_0/out'): the begin 'strided_slice_0/begin' is float32"),
+    Case("slice that does not give its output", ".tflite", _tflite(_const_data(2, [1, 6, 6, 4]), _newer),
+         "UnsupportedOperator", "op 0 STRIDED_SLICE (output 'strided_slice_0/out'): the slice gives [1, 5, 3, 4]"),
+    Case("zero slice stride", ".tflite", _tflite(_const_data(3, [1, 0, 1, 1]), _newer), "ModelFormatError",
+         "strides [1, 0, 1, 1] must have one value per axis, strides non-zero"),
+    Case("transpose conv output shape unlike its output", ".tflite", _tflite(_const_data(5, [1, 9, 6, 4]), _newer),
+         "ModelFormatError", "op 1 TRANSPOSE_CONV (output 'transpose_conv_0/out'): the output shape [1, 9, 6, 4] "
+         "differs from the output tensor's [1, 8, 6, 4]"),
+    Case("gather index out of range", ".tflite", _tflite(_const_data(9, [0, 7]), _newer), "UnsupportedOperator",
+         "op 2 GATHER (output 'gather_0/out'): indices [0, 7] outside the axis's 4 entries"),
+    Case("split axis out of range", ".tflite", _tflite(_const_data(11, 9), _newer), "ModelFormatError",
+         "op 3 SPLIT (output 'split_0/out0'): axis 9 does not index the input's 4 axes"),
+    Case("mirror padding wider than the axis", ".tflite", _tflite(_const_data(14, [[0, 0], [4, 1], [1, 1], [0, 0]]),
+                                                                   _newer),
+         "UnsupportedOperator", "op 4 MIRROR_PAD (output 'mirror_pad_0/out'): paddings"),
+]
 
