@@ -32,6 +32,8 @@ def _built_tflite() -> dict[str, bytes]:
     b = mb.reshape(mb.avg_pool(mb.transpose(b, (0, 2, 3, 1)), filter=(2, 2)), (1, 48))
     mb.output(mb.dequantize(mb.mul(b, b)))
     out["built_mixed.tflite"] = mb.to_bytes()
+    from tests.hostile import _newer  # slices, a transposed convolution, gather, split, mirror padding
+    out["built_newer.tflite"] = _newer().to_bytes()
     return out
 
 

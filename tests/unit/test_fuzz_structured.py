@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests import tflite_builder as tb
 from tests.fuzz.harness import exercise
-from tests.hostile import _cnn, _mixed
+from tests.hostile import _cnn, _mixed, _newer
 
 # CI runs 300 fixed examples; FUZZ_EXAMPLES=3000 FUZZ_RANDOM=1 explores further
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 300))
@@ -32,6 +32,7 @@ tamper = st.one_of(
     st.tuples(st.just("code"), st.integers(0, N_OPS - 1), st.sampled_from(CODES)),
     st.tuples(st.just("options"), st.integers(0, N_OPS - 1), st.none()),
     st.tuples(st.just("graph_outputs"), st.just(0), st.lists(st.integers(-2, 30), min_size=1, max_size=2)),
+    st.tuples(st.just("const"), st.integers(0, N_TENSORS - 1), st.integers(-(1 << 31), (1 << 31) - 1)),
 )
 
 
@@ -59,10 +60,17 @@ def apply(mb, what, index, value) -> None:
         op.options = None
     elif what == "graph_outputs":
         mb._outputs = value
+    elif what == "const":  # a constant's values (begin/end, indices, axes, paddings, output shape, ...)
+        c = mb._tensors[index % len(mb._tensors)]
+        if c.buffer and c.dtype == "int32":
+            arr = np.frombuffer(mb._buffers[c.buffer], np.int32).copy()
+            if arr.size:
+                arr[value % arr.size] = np.int32(value // 7 if value % 3 else value % 11 - 5)
+                mb._buffers[c.buffer] = arr.tobytes()
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from([_cnn, _mixed]), st.lists(tamper, min_size=1, max_size=3))
+@given(st.sampled_from([_cnn, _mixed, _newer]), st.lists(tamper, min_size=1, max_size=3))
 def test_tampered_models_raise_only_documented_errors(base, changes):
     mb = base()
     for change in changes:
