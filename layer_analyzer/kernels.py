@@ -562,6 +562,23 @@ def _check_channel_scales(w: Tensor, channels: int, where: str) -> None:
                                   f"{w.quant.axis}) for {channels} output channels")
 
 
+def _check_conv_weights(w: Tensor, where: str) -> None:
+    """A convolution's weights (CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV): constant, symmetric, 4-D int8."""
+    if w.data is None:
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be constant")
+    if w.quant is None or any(z != 0 for z in w.quant.zero_point):
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric int8 (zero point 0)")
+    if w.dtype != "int8" or len(w.shape) != 4:
+        raise UnsupportedOperator(f"{where}: weights '{w.name}' {list(w.shape)} {w.dtype}: expected 4-D int8")
+
+
+def _channel_multipliers(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Each output channel's multiplier and shift, as PopulateConvolutionQuantizationParams forms
+    them: double(input) * double(filter) / double(output)."""
+    scales = w.quant.scale if w.quant.per_channel else w.quant.scale * channels
+    return tuple(zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales)))  # type: ignore[return-value]
+
+
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
     x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
     bias = l.inputs[2] if len(l.inputs) > 2 else -1
@@ -570,12 +587,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     depthwise = l.op == "DEPTHWISE_CONV_2D"
     n, ih, iw, ic = _nhwc(x, where)
     _, oh, ow, oc = _nhwc(y, where)
-    if w.data is None:
-        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be constant")
-    if w.quant is None or any(z != 0 for z in w.quant.zero_point):
-        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric int8 (zero point 0)")
-    if w.dtype != "int8" or len(w.shape) != 4:
-        raise UnsupportedOperator(f"{where}: weights '{w.name}' {list(w.shape)} {w.dtype}: expected 4-D int8")
+    _check_conv_weights(w, where)
     if y.shape[0] != n:
         raise UnsupportedOperator(f"{where}: output batch {y.shape[0]} differs from the input's {n}")
     _check_bias(g, bias, (oc,), where)
@@ -602,9 +614,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
         float_rq = _float_scales(x, w, y, oc)
         ms, ss, zp, (lo, hi) = (), (), y.zero_point, _act(y, a.activation)
     else:
-        # PopulateConvolutionQuantizationParams: double(input) * double(filter) / double(output).
-        scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
-        ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
+        ms, ss = _channel_multipliers(x, w, y, oc)
         zp, (lo, hi) = y.zero_point, _act(y, a.activation)
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
                 geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
@@ -618,10 +628,7 @@ def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
     a = l.attrs
     n, ih, iw, ic = _nhwc(x, where)
     yn, oh, ow, oc = _nhwc(y, where)
-    if w.data is None or w.dtype != "int8" or len(w.shape) != 4:
-        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be a constant 4-D int8 tensor")
-    if w.quant is None or any(z != 0 for z in w.quant.zero_point):
-        raise UnsupportedOperator(f"{where}: weights '{w.name}' must be symmetric int8 (zero point 0)")
+    _check_conv_weights(w, where)
     if w.shape[0] != oc or w.shape[3] != ic or yn != n:
         raise UnsupportedOperator(f"{where}: weights {list(w.shape)} do not map {list(x.shape)} to {list(y.shape)}")
     _check_bias(g, bias, (oc,), where)
@@ -634,8 +641,7 @@ def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
                                   f"the input is {ih}x{iw} (the reference requires them equal)")
     # the padding of the convolution this one transposes (from the output back to the input)
     pad_t, pad_l = geo.pad_before(oh, kh, sh, 1, a.padding), geo.pad_before(ow, kw, sw, 1, a.padding)
-    scales = w.quant.scale if w.quant.per_channel else w.quant.scale * oc
-    ms, ss = zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales))
+    ms, ss = _channel_multipliers(x, w, y, oc)
     lo, hi = _act(y, a.activation)
     return TransposeConv(n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pad_t, pad_l, -x.zero_point, y.zero_point,
                          ms, ss, lo, hi, l.inputs[1], bias)
