@@ -242,6 +242,12 @@ class Tile:
 
 
 @dataclass(frozen=True, slots=True)
+class Axis:
+    """UNPACK: the axis it splits along (read as one slice per output)."""
+    axis: int
+
+
+@dataclass(frozen=True, slots=True)
 class Reduce:
     """REDUCE_MAX / REDUCE_MIN / ARG_MAX / ARG_MIN over constant axes."""
     axes: tuple[int, ...]
@@ -278,7 +284,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, SpaceBatch, Tile, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import tflite
 
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -154,7 +154,7 @@ def _pack(op, where):
 
 def _unpack(op, where):
     o = _options(op, tflite.UnpackOptions)
-    return Reduce((o.Axis() if o else 0,))  # the axis it splits along, folded below
+    return Axis(o.Axis() if o else 0)
 
 
 def _gather(op, where):
@@ -424,7 +424,7 @@ def _pieces(op: str, attrs, x: Tensor, outs: list[Tensor], consts: list[Tensor],
     """SPLIT, SPLIT_V and UNPACK as one slice of the input per output, along their axis."""
     rank = len(x.shape)
     if op == "UNPACK":
-        axis = attrs.axes[0]
+        axis = attrs.axis
     else:
         axis_t = consts[0] if op == "SPLIT" else consts[1]
         axis = int(_const_ints([axis_t], "the axis", where).reshape(-1)[0])
