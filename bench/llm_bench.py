@@ -21,7 +21,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deployer.generate import generate  # noqa: E402
-from deployer.llm_emit import LlmOptions, deploy_gptneo  # noqa: E402
+from deployer.llm_passes import LanguageFlags  # noqa: E402
+from deployer.pipeline import Options, deploy  # noqa: E402
 from deployer.output import write_output  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "models" / "safetensors"
@@ -48,7 +49,7 @@ def main() -> None:
         sys.exit(f"{args.model} is not present on this machine")
     rows = []
     for weights, kv in (("q4_0", "int4"), ("q4_0", "int8"), ("int8", "int8"), ("f32", "f32")):
-        dep = deploy_gptneo(args.model, LlmOptions(weights=weights, kv=kv, context=args.context, tokenizer=args.tokenizer))
+        dep = deploy(args.model, Options(language=LanguageFlags(weights=weights, kv=kv, context=args.context, tokenizer=args.tokenizer)))
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "out"
             write_output(dep.files, out)
@@ -90,7 +91,7 @@ def on_cortex_m7(model: Path, context: int):
 
     if qemu.missing_tools():
         return None
-    dep = deploy_gptneo(model, LlmOptions(weights="q4_0", kv="int4", context=context, target="cortex-m7"))
+    dep = deploy(model, Options(target="cortex-m7", language=LanguageFlags(weights="q4_0", kv="int4", context=context)))
     elf = qemu.build_elf(SimpleNamespace(backend=BACKENDS["cortex-m7"], files=dep.files))
     n, _ = qemu.instructions_per_inference(elf, np.array([1], np.int32).tobytes())
     c = dep.graph.config

@@ -25,7 +25,7 @@ from network_parser.errors import DeployError, UsageError
 from network_parser.side_files import load_npy
 
 from .frontends import frontend_for
-from .llm_passes import KV_FORMATS, WEIGHT_FORMATS
+from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
 from .output import write_output
 from .render import ERROR_CHARS, display, terminal_text
 from backends import BACKENDS
@@ -287,37 +287,35 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
     """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
-    from .llm_emit import LlmOptions, deploy_gptneo
-
-    dep = deploy_gptneo(model, LlmOptions(weights=weights, kv=kv, context=context, planner=planner,
-                                          time_limit_s=check_time_limit(time_limit), target=target, tokenizer=tokenizer,
-                                          prune_vocab=prune, debug_guards=debug_guards, sram=parse_size(sram),
-                                          flash=parse_size(flash), rtos=rtos))
+    language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune)
+    with _progress(quiet):
+        dep = deploy(model, Options(target=target, sram=parse_size(sram), flash=parse_size(flash), planner=planner,
+                                    time_limit_s=check_time_limit(time_limit), rtos=rtos, debug_guards=debug_guards,
+                                    language=language))
     if dump_ir:
         for k, op in enumerate(dep.graph.ops):
             say(f"{k:4d}  {op_summary(op)}")
     if dump_plan:
-        for b in json.loads(dep.files["manifest.json"])["arena"]["buffers"]:
-            say(f"{b['name']:8s} offset {b['offset']:8,d}  {b['size']:8,d} B  ops {b['first_op']}..{b['last_op']}")
+        say(dump_arena_plan(dep))
     write_output(dep.files, out_dir, force=force)
-    for name, rmse, snr in dep.quant_report:
+    quantization = dep.language.quantization
+    for name, rmse, snr in quantization:
         if snr < QUANT_SNR_WARN_DB:
             say(f"warning: {name}: {weights} weights at {snr:.1f} dB SNR (RMSE {rmse:.3g})", err=True)
     if quiet:
         return
-    c, m = dep.graph.config, dep.memory
-    pruned = json.loads(dep.files["manifest.json"]).get("pruned_vocabulary")
-    note = f" (pruned from {pruned['of']})" if pruned else ""
+    c, m, kept = dep.graph.config, dep.memory, dep.language.kept
+    note = f" (pruned from {dep.language.vocab})" if kept is not None else ""
     say(f"{dep.graph.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
-               f"{c.vocab}{note}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.context} "
-               f"positions")
-    if dep.quant_report:
-        worst = min(dep.quant_report, key=lambda r: r[2])
-        say(f"quantization: {len(dep.quant_report)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
-                   f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
+        f"{c.vocab}{note}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.graph.kv.context} "
+        f"positions")
+    if quantization:
+        worst = min(quantization, key=lambda r: r[2])
+        say(f"quantization: {len(quantization)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
+            f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
     say(f"flash {m.flash_bytes:,} B (weights {m.weights_bytes:,} + code estimate "
-               f"{m.code_bytes_estimate:,}); SRAM {m.sram_bytes:,} B (KV cache {m.state_bytes:,} + "
-               f"arena {m.arena_bytes:,}, {dep.plan.method})")
+        f"{m.code_bytes_estimate:,}); SRAM {m.sram_bytes:,} B (KV cache {m.state_bytes:,} + "
+        f"arena {m.arena_bytes:,}, {dep.arena.method})")
     say(f"wrote {len(dep.files)} files to {out_dir}/")
 
 

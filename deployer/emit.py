@@ -491,7 +491,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=plan.options.rtos,
                kernel_functions=list(functions.values()),
-               stack=stack_need(layers), core_flags=core_flags(backend),
+               stack=network_stack_need(layers), core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
@@ -545,16 +545,21 @@ STACK_TILED_LAYER_BYTES = 1024
 TASK_EXTRA_BYTES = 512
 
 
-def stack_need(layers: list[dict]) -> dict:
-    """The engine's stack need, and a FreeRTOS task's stack in words."""
+def stack_need(buffer_bytes: int, tiled: bool = False) -> dict:
+    """The engine's stack need from its largest layer's stack buffers (every kind of model), and a
+    FreeRTOS task's stack in words."""
+    buffer_bytes = -(-buffer_bytes // 8) * 8
+    layer = max(STACK_TILED_LAYER_BYTES if tiled else 0, STACK_LAYER_BYTES + buffer_bytes)
+    engine = STACK_RUN_BYTES + layer
+    return dict(layer_bytes=layer, column_bytes=buffer_bytes, engine_bytes=engine,
+                task_words=-(-(engine + TASK_EXTRA_BYTES) // 4))
+
+
+def network_stack_need(layers: list[dict]) -> dict:
+    """A network's: the DSP kernels' im2col column is a layer's stack buffer."""
     column = max((L["simd"]["row"] for L in layers if L.get("simd") and L["simd"].get("macro") == "im2col"),
                  default=0)
-    column = -(-column // 8) * 8
-    tiled = any(L.get("tiling") or L.get("patch") for L in layers)
-    layer = max(STACK_TILED_LAYER_BYTES if tiled else 0, STACK_LAYER_BYTES + column)
-    engine = STACK_RUN_BYTES + layer
-    return dict(layer_bytes=layer, column_bytes=column, engine_bytes=engine,
-                task_words=-(-(engine + TASK_EXTRA_BYTES) // 4))
+    return stack_need(column, any(L.get("tiling") or L.get("patch") for L in layers))
 
 
 QEMU_BOARD_MEMORY = 4 * 1024 * 1024  # mps2 boards: 4 MiB of SSRAM as flash, 4 MiB as RAM

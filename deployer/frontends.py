@@ -1,12 +1,35 @@
-"""The model formats the deployer reads, by file suffix: the kind of model each makes and the
-commands that take that kind. Every command looks a model up here, so a format is added in one
-place and a command that does not handle a kind says so by name."""
+"""The model formats the deployer reads, by file suffix: the kind of model each makes, how it is
+read into that kind's IR, and the commands that take that kind. Every command looks a model up
+here, so a format is added in one place and a command that does not handle a kind says so by name.
+
+    front = frontend_for(path, "build")
+    graph = front.read(path, options)   # network_parser.ir.Graph or a transformer IR
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from network_parser.errors import ModelFormatError, UsageError
+
+
+def _read_tflite(path: Path, options):
+    from network_parser.tflite_reader import read_tflite
+    return read_tflite(path, options.cut)
+
+
+def _read_onnx(path: Path, options):
+    from network_parser.onnx_reader import read_onnx
+    if options.cut:
+        raise UsageError(f"{path}: --inputs, --outputs and --io cut .tflite models only")
+    return read_onnx(path, options.input_layout, options.output_layout, options.input_type)
+
+
+def _read_safetensors(path: Path, options):
+    from network_parser.gptneo import read_gptneo
+    from network_parser.transformer_ir import lower_gptneo
+    return lower_gptneo(read_gptneo(path))
 
 
 @dataclass(frozen=True)
@@ -14,13 +37,14 @@ class Frontend:
     suffix: str
     kind: str  # "network": a layer graph (network_parser.ir); "language model": a transformer IR
     commands: tuple[str, ...]  # the deploy commands that take this kind
+    read: Callable  # (path, pipeline.Options) -> the kind's IR, as the file holds it
 
 
 NETWORK_COMMANDS = ("build", "verify", "suggest", "compare")
 FRONTENDS = {f.suffix: f for f in (
-    Frontend(".tflite", "network", NETWORK_COMMANDS),  # network_parser.tflite_reader
-    Frontend(".onnx", "network", NETWORK_COMMANDS),  # network_parser.onnx_reader / onnx_qdq: integer, QDQ
-    Frontend(".safetensors", "language model", ("build",)),  # GPT-Neo; then `deploy generate` runs the folder
+    Frontend(".tflite", "network", NETWORK_COMMANDS, _read_tflite),
+    Frontend(".onnx", "network", NETWORK_COMMANDS, _read_onnx),  # integer (NEMO, RequantShift) and QDQ graphs
+    Frontend(".safetensors", "language model", ("build",), _read_safetensors),  # GPT-Neo; `deploy generate` runs it
 )}
 
 

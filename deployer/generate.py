@@ -37,18 +37,20 @@ def _manifest(out_dir: Path) -> dict:
     if not path.exists() and not path.is_symlink():
         raise UsageError(f"{out_dir}: not a deploy output folder (no manifest.json)")
     manifest = read_json_object(path, what="the output folder's manifest", max_bytes=MANIFEST_BYTES, error=UsageError)
-    if manifest.get("kind") != "gpt_neo":
+    if manifest.get("kind") != "language_model":
         raise UsageError(f"{out_dir}: holds a {brief(manifest.get('kind', 'CNN'), 16)} engine (says its manifest.json); "
                          f"deploy generate runs language models (deploy MODEL.safetensors -o {out_dir})")
-    config, eos = manifest.get("config"), manifest.get("eos_token_id")
+    section = manifest.get("language_model")
+    section = section if isinstance(section, dict) else {}
+    config, eos = section.get("config"), section.get("eos_token_id")
     # what the harness is built from and fed: a C identifier (it names files), positive sizes
     if not (isinstance(manifest.get("library"), str) and _IDENTIFIER.fullmatch(manifest["library"])
             and isinstance(config, dict)
             and all(is_id(config.get(k)) and 0 < config[k] <= MAX_ID for k in ("vocab", "max_positions"))
             and (eos is None or is_id(eos) and 0 <= eos < config["vocab"])):
-        raise UsageError(f"{path}: not a manifest deploy wrote (library, config.vocab, config.max_positions or "
-                         f"eos_token_id is missing or wrong)")
-    return manifest
+        raise UsageError(f"{path}: not a manifest deploy wrote (library, language_model.config.vocab, "
+                         f"language_model.config.max_positions or language_model.eos_token_id is missing or wrong)")
+    return {**section, "library": manifest["library"]}  # the language model's part, and the engine's name
 
 
 def _token_ids(out_dir: Path, vocab: int, gpt2_vocab: int) -> list[int] | None:

@@ -7,7 +7,8 @@ plus what it did:
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +20,16 @@ from . import gptneo_quant as Q
 WEIGHT_FORMATS = ("q4_0", "int8", "f32")
 KV_FORMATS = ("int8", "int4", "f32")
 KV_LEVELS = {"int8": 127, "int4": 7}
+
+
+@dataclass(frozen=True)
+class LanguageFlags:
+    """The flags only a language model takes (deployer.pipeline.Options.language)."""
+    weights: str = "q4_0"  # the matrices: "q4_0" | "int8" | "f32"
+    kv: str = "int8"  # the KV cache: "int8" | "int4" | "f32"
+    context: int | None = None  # KV positions (default: all the model's)
+    tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
+    prune_vocab: Path | None = None  # a JSON list of the token ids to keep (the model's own ids)
 
 
 def prune_vocabulary(graph: TransformerGraph, ids: list[int]) -> tuple[TransformerGraph, list[int]]:

@@ -8,9 +8,12 @@ from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
 
 from .emit import GUARD_BYTES, c_identifier
+from .language_model import manifest_section as language_model_section
 from .relaxations import BY_NAME
 
-MANIFEST_VERSION = 2  # 2: each layer's kernel variant and in-place rule; the relaxations taken
+# 2: each layer's kernel variant and in-place rule; the relaxations taken. 3: one schema for every
+# kind of model ("kind"; a language model's own part under "language_model")
+MANIFEST_VERSION = 3
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
@@ -97,46 +100,49 @@ def manifest_text(manifest: dict) -> str:
 
 
 def build_manifest(plan) -> dict:
-    """manifest.json's content, read off the plan."""
-    graph, options, backend, arena, offsets, l3, patch = (plan.graph, plan.options, plan.backend, plan.arena,
-                                                           plan.offsets, plan.l3, plan.patch)
-    tilings = plan.tilings
+    """manifest.json's content, read off the plan: what every kind of model has (the target, the
+    budgets, the memory, the arena tensor by tensor), then its kind's own part."""
+    options, backend, arena, offsets = plan.options, plan.backend, plan.arena, plan.offsets
     name = {lt.tensor: lt.name for lt in plan.lives}
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": plan.kind.replace(" ", "_"),
+        "model": plan.graph.name,
+        "library": c_identifier(plan.graph.name),
+        "target": backend.name,
+        "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash,
+                    "l3_bytes": options.l3},
+        "planner": {"method": arena.method, "status": arena.status, "peak": arena.peak,
+                    "lower_bound": arena.lower_bound, "tiler": options.tiler if plan.tilings else None},
+        "solvers": solver_statistics(arena, options, plan.tilings, plan.patch),
+        "memory": plan.memory.as_dict(),
+    }
+    if plan.elf is not None:  # the linked image's memory: measured, or null without the Arm tools
+        manifest["elf"] = plan.elf or None
+    manifest["arena"] = {
+        "bytes": arena.peak,
+        "planner": arena.method,
+        "lower_bound": arena.lower_bound,
+        "status": arena.status,
+        "alignment": backend.alignment,
+        "guard_bytes": GUARD_BYTES if options.debug_guards else 0,
+        "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size, first_op=lt.first_op,
+                         last_op=lt.last_op, alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
+                    for lt in plan.lives],
+    }
+    if plan.kind == "language model":
+        manifest["language_model"] = language_model_section(plan, tokenizer="tokenizer/vocab.json" in plan.files)
+        return manifest
+    graph, l3, patch = plan.graph, plan.l3, plan.patch
 
     def io(ts):
         return [dict(_tensor_info(graph.tensors[t]), offset=offsets[t], bytes=graph.tensors[t].nbytes)
                 for t in ts]
 
-    manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "model": graph.name,
-        "source": _source(graph),
-        "library": c_identifier(graph.name),
-        "target": backend.name,
-        "budgets": {"l1_bytes": options.l1, "sram_bytes": options.sram, "flash_bytes": options.flash,
-                    "l3_bytes": options.l3},
-        "relaxations": [dict(name=r.name, memory=r.memory, cost=r.cost) for r in map(BY_NAME.get, plan.relaxed)],
-        "planner": {"method": arena.method, "status": arena.status, "peak": arena.peak,
-                    "lower_bound": arena.lower_bound, "tiler": options.tiler if tilings else None},
-        "solvers": solver_statistics(arena, options, tilings, patch),
-        "macs": plan.macs,
-        "memory": plan.memory.as_dict(),
-    }
-    if plan.elf is not None:  # the linked image's memory: measured, or null without the Arm tools
-        manifest["elf"] = plan.elf or None
     manifest.update({
-        "arena": {
-            "bytes": arena.peak,
-            "planner": arena.method,
-            "lower_bound": arena.lower_bound,
-            "status": arena.status,
-            "alignment": backend.alignment,
-            "guard_bytes": GUARD_BYTES if options.debug_guards else 0,
-            "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size,
-                             first_op=lt.first_op, last_op=lt.last_op,
-                             alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
-                        for lt in plan.lives],
-        },
+        "source": _source(graph),
+        "relaxations": [dict(name=r.name, memory=r.memory, cost=r.cost) for r in map(BY_NAME.get, plan.relaxed)],
+        "macs": plan.macs,
         "l3": _l3(l3, graph),
         "patch": patch_entry(patch),
         "inputs": io(graph.inputs),
@@ -145,7 +151,7 @@ def build_manifest(plan) -> dict:
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],
                         outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],
-                        tiling=_tiling(tilings, k, l3),
+                        tiling=_tiling(plan.tilings, k, l3),
                         patch_stage=lp.in_stage,
                         kernel=lp.variant.name if lp.variant is not None else None,
                         writes_over=lp.reuse.rule if lp.reuse is not None else None)

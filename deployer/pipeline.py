@@ -1,12 +1,13 @@
 """The whole compiler on one screen: a model and its flags become a plan, pass by pass (each
-``Plan -> Plan``, solver.plan), and the plan becomes the files of out/.
+``Plan -> Plan``, solver.plan), and the plan becomes the files of out/. Networks and language
+models share the front (start, read by suffix) and the back (budgets, files, manifest, report);
+between them each kind has its own passes (deployer.language_model for a language model's).
 
     plan = plan_deployment(model, options)   # every decision; what deploy suggest measures
     plan = deploy(model, options)            # and the files: plan.files
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,24 +19,23 @@ from layer_analyzer.tiling import window_shapes, writes_behind_reads
 from network_parser.cut import CutSpec, float_edges
 from network_parser.errors import InfeasibleBudget, UsageError
 from network_parser.inplace import plan_in_place
-from network_parser.lifetimes import Lifetime, lifetimes, memory_floor, owner_groups
-from network_parser.onnx_reader import read_onnx
+from network_parser.lifetimes import lifetimes, memory_floor
 from network_parser.rewrites import apply_rewrites
-from network_parser.tflite_reader import read_tflite
 from network_parser.validate import check_graph
-from solver.arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
+from solver.arena import ArenaProblem
 from solver.plan import LayerPlan, Memory, Plan
-from solver.plan_checker import check_tensor_plan
 from solver import progress
+from solver.tensor_arena import arena_problem, plan_level
 from solver.l3_placement import layout_l3, place, staging_lifetimes
 from solver.patch_split import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
-from . import emit, relaxations
+from . import emit, language_model, llm_emit, relaxations
 from .frontends import FRONTENDS, frontend_for
+from .llm_passes import LanguageFlags
 from .render import display
 from .manifest import build_manifest, manifest_text
-from .report_html import deployment_report
+from .report_html import deployment_report, language_model_report
 
 CODE_BYTES_BASE = 1024  # the engine's fixed runtime (inference_run, the API); a layer's own code: its variant's
 CODE_BYTES_CALL = 32  # a layer calling a function it shares with others (its arguments, the call)
@@ -64,6 +64,7 @@ class Options:
     cut: CutSpec = CutSpec()  # --inputs / --outputs / --io: the part of the model the engine runs
     rtos: str = "baremetal"  # the task glue: "baremetal" | "freertos"
     debug_guards: bool = False  # canaries around every arena buffer, checked after each layer; DMA bounds checks
+    language: LanguageFlags = LanguageFlags()  # a language model's own flags (--weights, --kv-cache, ...)
     link_elf: bool = False  # targets with a QEMU board: link the engine and record the image's real memory
     resolved: bool = False  # the target's memories filled in (resolve_options): None now means none
 
@@ -85,7 +86,9 @@ def plan_deployment(model: Path, options: Options) -> Plan:
 def plan_front(model: Path, options: Options) -> Plan:
     """What the memory search's flags do not change: the model read, rewritten and lowered."""
     plan = start(model, options)  # the target, its memories filling the flags left unset
-    plan = read(plan)  # the model file into the IR (network_parser)
+    plan = read(plan)  # the model file into its kind's IR, by suffix (deployer.frontends)
+    if plan.kind == "language model":
+        return language_model.lower(plan)  # --prune-vocab, --weights, --kv-cache
     plan = rewrite(plan)  # graph rewrites: PAD folded into convolutions
     plan = lower(plan)  # each layer's integer kernel (layer_analyzer)
     return plan
@@ -93,6 +96,8 @@ def plan_front(model: Path, options: Options) -> Plan:
 
 def plan_back(plan: Plan) -> Plan:
     """The memory search (deployer.relaxations) on a lowered plan."""
+    if plan.kind == "language model":
+        return language_model.plan_back(plan)  # the activation arena (checked), the KV cache as state
     plan = note_target(plan)  # what the flags cost on this target
     plan = choose_variants(plan)  # the target's kernel per layer, as if it ran whole (backends)
     plan = plan_memory(plan)  # patch split, L1 tiles, in-place, lifetimes, L3, arena offsets
@@ -168,21 +173,21 @@ def note_target(plan: Plan) -> Plan:
 
 
 def read_model(path: Path, options: Options | None = None):
-    options = options or Options()
+    """A network's graph, checked (the commands that take networks only)."""
     front = frontend_for(path)
     if front.kind != "network":
         raise UsageError(f"{path}: a {front.kind}; this command takes "
                          f"{', '.join(s for s, f in FRONTENDS.items() if f.kind == 'network')} models")
-    if options.cut and front.suffix != ".tflite":
-        raise UsageError(f"{path}: --inputs, --outputs and --io cut .tflite models only")
-    graph = read_tflite(path, options.cut) if front.suffix == ".tflite" else \
-        read_onnx(path, options.input_layout, options.output_layout, options.input_type)
+    graph = front.read(path, options or Options())
     check_graph(graph, str(path))
     return graph
 
 
 def read(plan: Plan) -> Plan:
+    front = frontend_for(plan.model)
     with progress.step("read"):
+        if front.kind != "network":
+            return plan.but(kind=front.kind, graph=front.read(plan.model, plan.options))
         graph = read_model(plan.model, plan.options)
     return plan.but(graph=graph, notes=(*plan.notes, *(graph.source.notes if graph.source else ())))
 
@@ -238,57 +243,6 @@ def _variant_for_tiles(plan: Plan, k: int):
 
 
 # ---- memory: the arena and what it takes ----------------------------------------------------------
-
-def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tuple[ArenaProblem, list[int]]:
-    """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
-    over time: at each op, the largest of them alive. ``guard`` bytes of canary on each side
-    make a buffer a rectangle of its largest height plus both canaries."""
-    members = owner_groups(lives)
-    buffers, owners = [], []
-    for lt in lives:
-        if lt.alias_of is not None:
-            continue
-        group = members[lt.tensor]
-        first, last = min(m.first_op for m in group), max(m.last_op for m in group)
-        steps: list[list[int]] = []
-        # the height changes only where a member's life begins or ends: one step per span between,
-        # its height the largest member alive (a heap of the members begun, the ended ones dropped)
-        bounds = sorted({first, last + 1} | {m.first_op for m in group} | {m.last_op + 1 for m in group})
-        by_first, alive, i = sorted(group, key=lambda m: m.first_op), [], 0
-        for k, nxt in zip(bounds, bounds[1:]):
-            while i < len(by_first) and by_first[i].first_op <= k:
-                heapq.heappush(alive, (-by_first[i].size, by_first[i].last_op))
-                i += 1
-            while alive and alive[0][1] < k:
-                heapq.heappop(alive)
-            height = -alive[0][0] if alive else 0
-            if steps and steps[-1][2] == height:
-                steps[-1][1] = nxt - 1
-            else:
-                steps.append([k, nxt - 1, height])
-        if guard:
-            steps = [[first, last, max(s[2] for s in steps) + 2 * guard]]
-        buffers.append(Buffer(lt.name, max(s[2] for s in steps), first, last,
-                              tuple(map(tuple, steps)) if len(steps) > 1 else ()))
-        owners.append(lt.tensor)
-    return ArenaProblem(tuple(buffers), alignment), owners
-
-
-def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan, guard: int = 0) -> dict[int, int]:
-    """Every tensor's arena offset: its buffer's (after its first canary), or its owner's when it
-    reuses another's bytes."""
-    offsets = {t: off + guard for t, off in zip(owners, plan.offsets)}
-    for lt in lives:
-        if lt.alias_of is not None:
-            offsets[lt.tensor] = offsets[lt.alias_of]
-    return offsets
-
-
-def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
-    """(name, group, first op, last op, offset, size) per tensor, for the tensor-level plan check."""
-    return [(lt.name, lt.owner, lt.first_op, lt.last_op,
-             offsets[lt.tensor], lt.size) for lt in lives]
-
 
 def deployment_problem(plan: Plan) -> ArenaProblem:
     """The arena problem a plan's L2 arena solved."""
@@ -392,6 +346,8 @@ def check_budgets(plan: Plan) -> Plan:
     """Every memory over its budget in one error, each with the smallest budget that works (and
     for SRAM where its peak is)."""
     over = over_budget(plan.memory, plan.options)
+    if over and plan.kind == "language model":
+        raise budget_error(over, language_model.budget_details(plan))
     if over:
         raise budget_error(over, {"--sram": f"its peak: {floor_text(floor(plan))}"})
     return plan
@@ -563,18 +519,6 @@ def in_place(plan: Plan, over_input: bool = True) -> Plan:
     return plan.but(lives=tuple(lives))
 
 
-def plan_level(lives: list[Lifetime], options: Options, backend: Backend, guard: int = 0) -> tuple[ArenaPlan, dict[int, int]]:
-    """Offsets for one memory level's tensors, checked tensor by tensor."""
-    from solver.cpsat import watchdog_s
-    problem, owners = arena_problem(lives, backend.alignment, guard)
-    with progress.step(f"arena ({options.planner}, {len(problem.buffers)} buffers)",
-                       limit_s=watchdog_s(options.time_limit_s) if options.planner == "cpsat" else None):
-        plan = plan_arena(problem, options.planner, SolverConfig(time_limit_s=options.time_limit_s))
-    offsets = tensor_offsets(lives, owners, plan, guard)
-    check_tensor_plan(tensor_rows(lives, offsets), plan.peak, backend.alignment)
-    return plan, offsets
-
-
 def place_and_plan(plan: Plan) -> Plan:
     """The L2 arena, once what does not fit has moved to L3 (with --l3). Placement works from
     live bytes, a lower bound of the arena; when the planned arena still exceeds --sram, it
@@ -588,7 +532,8 @@ def place_and_plan(plan: Plan) -> Plan:
         streamed = set(l3.weights) if l3 is not None else set()
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
-        arena, offsets = plan_level(l2, options, plan.backend, guard_bytes(options))
+        arena, offsets = plan_level(l2, options.planner, options.time_limit_s, plan.backend.alignment,
+                                    guard_bytes(options))
         placed = plan.but(l3=l3, lives=tuple(l2), arena=arena, offsets=offsets).with_layers(
             lambda lp: replace(lp, l3_weights=lp.index in streamed))
         return measure(placed)
@@ -613,7 +558,8 @@ def stream_from_l3(plan: Plan, lives, sram_target: int | None):
     if not placement:
         return None
     return layout_l3(graph, plan.kernels, placement, lives, backend.alignment,
-                     lambda l3_lives: plan_level(l3_lives, options, backend))
+                     lambda l3_lives: plan_level(l3_lives, options.planner, options.time_limit_s,
+                                                       backend.alignment))
 
 
 def fit_flash(plan: Plan) -> Plan:
@@ -652,6 +598,8 @@ def fit_flash(plan: Plan) -> Plan:
 
 def emit_engine(plan: Plan) -> Plan:
     with progress.step("emit"):
+        if plan.kind == "language model":
+            return plan.but(files={**llm_emit.render_engine(plan), **language_model.side_files(plan)})
         return plan.but(files=emit.render(plan, guard_bytes(plan.options)))
 
 
@@ -668,5 +616,6 @@ def document(plan: Plan) -> Plan:
     files = dict(plan.files)
     files["manifest.json"] = manifest_text(build_manifest(plan))
     plan = plan.but(files=files)
-    files["report.html"] = deployment_report(plan, deployment_problem(plan))
+    report = deployment_report if plan.kind == "network" else language_model_report
+    files["report.html"] = report(plan, deployment_problem(plan))
     return plan.but(files=files)

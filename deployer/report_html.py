@@ -315,19 +315,20 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
 
 # ---- a language model ---------------------------------------------------------------------
 
-def language_model_report(graph, memory: dict, budgets: dict, problem: ArenaProblem, plan: ArenaPlan,
-                          quant_report: list, target_description: str) -> str:
+def language_model_report(dep, problem: ArenaProblem) -> str:
     """A GPT-Neo engine: the memory against the budgets (KV cache, arena, weights), the ops of one
     token with their live bytes, the per-matrix quantization error and every arena planner's
     picture (the deployment's plan beside the greedy ones on the same problem). No wall times:
     the page is byte-identical run to run."""
     from network_parser.transformer_ir import op_summary
 
+    graph, memory, options = dep.graph, dep.memory, dep.options
+    quant_report, target_description = dep.language.quantization, dep.backend.description
     c, kv = graph.config, graph.kv
-    plans = report_plans(plan, problem)
+    plans = report_plans(dep.arena, problem)
     curve = live_bytes(problem)
-    rows = [("SRAM", memory.sram_bytes, budgets.get("sram")), ("  KV cache (.bss)", memory.state_bytes, None),
-            ("  activation arena", memory.arena_bytes, None), ("flash", memory.flash_bytes, budgets.get("flash")),
+    rows = [("SRAM", memory.sram_bytes, options.sram), ("  KV cache (.bss)", memory.state_bytes, None),
+            ("  activation arena", memory.arena_bytes, None), ("flash", memory.flash_bytes, options.flash),
             ("  weights (.rodata)", memory.weights_bytes, None),
             ("  code (estimate)", memory.code_bytes_estimate, None)]
     memory_rows = [dict(name=name, need=f"{need:,}", kib=_kib(need), budget=f"{b:,}" if b is not None else "-",

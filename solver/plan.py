@@ -64,7 +64,8 @@ class Plan:
     model: Path
     options: Any  # deployer.pipeline.Options, resolved against the target
     backend: Any  # backends.Backend
-    graph: Any = None  # network_parser.ir.Graph, after the rewrites
+    kind: str = "network"  # the frontend's kind of model: "network" | "language model"
+    graph: Any = None  # network_parser.ir.Graph after the rewrites (a transformer IR for a language model)
     layers: tuple[LayerPlan, ...] = ()
     notes: tuple[str, ...] = ()  # what the reader, the rewrites and the passes decided that a user should read
     patch: Any = None  # solver.patch_split.PatchPlan: the first stage, run patch by patch
@@ -74,6 +75,7 @@ class Plan:
     offsets: MappingProxyType = field(default_factory=lambda: FROZEN_EMPTY)  # tensor (or scratch key) -> offset
     memory: Memory = field(default_factory=Memory)
     relaxed: tuple[str, ...] = ()  # what the memory search turned on to meet the budgets, in order
+    language: Any = None  # deployer.language_model.LanguagePlan: what a language model's passes decided
     elf: Any = None  # the linked image's memory (targets with a QEMU board), when measured
     files: MappingProxyType = field(default_factory=lambda: FROZEN_EMPTY, repr=False)  # out/: name -> text or bytes
 

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 
 from deployer.cli import main
 from deployer.gptneo_golden import Session
-from deployer.llm_emit import LlmOptions, deploy_gptneo
+from deployer.llm_passes import LanguageFlags
+from deployer.pipeline import Options, deploy
 from deployer.verify import SANITIZE_FLAGS, compile_files, write_files
 from tests.host.test_engine_build import stack_frames
 from tests.unit.test_gptneo import TALK, TINY, TOKENIZER, greedy, rel_err, shared, talk_ids
@@ -44,7 +45,7 @@ def run(exe: Path, ids) -> np.ndarray:
 
 def test_f32_engine_matches_the_reference_logits_at_every_position():
     shared(TINY)
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="f32", kv="f32"))
+    dep = deploy(TINY / "model.safetensors", Options(language=LanguageFlags(weights="f32", kv="f32")))
     ids = np.load(TINY / "ref_input_ids.npy")
     assert rel_err(run(build(dep), ids), np.load(TINY / "ref_logits.npy")) < 1e-4
 
@@ -53,10 +54,10 @@ def test_f32_engine_matches_the_reference_logits_at_every_position():
                                                   ("f32", "int4", None)])
 def test_quantized_engines_match_the_numpy_executor(weights, kv, context):
     m = shared(TINY)
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights=weights, kv=kv, context=context))
+    dep = deploy(TINY / "model.safetensors", Options(language=LanguageFlags(weights=weights, kv=kv, context=context)))
     ids = np.load(TINY / "ref_input_ids.npy")
     got = run(build(dep), ids)
-    s = Session(m, context=context, weights=weights, kv=kv, kv_group=dep.kv_group)
+    s = Session(m, context=context, weights=weights, kv=kv, kv_group=dep.graph.kv.group)
     want = np.stack([s.step(int(t)) for t in ids])
     assert rel_err(got, want) < 1e-5
     assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
@@ -65,24 +66,23 @@ def test_quantized_engines_match_the_numpy_executor(weights, kv, context):
 def test_engine_under_sanitizers():
     """The transformer engine family once under AddressSanitizer and UBSan (KV window sliding)."""
     shared(TINY)
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5))
+    dep = deploy(TINY / "model.safetensors", Options(language=LanguageFlags(weights="q4_0", kv="int4", context=5)))
     ids = list(np.load(TINY / "ref_input_ids.npy"))
     assert run(build(dep, sanitize=True), ids).shape == (len(ids), 512)
 
 
 def guarded_tiny():
     shared(TINY)
-    return deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5,
-                                                                debug_guards=True))
+    return deploy(TINY / "model.safetensors", Options(debug_guards=True, language=LanguageFlags(weights="q4_0", kv="int4", context=5)))
 
 
 def test_debug_guards_keep_the_logits_bit_exact():
     """--debug-guards: canaries around every arena buffer, checked after each op; the logits are
     the unguarded engine's, bit for bit (plain and under ASan/UBSan)."""
     dep = guarded_tiny()
-    plain = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights="q4_0", kv="int4", context=5))
+    plain = deploy(TINY / "model.safetensors", Options(language=LanguageFlags(weights="q4_0", kv="int4", context=5)))
     manifest = json.loads(dep.files["manifest.json"])
-    assert manifest["arena"]["guard_bytes"] == 16 and manifest["arena"]["bytes"] > plain.arena_bytes
+    assert manifest["arena"]["guard_bytes"] == 16 and manifest["arena"]["bytes"] > plain.memory.arena_bytes
     ids = list(np.load(TINY / "ref_input_ids.npy"))
     want = run(build(plain), ids)
     assert np.array_equal(run(build(dep), ids).view(np.uint32), want.view(np.uint32))
@@ -115,7 +115,7 @@ def test_tinytalk_generate_matches_the_f32_reference(tmp_path):
                                   "-o", str(out), "--tokenizer", str(TOKENIZER)])
     assert r.exit_code == 0, r.output
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["kind"] == "gpt_neo" and manifest["quantization"][0]["rmse"] == 0
+    assert manifest["kind"] == "language_model" and manifest["language_model"]["quantization"][0]["rmse"] == 0
     r = CliRunner().invoke(main, ["generate", str(out), "Once upon a time", "--max-tokens", "30", "--json"])
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)
@@ -154,7 +154,7 @@ def test_pruned_vocabulary_keeps_the_greedy_continuation(tmp_path):
                                       "--tokenizer", str(TOKENIZER), *extra])
         assert r.exit_code == 0, r.output
     a, b = (json.loads((f / "manifest.json").read_text()) for f in (full, pruned))
-    assert b["pruned_vocabulary"] == {"kept": len(set(prompt + ref + [m.config.eos])), "of": m.config.vocab}
+    assert b["language_model"]["pruned_vocabulary"] == {"kept": len(set(prompt + ref + [m.config.eos])), "of": m.config.vocab}
     assert b["memory"]["flash_bytes"] < a["memory"]["flash_bytes"] - 1_000_000
     results = [json.loads(CliRunner().invoke(main, ["generate", str(f), "Once upon a time", "--max-tokens", "20",
                                                      "--json"]).stdout) for f in (full, pruned)]
@@ -188,8 +188,7 @@ def test_engine_references_no_library_symbol_and_its_stack_estimate_holds(cc, ta
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} is not installed")
     shared(TINY)
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights=weights, kv="int4", target=target,
-                                                                debug_guards=guards, rtos="freertos"))
+    dep = deploy(TINY / "model.safetensors", Options(target=target, debug_guards=guards, rtos="freertos", language=LanguageFlags(weights=weights, kv="int4")))
     flags = [*FLAGS, "-ffreestanding", *(M7_FLAGS if target != "host" else ())]
     frames = stack_frames(dep.files, cc, flags, tmp_path)
     nm = "arm-none-eabi-nm" if target != "host" else "nm"
@@ -207,7 +206,7 @@ def test_engine_references_no_library_symbol_and_its_stack_estimate_holds(cc, ta
 
 def test_freertos_glue_compiles_for_the_language_model(tmp_path):
     shared(TINY)
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(rtos="freertos"))
+    dep = deploy(TINY / "model.safetensors", Options(rtos="freertos"))
     write_files(dep.files, tmp_path)
     assert "xTaskCreate" in dep.files["inference_task.c"]
     subprocess.run(["gcc", *FLAGS, "-pedantic", "-I", str(STUB), "-I", str(tmp_path), "-c",

@@ -13,7 +13,8 @@ import pytest
 
 from deployer import build_cache
 from deployer import gptneo_quant as Q
-from deployer.llm_emit import LlmOptions, deploy_gptneo
+from deployer.llm_passes import LanguageFlags
+from deployer.pipeline import Options, deploy
 from deployer.verify import files_digest, write_files
 from tests.unit.test_gptneo import TINY, shared
 
@@ -40,8 +41,8 @@ int main(void)
 def probe(dep, c):
     engine = next(n for n in dep.files if n.endswith("_engine.c"))
     call = ("matvec_{d}x{d}(H0_Q_PROJ, H0_Q_PROJ_S, x, (const float *)0, y)".format(d=c.d_model)
-            if dep.options.weights != "f32" else f"matvec_{c.d_model}x{c.d_model}(H0_Q_PROJ, x, (const float *)0, y)")
-    scales = ("fwrite(kv_key_scales[0][0], sizeof kv_key_scales[0][0], 1, stdout)" if dep.options.kv != "f32"
+            if dep.options.language.weights != "f32" else f"matvec_{c.d_model}x{c.d_model}(H0_Q_PROJ, x, (const float *)0, y)")
+    scales = ("fwrite(kv_key_scales[0][0], sizeof kv_key_scales[0][0], 1, stdout)" if dep.options.language.kv != "f32"
               else "(void)0")
     src = (PROBE.replace("ENGINE", engine).replace("WHICH_MATVEC", call).replace("KV_SCALES", scales)
            .replace("ROWS", str(c.d_model)).replace("D]", f"{c.d_model}]"))
@@ -60,7 +61,7 @@ def probe(dep, c):
 def test_matvec_and_kv_codes_are_bit_exact(weights, kv):
     m = shared(TINY)
     c = m.config
-    dep = deploy_gptneo(TINY / "model.safetensors", LlmOptions(weights=weights, kv=kv))
+    dep = deploy(TINY / "model.safetensors", Options(language=LanguageFlags(weights=weights, kv=kv)))
     exe = probe(dep, c)
     quant = Q.quantize_q4_0 if weights == "q4_0" else Q.quantize_int8_rows
     levels = {"int8": 127, "int4": 7}[kv]
@@ -69,7 +70,7 @@ def test_matvec_and_kv_codes_are_bit_exact(weights, kv):
         out = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout
         y = np.frombuffer(out[:4 * c.d_model], np.float32)
         assert np.array_equal(y.view(np.uint32), Q.matvec(quant(m.blocks[0].q), x).view(np.uint32))
-        codes, scales = Q.quantize_blocks(x, levels, dep.kv_group)
+        codes, scales = Q.quantize_blocks(x, levels, dep.graph.kv.group)
         codes = codes.reshape(-1)
         row = np.frombuffer(out[4 * c.d_model:4 * c.d_model + (c.d_model // 2 if kv == "int4" else c.d_model)],
                             np.uint8 if kv == "int4" else np.int8)

@@ -128,8 +128,8 @@ def test_hostile_language_model_folder(tmp_path):
     """A GPT-Neo checkpoint's folder name is its model's name."""
     folder = tmp_path / INJECT_CMAKE
     model = gptneo_builder.write(folder)
-    from deployer.llm_emit import LlmOptions, deploy_gptneo
-    dep = deploy_gptneo(model, LlmOptions(weights="f32", kv="f32"))
+    from deployer.llm_passes import LanguageFlags
+    dep = deploy(model, Options(language=LanguageFlags(weights="f32", kv="f32")))
     out = tmp_path / "out"
     write_output(dep.files, out)
     assert_plain_text(out)

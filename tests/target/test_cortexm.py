@@ -121,7 +121,7 @@ def test_gptneo_engine_on_the_m7(which, tmp_path):
 
     from backends import BACKENDS
     from deployer.gptneo_golden import Session
-    from deployer.llm_emit import LlmOptions, deploy_gptneo
+    from deployer.llm_passes import LanguageFlags
     from network_parser.gptneo import read_gptneo
     from tests import gptneo_builder as gb
     from tests.unit.test_gptneo import TINY, rel_err
@@ -129,11 +129,11 @@ def test_gptneo_engine_on_the_m7(which, tmp_path):
 
     path = TINY / "model.safetensors" if which == "tiny_random" else gb.write(tmp_path, gb.config(vocab=63))
     m = shared_llm(TINY) if which == "tiny_random" else read_gptneo(path)
-    dep = deploy_gptneo(path, LlmOptions(weights="q4_0", kv="int4", context=5, target="cortex-m7"))
+    dep = deploy(path, Options(target="cortex-m7", language=LanguageFlags(weights="q4_0", kv="int4", context=5)))
     assert "__smlad" in next(t for n, t in dep.files.items() if n.endswith("_engine.c"))
     ids = np.random.default_rng(0).integers(0, m.config.vocab, 7).astype(np.int32)
     out = qemu.run(qemu.build_elf(SimpleNamespace(backend=BACKENDS["cortex-m7"], files=dep.files)), ids.tobytes()).output
-    s = Session(m, context=5, weights="q4_0", kv="int4", kv_group=dep.kv_group)
+    s = Session(m, context=5, weights="q4_0", kv="int4", kv_group=dep.graph.kv.group)
     assert rel_err(np.frombuffer(out, np.float32).reshape(len(ids), -1), np.stack([s.step(int(t)) for t in ids])) < 1e-5
 
 

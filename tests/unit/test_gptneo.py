@@ -256,17 +256,28 @@ def test_sliding_kv_window_drops_the_oldest_positions(tmp_path):
 
 
 @pytest.mark.parametrize("weights, kv, prune", [("q4_0", "int4", False), ("int8", "int8", True), ("f32", "f32", False)])
-def test_language_model_manifest_follows_its_schema(tmp_path, weights, kv, prune):
+def test_language_model_manifest_follows_the_one_schema(tmp_path, weights, kv, prune):
+    """A language model's manifest follows the schema a network's does (deployer/manifest.schema.json):
+    the shared part (budgets, planner, memory, the arena tensor by tensor) and its own section."""
     import jsonschema
 
-    from deployer.llm_emit import LlmOptions, deploy_gptneo
+    from deployer.llm_passes import LanguageFlags
+    from deployer.pipeline import Options, deploy
 
-    schema = json.loads((Path(__file__).resolve().parents[2] / "deployer" / "llm_manifest.schema.json").read_text())
+    schema = json.loads((Path(__file__).resolve().parents[2] / "deployer" / "manifest.schema.json").read_text())
     path = gb.write(tmp_path)
     keep = None
     if prune:
         keep = tmp_path / "keep.json"
         keep.write_text("[1, 5, 9, 40]")
-    manifest = json.loads(deploy_gptneo(path, LlmOptions(weights=weights, kv=kv, prune_vocab=keep)).files["manifest.json"])
+    dep = deploy(path, Options(language=LanguageFlags(weights=weights, kv=kv, prune_vocab=keep)))
+    manifest = json.loads(dep.files["manifest.json"])
     jsonschema.validate(manifest, schema)
-    assert (manifest.get("pruned_vocabulary") is not None) == prune
+    assert manifest["kind"] == "language_model" and "layers" not in manifest
+    assert (manifest["language_model"]["pruned_vocabulary"] is not None) == prune
+    assert manifest["memory"]["state_bytes"] > 0 and manifest["arena"]["bytes"] == dep.arena.peak
+    # a network's part in a language model's manifest (or the section missing) is refused
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**manifest, "layers": []}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({k: v for k, v in manifest.items() if k != "language_model"}, schema)

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployer.pipeline import Options, arena_problem, deploy, tensor_rows
+from deployer.pipeline import Options, arena_problem, deploy
+from solver.tensor_arena import tensor_rows
 from network_parser.inplace import plan_in_place
 from network_parser.lifetimes import lifetimes
 from network_parser.rewrites import apply_rewrites

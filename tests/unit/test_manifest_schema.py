@@ -63,17 +63,15 @@ def test_the_schema_catches_drift():
     assert len(messages) >= 3
 
 
-def test_every_kind_of_model_shares_the_memory_record():
-    """The language-model manifest's memory is the network manifest's record, by definition and
-    in fact (state_bytes: the KV cache)."""
-    import json
-    from pathlib import Path
-    folder = Path(__file__).resolve().parents[2] / "deployer"
-    network = json.loads((folder / "manifest.schema.json").read_text())
-    language = json.loads((folder / "llm_manifest.schema.json").read_text())
-    assert language["$defs"]["memory"] == network["properties"]["memory"]
-    assert language["properties"]["manifest_version"] == {**network["properties"]["manifest_version"],
-                                                          "description": language["properties"]["manifest_version"]["description"]}
+def test_a_network_manifest_is_of_kind_network_and_has_no_language_model_section(tmp_path):
+    from tests.tflite_builder import ModelBuilder
+    mb = ModelBuilder(0)
+    mb.output(mb.conv2d(mb.input((1, 4, 4, 3)), 4))
+    mb.save(tmp_path / "m.tflite")
+    m = json.loads(deploy(tmp_path / "m.tflite", Options()).files["manifest.json"])
+    assert m["kind"] == "network" and not list(VALIDATOR.iter_errors(m))
+    assert list(VALIDATOR.iter_errors({**m, "language_model": {}}))
+    assert list(VALIDATOR.iter_errors({k: v for k, v in m.items() if k != "layers"}))
 
 
 def test_manifests_of_the_newer_operators_follow_the_schema(tmp_path):

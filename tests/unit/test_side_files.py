@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from deployer import generate
-from deployer.llm_emit import _gpt2_ids, _read_ids, _tokenizer_files
+from deployer.language_model import _gpt2_ids, _read_ids, _tokenizer_files
 from deployer.test_vectors import find_vectors, read_dory_txt, vector_input_range
 from deployer.tokenizer import Gpt2Tokenizer
 from network_parser import side_files as sf
@@ -40,7 +40,8 @@ VOCAB = {"a": 0, "b": 1, "ab": 2, "c": 3}
 MERGES = "#version: 0.2\na b\n"
 FAKE_GRAPH = SimpleNamespace(inputs=["x"], outputs=["y"],  # what find_vectors reads of a graph
                              source=SimpleNamespace(input_shapes=((1, 4),), output_shapes=((1, 2),)))
-MANIFEST = dict(kind="gpt_neo", library="m", config=dict(vocab=4, max_positions=16), eos_token_id=None)
+MANIFEST = dict(kind="language_model", library="m",
+                language_model=dict(config=dict(vocab=4, max_positions=16), eos_token_id=None))
 
 
 def _npz(**arrays) -> bytes:
@@ -252,7 +253,8 @@ MALFORMED = [
     ("output token_ids.json", "[0, 1, 2, 3.0]", "item 3 is 3.0"),
     ("output manifest.json", "[]", "must be a JSON object"),
     ("output manifest.json", json.dumps({**MANIFEST, "library": "../../x"}), "not a manifest deploy wrote"),
-    ("output manifest.json", json.dumps({**MANIFEST, "config": {"vocab": 4}}), "not a manifest deploy wrote"),
+    ("output manifest.json", json.dumps({**MANIFEST, "language_model": {"config": {"vocab": 4}}}),
+     "not a manifest deploy wrote"),
     ("output manifest.json", json.dumps({**MANIFEST, "kind": ["x"] * 100}), "holds a ['x', "),
     ("input.txt", "# header\n1,\n2,\nnan,\n4\n", "line 4 holds something other than numbers"),
     ("input.txt", "# header\n1,\n2,\n3,\n1e999\n", "a value is out of the floating-point range"),

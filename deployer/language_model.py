@@ -1,0 +1,168 @@
+"""A language model's passes on the plan (solver.plan.Plan, kind "language model"): the same
+start, budgets, arena planner and tensor-level checker, manifest and report as a network's
+(deployer.pipeline lists both), with the transformer IR as the plan's graph.
+
+    plan = lower(plan)       # --prune-vocab, --weights, --kv-cache on the read checkpoint
+    plan = plan_back(plan)   # the activation arena (checked), the KV cache as state, flash
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from network_parser.errors import UsageError
+from network_parser.lifetimes import Lifetime
+from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
+from network_parser.transformer_ir import TransformerGraph, lifetimes, op_summary
+from solver.arena import SolverConfig, plan_arena
+from solver.plan import Memory
+from solver.tensor_arena import arena_problem, plan_level
+
+from . import llm_passes
+from .emit import GUARD_BYTES
+from .llm_passes import cache_kv, prune_vocabulary, quantize_weights
+from .tokenizer import present as gpt2_files_present, read_gpt2_files
+
+# The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
+# x86-64 7.5 KB (q4_0), 6.8 KB (int8), 5.1 KB (f32); Cortex-M7 5.6 KB (q4_0 on the DSP), 4.3, 3.6 KB.
+CODE_BYTES_ESTIMATE = 8 * 1024
+
+
+@dataclass(frozen=True)
+class LanguagePlan:
+    """What the language-model passes decided beside the graph."""
+    quantization: tuple = ()  # (matrix, RMSE, SNR dB) per quantized matrix
+    kept: tuple | None = None  # --prune-vocab: new token id i is the checkpoint's kept[i]
+    vocab: int = 0  # the checkpoint's vocabulary before pruning
+
+
+def _read_ids(file: Path) -> list[int]:
+    """--prune-vocab's JSON list of token ids (prune_vocabulary checks them against the vocabulary)."""
+    where = f"--prune-vocab {file}"
+    ids = read_json(file, what="the token ids to keep", max_bytes=TOKEN_IDS_BYTES, error=UsageError, name=where)
+    return token_ids(ids, where=where, what="integer token ids", error=UsageError)
+
+
+def lower(plan):
+    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache."""
+    backend, flags = plan.backend, plan.options.language
+    if not (backend.name == "host" or backend.qemu_machine):
+        raise UsageError(f"language models are built for the host or a Cortex-M target, not '{backend.name}'")
+    graph, kept, vocab = plan.graph, None, plan.graph.config.vocab
+    if flags.prune_vocab is not None:
+        graph, kept = prune_vocabulary(graph, _read_ids(flags.prune_vocab))
+    graph, report = quantize_weights(graph, flags.weights)
+    graph = cache_kv(graph, flags.kv, flags.context)
+    return plan.but(graph=graph, language=LanguagePlan(tuple(report), None if kept is None else tuple(kept), vocab))
+
+
+def buffer_lifetimes(graph: TransformerGraph) -> list[Lifetime]:
+    """The IR's activation and scratch buffers as the arena planner's lifetimes (numbered in
+    order of first use; none shares another's bytes)."""
+    return [Lifetime(i, a.name, a.nbytes, first, last, None) for i, (a, first, last) in enumerate(lifetimes(graph))]
+
+
+def plan_back(plan):
+    """The activation arena, planned and checked as a network's, and the memory record."""
+    options, lives = plan.options, buffer_lifetimes(plan.graph)
+    arena, offsets = plan_level(lives, options.planner, options.time_limit_s, plan.backend.alignment,
+                                GUARD_BYTES if options.debug_guards else 0)
+    return measure(plan.but(lives=tuple(lives), arena=arena, offsets=offsets))
+
+
+def measure(plan):
+    """The KV cache is state kept across calls; every constant (matrices, their scales, biases,
+    norms) counts as weights."""
+    graph, arena = plan.graph, plan.arena.peak
+    weights, kv = llm_passes.weight_bytes(graph), llm_passes.kv_cache_bytes(graph)
+    return plan.but(memory=Memory(
+        arena_bytes=arena, state_bytes=kv, sram_bytes=kv + arena, weights_bytes=weights,
+        code_bytes_estimate=CODE_BYTES_ESTIMATE, flash_bytes=weights + CODE_BYTES_ESTIMATE,
+        flash_sections=(("weights", weights), ("biases", 0), ("parameters", 0), ("code_estimate", CODE_BYTES_ESTIMATE))))
+
+
+def _sram_at(graph: TransformerGraph, fmt: str, context: int, alignment: int, guard: int) -> int:
+    """SRAM of the engine with this KV cache (its arena planned first-fit: the solver's is never larger)."""
+    g = cache_kv(graph, fmt, context, graph.kv.group if fmt == graph.kv.format else None)
+    problem = arena_problem(buffer_lifetimes(g), alignment, guard)[0]
+    return llm_passes.kv_cache_bytes(g) + plan_arena(problem, "first-fit", SolverConfig(time_limit_s=1.0)).peak
+
+
+def budget_details(plan) -> dict:
+    """flag -> what the need is made of and what would fit the budget: a shorter context, a
+    lighter KV cache or weight format, a pruned vocabulary."""
+    graph, memory, options = plan.graph, plan.memory, plan.options
+    kv, details = graph.kv, {}
+    sram, flash, guard, alignment = (options.sram, options.flash, GUARD_BYTES if options.debug_guards else 0,
+                                    plan.backend.alignment)
+    if sram is not None and memory.sram_bytes > sram:
+        lighter = ("f32", "int8", "int4")
+        fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, alignment, guard):,} (at --context {kv.context})"
+                 for f in lighter[lighter.index(kv.format) + 1:]]
+        lo, hi = 0, kv.context - 1  # the longest context that fits: SRAM grows with it
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, alignment, guard) <= sram else (lo, mid - 1)
+        if lo:
+            fixes.insert(0, f"--context {lo} fits")
+        details["--sram"] = (f"KV cache {memory.state_bytes:,} + arena {memory.arena_bytes:,}"
+                             + (f"; at --sram {sram}: {', '.join(fixes)}" if fixes else ""))
+    if flash is not None and memory.flash_bytes > flash:
+        code = memory.code_bytes_estimate
+        order = ("f32", "int8", "q4_0")
+        fixes = [f"--weights {f} needs {llm_passes.weight_bytes_as(graph, f) + code:,}"
+                 for f in order[order.index(graph.weight_format) + 1:]]
+        details["--flash"] = (f"weights {memory.weights_bytes:,} + code about {code:,}"
+                              + (f"; {', '.join(fixes)}" if fixes else "")
+                              + "; --prune-vocab shrinks the embedding and the head")
+    return details
+
+
+# ---- the files beside the engine ------------------------------------------------------------
+
+def side_files(plan) -> dict:
+    """The GPT-2 tokenizer (so that the folder runs `deploy generate` alone) and token_ids.json
+    (engine id -> GPT-2 id) where the vocabulary was pruned or remapped."""
+    files = _tokenizer_files(plan.model, plan.options.language.tokenizer)
+    to_gpt2 = _gpt2_ids(plan.model, plan.language.kept, plan.language.vocab)
+    if to_gpt2 is not None:
+        files["token_ids.json"] = json.dumps(to_gpt2) + "\n"
+    return files
+
+
+def _tokenizer_files(path: Path, tokenizer: Path | None) -> dict:
+    if tokenizer is None and not gpt2_files_present(path.parent):
+        return {}
+    # copied only once checked: what lands in the output is a tokenizer, whatever the folder held
+    files = read_gpt2_files(tokenizer or path.parent, given=tokenizer is not None)
+    return {f"tokenizer/{name}": data for name, data in files.raw.items()}
+
+
+def _gpt2_ids(path: Path, kept, vocab: int) -> list[int] | None:
+    """Engine token id -> GPT-2 id: a pruned_to_gpt2_ids.json beside the model (model id i is GPT-2
+    id map[i], one for each of the model's ``vocab`` ids), composed with --prune-vocab's kept ids
+    (engine id i is the checkpoint's kept[i])."""
+    id_map = path.with_name("pruned_to_gpt2_ids.json")
+    to_gpt2 = None
+    if id_map.exists() or id_map.is_symlink():
+        to_gpt2 = token_ids(read_json(id_map, what="the model's GPT-2 token ids", max_bytes=TOKEN_IDS_BYTES),
+                            where=str(id_map), what="GPT-2 token ids", length=vocab)
+    if kept is not None:
+        to_gpt2 = [to_gpt2[k] for k in kept] if to_gpt2 is not None else list(kept)
+    return to_gpt2
+
+
+def manifest_section(plan, tokenizer: bool) -> dict:
+    """The manifest's ``language_model`` section (its shared part: deployer.manifest)."""
+    graph, lang = plan.graph, plan.language
+    c, kv = graph.config, graph.kv
+    return dict(
+        architecture="gpt_neo",
+        config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)},
+        weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
+        ops=[op_summary(op) for op in graph.ops],
+        quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
+                      for n, r, s in lang.quantization],
+        pruned_vocabulary=None if lang.kept is None else dict(kept=len(lang.kept), of=lang.vocab),
+        eos_token_id=c.eos, tokenizer="tokenizer/" if tokenizer else None)

@@ -1,0 +1,82 @@
+"""One memory level's tensors as an arena problem, its solution as tensor offsets, and the
+tensor-level check of those offsets: what a network's L2 and L3 arenas and a language model's
+activation arena share.
+
+    plan, offsets = plan_level(lives, "cpsat", 5.0, alignment=16)   # tensor -> byte offset, checked
+"""
+from __future__ import annotations
+
+import heapq
+
+from network_parser.lifetimes import Lifetime, owner_groups
+
+from . import progress
+from .arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
+from .cpsat import watchdog_s
+from .plan_checker import check_tensor_plan
+
+
+def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tuple[ArenaProblem, list[int]]:
+    """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
+    over time: at each op, the largest of them alive. ``guard`` bytes of canary on each side
+    make a buffer a rectangle of its largest height plus both canaries."""
+    members = owner_groups(lives)
+    buffers, owners = [], []
+    for lt in lives:
+        if lt.alias_of is not None:
+            continue
+        group = members[lt.tensor]
+        first, last = min(m.first_op for m in group), max(m.last_op for m in group)
+        steps: list[list[int]] = []
+        # the height changes only where a member's life begins or ends: one step per span between,
+        # its height the largest member alive (a heap of the members begun, the ended ones dropped)
+        bounds = sorted({first, last + 1} | {m.first_op for m in group} | {m.last_op + 1 for m in group})
+        by_first, alive, i = sorted(group, key=lambda m: m.first_op), [], 0
+        for k, nxt in zip(bounds, bounds[1:]):
+            while i < len(by_first) and by_first[i].first_op <= k:
+                heapq.heappush(alive, (-by_first[i].size, by_first[i].last_op))
+                i += 1
+            while alive and alive[0][1] < k:
+                heapq.heappop(alive)
+            height = -alive[0][0] if alive else 0
+            if steps and steps[-1][2] == height:
+                steps[-1][1] = nxt - 1
+            else:
+                steps.append([k, nxt - 1, height])
+        if guard:
+            steps = [[first, last, max(s[2] for s in steps) + 2 * guard]]
+        buffers.append(Buffer(lt.name, max(s[2] for s in steps), first, last,
+                              tuple(map(tuple, steps)) if len(steps) > 1 else ()))
+        owners.append(lt.tensor)
+    return ArenaProblem(tuple(buffers), alignment), owners
+
+
+def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan, guard: int = 0) -> dict[int, int]:
+    """Every tensor's arena offset: its buffer's (after its first canary), or its owner's when it
+    reuses another's bytes."""
+    offsets = {t: off + guard for t, off in zip(owners, plan.offsets)}
+    for lt in lives:
+        if lt.alias_of is not None:
+            offsets[lt.tensor] = offsets[lt.alias_of]
+    return offsets
+
+
+def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
+    """(name, group, first op, last op, offset, size) per tensor, for the tensor-level plan check."""
+    return [(lt.name, lt.owner, lt.first_op, lt.last_op,
+             offsets[lt.tensor], lt.size) for lt in lives]
+
+
+def plan_level(lives: list[Lifetime], planner: str, time_limit_s: float, alignment: int,
+               guard: int = 0) -> tuple[ArenaPlan, dict[int, int]]:
+    """Offsets for one memory level's tensors, checked tensor by tensor (solver.plan_checker)."""
+    problem, owners = arena_problem(lives, alignment, guard)
+    with progress.step(f"arena ({planner}, {len(problem.buffers)} buffers)",
+                       limit_s=watchdog_s(time_limit_s) if planner == "cpsat" else None):
+        plan = plan_arena(problem, planner, SolverConfig(time_limit_s=time_limit_s))
+    offsets = tensor_offsets(lives, owners, plan, guard)
+    check_tensor_plan(tensor_rows(lives, offsets), plan.peak, alignment)
+    return plan, offsets
+
+
+
