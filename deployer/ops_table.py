@@ -12,7 +12,7 @@ from layer_analyzer.tiling import TILED
 from network_parser.inplace import in_place_rules
 from network_parser.onnx_qdq import ACTIVATION_OPS, FLOAT_OPS, QLINEAR_OPS
 from network_parser.onnx_reader import INTEGER_OPS
-from network_parser.tflite_reader import supported_operators
+from network_parser.tflite_reader import REFUSED, supported_operators
 
 
 def kernel_types(op: str) -> tuple[type, ...]:
@@ -49,7 +49,8 @@ def onnx_table() -> dict[str, list[str]]:
 
 
 def ops_json() -> dict:
-    return {"tflite": tflite_table(), "onnx": onnx_table(), "targets": sorted(BACKENDS)}
+    return {"tflite": tflite_table(), "tflite_refused": dict(sorted(REFUSED.items())), "onnx": onnx_table(),
+            "targets": sorted(BACKENDS)}
 
 
 def ops_text() -> str:
@@ -66,6 +67,8 @@ def ops_text() -> str:
     lines = [f"TFLite operators: {len(rows)} (every target runs every one with its portable C kernels)", ""]
     for row in (head, *table):
         lines.append("  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths)) + "  " + row[-1])
+    lines += ["", "TFLite operators refused on purpose:"]
+    lines += [f"  {op}: {why}" for op, why in sorted(REFUSED.items())]
     lines += ["", "ONNX operators:"]
     lines += [f"  {kind}: {', '.join(ops)}" for kind, ops in onnx_table().items()]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -939,6 +939,12 @@ def _float_lookup(g: Graph, l: Layer, where: str) -> Lookup:
     return Lookup(x.elements, float_table(name, x.scale, x.zero_point, y.scale, y.zero_point), name)
 
 
+def _sqrt(g: Graph, l: Layer, where: str) -> Lookup:
+    """SQRT: LiteRT's int8 kernel truncates where the tables of the others round."""
+    x, y = _same_shape(g, l, where)
+    return Lookup(x.elements, sqrt_table(x.scale, x.zero_point, y.scale, y.zero_point), "sqrt")
+
+
 def _neg(g: Graph, l: Layer, where: str) -> Lookup:
     """NEG: LiteRT negates the stored int8 value whatever the quantization (-(-128) wraps to -128)."""
     x, _ = _same_shape(g, l, where)
@@ -1257,7 +1263,7 @@ LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
     "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
-    "RSQRT": _float_lookup, "NEG": _neg, "HARD_SWISH": _hard_swish,
+    "RSQRT": _float_lookup, "SQRT": _sqrt, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,

@@ -134,6 +134,24 @@ def float_table(fn: str, in_scale: float, in_zp: int, out_scale: float, out_zp: 
     return tuple(table)
 
 
+def sqrt_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """SQRT's int8 kernel in LiteRT (not a LUTPopulate table): each input dequantized in float32,
+    its square root divided by the output scale and truncated toward zero (a cast, not a
+    rounding), plus the output zero point, clamped. The reference refuses inputs below zero;
+    the engine gives them -128, as for a value int32 cannot hold."""
+    table = []
+    for v in range(-128, 128):
+        x = np.float32(in_scale) * np.float32(v - in_zp)
+        with np.errstate(all="ignore"):
+            p = libm("sqrtf", x) / np.float32(out_scale)
+        if x < 0 or not np.isfinite(p) or not -2.0 ** 31 < float(p) < 2.0 ** 31:
+            q = -2 ** 31
+        else:
+            q = int(p) + out_zp
+        table.append(min(max(q, INT8_MIN), INT8_MAX))
+    return tuple(table)
+
+
 def sigmoid_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
     """LUTPopulateInt8 for the logistic function."""
     return float_table("logistic", in_scale, in_zp, out_scale, out_zp)

@@ -13,7 +13,7 @@ from typing import Callable
 from .ir import Graph
 
 # Same-shape ops whose kernels read element i before writing element i.
-UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS", "TANH", "EXP", "LOG", "RSQRT", "NEG",
+UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS", "TANH", "EXP", "LOG", "RSQRT", "SQRT", "NEG",
                      "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION")
 ZERO_COPY = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 ELEMENTWISE = ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", *UNARY_ELEMENTWISE)

@@ -201,7 +201,7 @@ _OPS = {
     "TRANSPOSE": (_none, 1), "HARD_SWISH": (_none, None), "RELU": (_none, None),
     "RELU6": (_none, None), "RELU_N1_TO_1": (_none, None), "RELU_0_TO_1": (_none, None),
     "LEAKY_RELU": (_leaky_relu, None), "ABS": (_none, None), "TANH": (_none, None), "EXP": (_none, None),
-    "LOG": (_none, None), "RSQRT": (_none, None), "NEG": (_none, None),
+    "LOG": (_none, None), "RSQRT": (_none, None), "SQRT": (_none, None), "NEG": (_none, None),
     "RESIZE_NEAREST_NEIGHBOR": (_resize(tflite.ResizeNearestNeighborOptions), 1),
     "RESIZE_BILINEAR": (_resize(tflite.ResizeBilinearOptions), 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
@@ -211,6 +211,25 @@ _OPS = {
     "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
     "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
     "SPACE_TO_BATCH_ND": (_none, 1), "BATCH_TO_SPACE_ND": (_none, 1),
+}
+
+
+# Operators refused on purpose, with the reason (the reader's error and ``deploy ops`` say it).
+# The reference for int8 is LiteRT's reference kernels; an op it has no int8 kernel for has no
+# reference to be bit-exact with.
+REFUSED = {
+    "SQUARE": "LiteRT's reference kernel is float32 only (TFLite Micro's too)",
+    "ADD_N": "LiteRT's reference kernel takes float32 and int32, no int8",
+    "CUMSUM": "LiteRT's reference kernel takes float32, int32 and int64, no int8",
+    "SUM": ("LiteRT's int8 kernel (float rescaling of the sum) departs from the integer arithmetic "
+            "TFLite Micro runs, so no reference stands for both"),
+    "ELU": "LiteRT's reference resolver has no ELU kernel to check against",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "recurrent layers with state kept across inferences are not built yet",
+    "SVDF": "recurrent layers with state kept across inferences are not built yet",
+    "BIDIRECTIONAL_SEQUENCE_LSTM": "TFLite has only float and hybrid kernels for it",
+    "WHILE": "control flow: the engine's schedule is static",
+    "IF": "control flow: the engine's schedule is static",
+    "CUSTOM": "a custom operator's kernel is the application's, not TFLite's",
 }
 
 
@@ -342,7 +361,8 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         out_name = tensors[outs[0]].name if outs and outs[0] >= 0 else "?"
         where = f"{path.name}: op {k} {name} (output '{out_name}')"
         if name not in _OPS:
-            raise UnsupportedOperator(f"{where}: operator {name} is not supported")
+            why = f": {REFUSED[name]}" if name in REFUSED else ""
+            raise UnsupportedOperator(f"{where}: operator {name} is not supported{why}")
         if not outs or any(o < 0 for o in outs):
             raise ModelFormatError(f"{where} has no output tensor")
         if len(outs) != 1 and name not in _SPLITS:

@@ -80,7 +80,7 @@ def unary(mb, rng, op, **kw):
 
 
 def positive(mb, rng, op):
-    """LOG / RSQRT: inputs the reference runs are above zero (the suite feeds those, zp -128)."""
+    """LOG / RSQRT / SQRT: inputs the reference runs are above zero (the suite feeds those, zp -128)."""
     return getattr(mb, op)(_input(mb, rng, _any_shape(rng), scale=float(rng.choice(SCALES)), zero_point=-128))
 
 
@@ -298,6 +298,7 @@ CASES: dict[str, Callable] = {
     "L2_NORMALIZATION": lambda mb, rng: mb.l2_normalization(_input(mb, rng, _any_shape(rng, hi=40))),
     "LEAKY_RELU": lambda mb, rng: unary(mb, rng, "leaky_relu", alpha=float(rng.choice([0.01, 0.2, 1.5, -0.3]))),
     "LOG": lambda mb, rng: positive(mb, rng, "log"), "RSQRT": lambda mb, rng: positive(mb, rng, "rsqrt"),
+    "SQRT": lambda mb, rng: positive(mb, rng, "sqrt"),
     "PAD": pad, "PADV2": lambda mb, rng: pad(mb, rng, True), "MIRROR_PAD": mirror_pad, "CONCATENATION": concat,
     "QUANTIZE": lambda mb, rng: quantize(mb, rng, "quantize" if rng.random() < 0.5 else "requantize"),
     "DEQUANTIZE": lambda mb, rng: quantize(mb, rng, "dequantize"),
@@ -337,10 +338,10 @@ def first_tiled_case(op: str, target: str, l1: int, cases: int = 30) -> int:
 
 
 def samples_for(op: str, graph, seed: int, count: int = 2) -> list[list[np.ndarray]]:
-    """Inputs the reference runs on: int8 over the whole range (LOG and RSQRT: above zero)."""
+    """Inputs the reference runs on: int8 over the whole range (LOG, RSQRT and SQRT: above zero)."""
     from deployer.verify import random_inputs
     samples = [random_inputs(graph, seed * 7 + s) for s in range(count)]
-    if op in ("LOG", "RSQRT"):
+    if op in ("LOG", "RSQRT", "SQRT"):
         samples = [[np.maximum(x, graph.tensors[t].zero_point + 1).astype(x.dtype) for x, t in zip(sample, graph.inputs)]
                    for sample in samples]
     return samples

@@ -595,6 +595,11 @@ class ModelBuilder:
         return self._emit(self._name("rsqrt"), Op.RSQRT, 2, [x], [x], lambda v: 1 / np.sqrt(np.maximum(v, 1e-3)),
                           t.shape)
 
+    def sqrt(self, x) -> int:
+        """SQRT; the reference refuses to run on inputs below zero."""
+        t = self._int8(x)
+        return self._emit(self._name("sqrt"), Op.SQRT, 1, [x], [x], lambda v: np.sqrt(np.maximum(v, 0)), t.shape)
+
     def relu_n1_to_1(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("relu_n1_to_1"), Op.RELU_N1_TO_1, 1, [x], [x], lambda v: np.clip(v, -1.0, 1.0),

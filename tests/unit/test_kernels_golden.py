@@ -208,10 +208,10 @@ def test_unary(seed, shape, op):
 
 
 @PROPERTY
-@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), op=st.sampled_from(["log", "rsqrt"]),
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), op=st.sampled_from(["log", "rsqrt", "sqrt"]),
        zp=st.integers(-128, 20))
 def test_positive_domain_unary(seed, shape, op, zp):
-    """LOG and RSQRT on the inputs the reference runs (above zero: it refuses the rest)."""
+    """LOG, RSQRT and SQRT on the inputs the reference runs (above zero: it refuses the rest)."""
     mb = ModelBuilder(seed)
     mb.output(getattr(mb, op)(mb.input(tuple(shape), zero_point=zp)))
     pytest.importorskip("ai_edge_litert", reason="LiteRT (ai-edge-litert) is the reference interpreter")

@@ -54,3 +54,22 @@ def test_cli_ops():
     assert code == 0 and out.strip() == ops_text().strip() and "TRANSPOSE_CONV" in out
     code, out, _ = run_clirunner("ops", "--json")
     assert code == 0 and json.loads(out) == json.loads(json.dumps(ops_json()))
+
+
+def test_refused_operators_say_why(tmp_path):
+    """An operator refused on purpose names its reason in the reader's error and in deploy ops;
+    none of them is also one the reader takes."""
+    from network_parser.errors import UnsupportedOperator
+    from network_parser.tflite_reader import REFUSED, read_tflite
+    from tests.tflite_builder import ModelBuilder, Op
+
+    assert not set(REFUSED) & set(supported_operators())
+    assert all(f"  {op}: {why}" in ops_text() for op, why in REFUSED.items())
+    assert ops_json()["tflite_refused"]["SQUARE"] == REFUSED["SQUARE"]
+    mb = ModelBuilder(0)
+    x = mb.input((1, 8))
+    mb.output(mb._emit(mb._name("square"), Op.SQUARE, 1, [x], [x], lambda v: v * v, (1, 8)))
+    mb.save(tmp_path / "square.tflite")
+    with pytest.raises(UnsupportedOperator, match=r"op 0 SQUARE \(output 'square_0/out'\): operator SQUARE is not "
+                                                  r"supported: LiteRT's reference kernel is float32 only"):
+        read_tflite(tmp_path / "square.tflite")
