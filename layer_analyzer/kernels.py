@@ -1091,6 +1091,26 @@ def _gather(g: Graph, l: Layer, where: str) -> Gather:
     return Gather(math.prod(x.shape[:axis]), x.shape[axis], inner, a.indices)
 
 
+def _gather_nd(g: Graph, l: Layer, where: str) -> Gather:
+    """GATHER_ND with constant indices: each index row names a slice of the input's leading
+    ``depth`` axes, so it is a GATHER on the view (1, those axes flattened, the rest)."""
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    a = l.attrs
+    depth = a.indices_shape[-1]
+    if depth > len(x.shape):
+        raise UnsupportedOperator(f"{where}: index rows of {depth} coordinates for a rank-{len(x.shape)} input")
+    rows = [a.indices[i:i + depth] for i in range(0, len(a.indices), depth)]
+    lead = x.shape[:depth]
+    if any(not 0 <= v < d for row in rows for v, d in zip(row, lead)):
+        bad = next(row for row in rows if any(not 0 <= v < d for v, d in zip(row, lead)))
+        raise UnsupportedOperator(f"{where}: index {list(bad)} outside the input's leading axes {list(lead)}")
+    if a.indices_shape[:-1] + x.shape[depth:] != y.shape or x.dtype != y.dtype:
+        raise UnsupportedOperator(f"{where}: indices {list(a.indices_shape)} on {list(x.shape)} do not give "
+                                  f"{list(y.shape)} {y.dtype}")
+    flat = tuple(int(np.ravel_multi_index(row, lead)) for row in rows)
+    return Gather(1, math.prod(lead), math.prod(x.shape[depth:]) * DTYPE_BYTES[x.dtype], flat)
+
+
 def _pack(g: Graph, l: Layer, where: str) -> Concat:
     """PACK: the inputs, one shape, stacked along a new axis: a concatenation of their bytes."""
     y = g.tensors[l.outputs[0]]
@@ -1269,7 +1289,7 @@ LOWERINGS = {
     "RELU_0_TO_1": _requantize_act, "QUANTIZE": _quantize,
     "DEQUANTIZE": _dequantize, "RESHAPE": _copy, "SQUEEZE": _copy, "PAD": _pad,
     "CONCATENATION": _concat, "TRANSPOSE": _transpose, "STRIDED_SLICE": _strided_slice, "SLICE": _strided_slice,
-    "GATHER": _gather, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
+    "GATHER": _gather, "GATHER_ND": _gather_nd, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
     "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "MIRROR_PAD": _mirror_pad, "SPACE_TO_BATCH_ND": _space_batch,
     "BATCH_TO_SPACE_ND": _space_batch, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
     "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,

@@ -222,6 +222,14 @@ class Gather:
 
 
 @dataclass(frozen=True, slots=True)
+class GatherNd:
+    """GATHER_ND with constant indices: each index row (the indices' last axis, ``depth`` long)
+    names a slice of the input's leading ``depth`` axes."""
+    indices: tuple[int, ...]  # the rows, flattened
+    indices_shape: tuple[int, ...]  # (..., depth)
+
+
+@dataclass(frozen=True, slots=True)
 class Block:
     """DEPTH_TO_SPACE / SPACE_TO_DEPTH: the side of the square block moved between space and depth."""
     block: int
@@ -284,7 +292,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import tflite
 
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
+from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, GatherNd, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
@@ -206,7 +206,7 @@ _OPS = {
     "RESIZE_BILINEAR": (_resize(tflite.ResizeBilinearOptions), 1),
     "STRIDED_SLICE": (_strided_slice, 1), "SLICE": (_none, 1),
     "SPLIT": (_none, 1), "SPLIT_V": (_none, 1), "UNPACK": (_unpack, 1), "PACK": (_pack, None),
-    "GATHER": (_gather, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1), "MIRROR_PAD": (_mirror_pad, 1),
+    "GATHER": (_gather, 1), "GATHER_ND": (_none, 1), "EXPAND_DIMS": (_none, 1), "PADV2": (_none, 1), "MIRROR_PAD": (_mirror_pad, 1),
     "REDUCE_MAX": (_mean, 1), "REDUCE_MIN": (_mean, 1), "ARG_MAX": (_none, 1), "ARG_MIN": (_none, 1),
     "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
     "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
@@ -435,7 +435,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
 _MIN_INPUTS = {"TRANSPOSE_CONV": 2, "BATCH_MATMUL": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "ADD": 2, "SUB": 2, "MUL": 2, "MAXIMUM": 2, "MINIMUM": 2, "SQUARED_DIFFERENCE": 2, "PRELU": 2,
                "MEAN": 2, "PAD": 2, "TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "RESIZE_BILINEAR": 2,
-               "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "EXPAND_DIMS": 2,
+               "STRIDED_SLICE": 4, "SLICE": 3, "SPLIT": 2, "SPLIT_V": 3, "GATHER": 2, "GATHER_ND": 2, "EXPAND_DIMS": 2,
                "PADV2": 3, "MIRROR_PAD": 2, "REDUCE_MAX": 2, "REDUCE_MIN": 2, "ARG_MAX": 2, "ARG_MIN": 2, "TILE": 2,
                "BROADCAST_TO": 2, "SPACE_TO_BATCH_ND": 3, "BATCH_TO_SPACE_ND": 3}
 
@@ -593,6 +593,12 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
     if op == "GATHER":
         idx = _const_ints(consts, "the indices", where)
         return Gather(attrs.axis, tuple(int(v) for v in idx.reshape(-1)), tuple(idx.shape))
+    if op == "GATHER_ND":
+        idx = _const_ints(consts, "the indices", where)
+        if idx.ndim < 1 or idx.shape[-1] < 1:
+            raise ModelFormatError(f"{where}: the indices must end in an axis of at least one coordinate, got "
+                                   f"shape {list(idx.shape)}")
+        return GatherNd(tuple(int(v) for v in idx.reshape(-1)), tuple(idx.shape))
     if op == "PADV2":
         padded = _fold_constants("PAD", attrs, consts[:1], where)
         value = consts[1] if len(consts) > 1 else None

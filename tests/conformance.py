@@ -173,6 +173,14 @@ def gather(mb, rng):
     return mb.gather(_input(mb, rng, shape), idx, axis)
 
 
+def gather_nd(mb, rng):
+    shape = _any_shape(rng)
+    depth = int(rng.integers(1, len(shape) + 1))
+    rows = [(int(rng.integers(1, 4)),), (2, 2), ()][int(rng.integers(0, 3))]
+    idx = np.stack([rng.integers(0, d, rows) for d in shape[:depth]], axis=-1)
+    return mb.gather_nd(_input(mb, rng, shape), idx)
+
+
 def reduce(mb, rng, kind):
     shape = _any_shape(rng)
     first = int(rng.integers(0, len(shape)))
@@ -306,7 +314,7 @@ CASES: dict[str, Callable] = {
     "SQUEEZE": lambda mb, rng: reshape(mb, rng, "squeeze"), "EXPAND_DIMS": lambda mb, rng: reshape(mb, rng, "expand_dims"),
     "RESIZE_NEAREST_NEIGHBOR": resize, "RESIZE_BILINEAR": resize_bilinear, "STRIDED_SLICE": strided_slice, "SLICE": slice_,
     **{op.upper(): (lambda op: lambda mb, rng: split(mb, rng, op))(op) for op in ("split", "split_v", "unpack", "pack")},
-    "GATHER": gather, "PRELU": prelu, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
+    "GATHER": gather, "GATHER_ND": gather_nd, "PRELU": prelu, "DEPTH_TO_SPACE": lambda mb, rng: depth_space(mb, rng, "depth_to_space"),
     "SPACE_TO_DEPTH": lambda mb, rng: depth_space(mb, rng, "space_to_depth"), "TILE": tile, "BROADCAST_TO": broadcast_to,
     "SPACE_TO_BATCH_ND": lambda mb, rng: space_batch(mb, rng, "space_to_batch_nd"),
     "BATCH_TO_SPACE_ND": lambda mb, rng: space_batch(mb, rng, "batch_to_space_nd"), "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),

@@ -777,6 +777,18 @@ class ModelBuilder:
         return self._emit(name, Op.GATHER, 1, [x, it], [x], lambda v: np.take(v, idx, axis=axis + 1), out_shape,
                           quant=self._q(x), options=_opts("GatherOptions", Axis=axis))
 
+    def gather_nd(self, x, indices) -> int:
+        """GATHER_ND: ``indices`` (..., depth) rows of coordinates into the input's leading axes."""
+        t = self._int8(x)
+        idx = np.asarray(indices, np.int32)
+        depth = idx.shape[-1]
+        name = self._name("gather_nd")
+        it = self._const(f"{name}/indices", idx, "int32")
+        out_shape = idx.shape[:-1] + t.shape[depth:]
+        return self._emit(name, Op.GATHER_ND, 1, [x, it], [x],
+                          lambda v: np.stack([s[tuple(idx.reshape(-1, depth).T)].reshape(out_shape) for s in v]),
+                          out_shape, quant=self._q(x))
+
     def expand_dims(self, x, axis) -> int:
         t = self._int8(x)
         axis %= len(t.shape) + 1

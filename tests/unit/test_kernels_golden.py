@@ -427,6 +427,20 @@ def test_gather_expand_dims(seed, shape, data):
 
 
 @PROPERTY
+@given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data())
+def test_gather_nd(seed, shape, data):
+    """GATHER_ND of constant index rows (1 to rank coordinates, repeated, any order, one row or a
+    matrix of them)."""
+    depth = data.draw(st.integers(1, len(shape)))
+    rows = data.draw(st.sampled_from([(), (3,), (2, 2)]))
+    rng = np.random.default_rng(seed)
+    idx = np.stack([rng.integers(0, d, rows) for d in shape[:depth]], axis=-1)
+    mb = ModelBuilder(seed)
+    mb.output(mb.gather_nd(mb.input(tuple(shape)), idx))
+    assert_golden_matches_litert(mb, seed)
+
+
+@PROPERTY
 @given(seed=SEEDS, shape=st.lists(st.integers(1, 6), min_size=1, max_size=4), data=st.data(),
        keep=st.booleans(), output_type=st.sampled_from(["int32", "int64"]))
 def test_reduce_and_arg(seed, shape, data, keep, output_type):
