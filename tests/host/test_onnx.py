@@ -111,3 +111,17 @@ def test_gather_and_sequence_matmul_engines(tmp_path, which):
     refs = run_onnxruntime(path, [x.astype(np.float32)], [dep.graph.tensors[o].name for o in dep.graph.outputs])
     for j, (a, r) in enumerate(zip(outs[0], refs)):
         assert np.array_equal(a.astype(np.int64), to_engine_output(dep.graph, j, r).astype(np.int64).reshape(a.shape))
+
+
+def test_data_movement_glue_engine(tmp_path):
+    """The C engine of the integer graph of Transpose, Slice (negative steps), Split, Concat and
+    GlobalMaxPool, against onnxruntime."""
+    from tests.unit.test_onnx_reader import glue_model
+    path, _ = glue_model(tmp_path, 5, (0, 3, 1, 2), [(1, 5, -9, -2), (-1, 1, 4, 1)])
+    dep = deploy(path, Options(input_type="uint8"))
+    x = np.random.default_rng(5).integers(0, 256, dep.graph.source.input_shapes[0])
+    outs, _ = run_engine(build_engine(dep), [[to_engine_input(dep.graph, 0, x)]])
+    refs = run_onnxruntime(path, [x.astype(np.float32)], [dep.graph.tensors[o].name for o in dep.graph.outputs])
+    assert len(refs) == 3
+    for j, (a, r) in enumerate(zip(outs[0], refs)):
+        assert np.array_equal(a.astype(np.int64), to_engine_output(dep.graph, j, r).astype(np.int64).reshape(a.shape))

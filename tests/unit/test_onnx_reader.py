@@ -249,3 +249,82 @@ def test_the_integer_readers_node_types_are_listed():
     """deploy ops lists INTEGER_OPS: exactly the node types the reader has a handler for."""
     from network_parser.onnx_reader import INTEGER_OPS, IntegerGraphReader
     assert set(IntegerGraphReader.handlers(IntegerGraphReader.__new__(IntegerGraphReader))) == set(INTEGER_OPS)
+
+
+def glue_model(folder, seed: int, perm, slices) -> tuple:
+    """An integer graph of the data-movement glue on a NEMO convolution's unsigned (1, 6, 5, 7)
+    output: Transpose by ``perm``, Slice by ``slices`` ((axis, start, end, step) each), Split then
+    Concat in another order, GlobalMaxPool. Returns its path and its outputs' shapes."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-3, 4, (6, 4, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "a", w, [1] * 6, [0] * 6, 3, 4, pads=(0, 0, 0, 0))
+    inits.update({"a_lo": np.array(0.0, np.float32), "a_hi": np.array(255.0, np.float32)})
+    shape_t = [(1, 6, 5, 7)[p] for p in perm]
+    for ax, b, e, step in slices:
+        shape_t[ax % 4] = len(range(*slice(b, e, step).indices(shape_t[ax % 4])))
+    axes, starts, ends, steps = zip(*slices)
+    inits.update({"st": np.array(starts, np.int64), "en": np.array(ends, np.int64), "ax": np.array(axes, np.int64),
+                  "sp": np.array(steps, np.int64), "parts": np.array([2, 4], np.int64)})
+    nodes += [helper.make_node("Transpose", ["a"], ["t"], perm=list(perm)),
+              helper.make_node("Slice", ["t", "st", "en", "ax", "sp"], ["s"]),
+              helper.make_node("Split", ["a", "parts"], ["p0", "p1"], axis=1),
+              helper.make_node("Concat", ["p1", "p0", "p1"], ["c"], axis=-3),
+              helper.make_node("GlobalMaxPool", ["a"], ["g"])]
+    outs = {"s": shape_t, "c": [1, 10, 5, 7], "g": [1, 6, 1, 1]}
+    graph = helper.make_graph(nodes, "glue", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 7])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, s) for o, s in outs.items()],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    path = folder / "glue.onnx"
+    onnx.save(model, path)
+    return path, list(outs.values())
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), perm=st.permutations([1, 2, 3]), data=st.data())
+def test_data_movement_glue_in_an_integer_graph(tmp_path_factory, seed, perm, data):
+    """Transpose (any permutation keeping the batch axis first), Slice (constant starts, ends, axes
+    and steps, negative ones and out-of-range ends as ONNX clamps them), Split then Concat in
+    another order, and GlobalMaxPool on a NEMO convolution's unsigned output: exact against
+    onnxruntime, each output in the model's layout."""
+    perm = [0, *perm]
+    shape_t = [(1, 6, 5, 7)[p] for p in perm]
+    slices = []
+    for ax in data.draw(st.lists(st.integers(-4, 3), min_size=1, max_size=3, unique_by=lambda v: v % 4)):
+        dim = shape_t[ax % 4]
+        step = data.draw(st.sampled_from([1, 2, -1, -2]) if dim > 1 else st.just(1))
+        b, e = data.draw(st.integers(-dim, dim - 1)), data.draw(st.integers(-dim - 2, dim + 2))
+        if len(range(*slice(b, e, step).indices(dim))) == 0:
+            b, e = (0, dim) if step > 0 else (dim - 1, -dim - 1)
+        slices.append((ax, b, e, step))
+    path, shapes = glue_model(tmp_path_factory.mktemp("glue"), seed, perm, slices)
+    g = read_onnx(path, input_type="uint8")
+    assert {"TRANSPOSE", "STRIDED_SLICE", "CONCATENATION", "MAX_POOL_2D"} <= {layer.op for layer in g.layers}
+    x = np.random.default_rng(seed).integers(0, 256, (1, 4, 5, 7))
+    ours, refs = _run_both(path, g, x)
+    assert len(ours) == len(refs) == 3 and [list(r.shape) for r in refs] == shapes
+    for a, b in zip(ours, refs):
+        assert np.array_equal(a.astype(np.int64), b.astype(np.int64))
+
+
+def test_glue_refusals_name_the_node(tmp_path):
+    """A Concat of a signed and an unsigned value, a Slice keeping nothing, a Split whose sizes do not add up."""
+    w = np.ones((2, 2, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "a", w, [1, 1], [0, 0], 1, 4, pads=(0, 0, 0, 0))
+    inits.update({"a_lo": np.array(0.0, np.float32), "a_hi": np.array(255.0, np.float32)})
+    base = list(nodes)
+    cases = [
+        ([helper.make_node("Split", ["a", "parts"], ["p0", "p1"], axis=1)], {"parts": np.array([1, 2], np.int64)},
+         ModelFormatError, "node 8 Split .*do not split an axis of 2"),
+        ([helper.make_node("Slice", ["a", "st", "en"], ["p0"])],
+         {"st": np.array([3], np.int64), "en": np.array([1], np.int64)}, UnsupportedOperator, "keeps nothing"),
+        ([helper.make_node("Transpose", ["a"], ["p0"], perm=[0, 1, 1, 2])], {}, ModelFormatError, "perm"),
+        ([helper.make_node("Transpose", ["a"], ["p0"], perm=[1, 0, 2, 3])], {}, UnsupportedOperator,
+         "moving the batch axis"),
+    ]
+    for k, (extra, more, error, message) in enumerate(cases):
+        path = save(tmp_path, base + extra, {**inits, **more}, [1, 2, 3, 3], "p0", [1, 1, 3, 3], name=f"bad{k}",
+                    opset=13)
+        with pytest.raises(error, match=message):
+            read_onnx(path, input_type="uint8")
