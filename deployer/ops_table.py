@@ -10,7 +10,7 @@ from layer_analyzer import kernels as K
 from layer_analyzer.receptive_field import SPATIAL
 from layer_analyzer.tiling import TILED
 from network_parser.inplace import in_place_rules
-from network_parser.onnx_qdq import ACTIVATION_OPS, FLOAT_OPS, QLINEAR_OPS
+from network_parser.onnx_qdq import ACTIVATION_OPS, FLOAT_OPS, GLUE_OPS, QLINEAR_OPS
 from network_parser.onnx_reader import INTEGER_OPS
 from network_parser.tflite_reader import REFUSED, supported_operators
 
@@ -44,7 +44,7 @@ def tflite_table() -> list[dict]:
 
 def onnx_table() -> dict[str, list[str]]:
     return {"integer graphs (NEMO, Quantlab, Deeploy)": sorted(INTEGER_OPS),
-            "QDQ graphs": sorted({*FLOAT_OPS, *ACTIVATION_OPS, "QuantizeLinear", "DequantizeLinear"}),
+            "QDQ graphs": sorted({*FLOAT_OPS, *ACTIVATION_OPS, *GLUE_OPS, "QuantizeLinear", "DequantizeLinear"}),
             "QOperator graphs": sorted(QLINEAR_OPS)}
 
 

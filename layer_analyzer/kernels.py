@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -1026,7 +1026,7 @@ def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
     return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi)
 
 
-def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize:
+def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize | Lookup:
     x, y = _same_shape(g, l, where)
     if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
         return Offset(x.elements, y.zero_point - x.zero_point)
@@ -1034,6 +1034,10 @@ def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize:
         if y.dtype != "int8":
             raise UnsupportedOperator(f"{where}: QUANTIZE from float32 to {y.dtype} (the engine quantizes to int8)")
         return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq")
+    if (x.dtype, y.dtype) == ("int8", "int8") and g.source is not None and g.source.format == "onnx-qdq":
+        # a QuantizeLinear of dequantized int8 values (after data movement): onnxruntime's float32
+        # arithmetic, rounding half to even, as a table
+        return Lookup(x.elements, float_requant_table(x.scale, x.zero_point, y.scale, y.zero_point), "requantize")
     if "uint8" in (x.dtype, y.dtype):
         raise UnsupportedOperator(f"{where}: QUANTIZE from {x.dtype} to {y.dtype} other than an offset of 128 "
                                   f"(scale {x.scale:g} to {y.scale:g}, zero point {x.zero_point} to {y.zero_point})")

@@ -134,6 +134,18 @@ def float_table(fn: str, in_scale: float, in_zp: int, out_scale: float, out_zp: 
     return tuple(table)
 
 
+def float_requant_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """onnxruntime's DequantizeLinear then QuantizeLinear of each int8 value: (v - zp) * scale in
+    float32, divided by the output scale in float32, rounded half to even, plus the output zero
+    point, saturated."""
+    table = []
+    for v in range(-128, 128):
+        x = np.float32(v - in_zp) * np.float32(in_scale)
+        q = int(np.rint(x / np.float32(out_scale))) + out_zp
+        table.append(min(max(q, INT8_MIN), INT8_MAX))
+    return tuple(table)
+
+
 def sqrt_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
     """SQRT's int8 kernel in LiteRT (not a LUTPopulate table): each input dequantized in float32,
     its square root divided by the output scale and truncated toward zero (a cast, not a

@@ -24,6 +24,9 @@ from .onnx_common import OnnxGraphBuilder, Value
 
 FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape")
 ACTIVATION_OPS = ("Relu", "Clip")
+# data movement on the quantized values themselves (the shared builder's handlers); the
+# QuantizeLinear after each requantizes where its scale is not the input's
+GLUE_OPS = ("Transpose", "Slice", "Split", "Concat", "GlobalMaxPool")
 # QOperator format (quantize_static with QuantFormat.QOperator): the quantized ops themselves
 QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool")
 
@@ -69,10 +72,12 @@ class QdqReader(OnnxGraphBuilder):
                 self.run_node(i, node, self._float_op)
             elif node.op_type in QLINEAR_OPS:
                 self.run_node(i, node, self._qlinear)
+            elif node.op_type in GLUE_OPS:
+                self.run_node(i, node, self.glue_handlers()[node.op_type])
             else:
                 raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in a quantized "
-                                          f"graph (supported: {', '.join(FLOAT_OPS + ACTIVATION_OPS)} between "
-                                          f"QuantizeLinear/DequantizeLinear, and {', '.join(QLINEAR_OPS)})")
+                                          f"graph (supported: {', '.join(FLOAT_OPS + ACTIVATION_OPS + GLUE_OPS)} "
+                                          f"between QuantizeLinear/DequantizeLinear, and {', '.join(QLINEAR_OPS)})")
             self.done.add(i)
         outputs, perms, shapes = [], [], []
         for name in self.graph_outputs:
@@ -119,6 +124,16 @@ class QdqReader(OnnxGraphBuilder):
 
     def _quantize(self, i: int, node) -> None:
         src = node.input[0]
+        if src in self.values:  # after data movement: the same values, or requantized as onnxruntime does
+            x = self.values[src]
+            xt, q = self.tensors[x.tensor], self.activation_quant(i, node)
+            if q == xt.quant:
+                self.values[node.output[0]] = x
+                return
+            out = self.add_tensor(node.output[0], xt.shape, "int8", q)
+            self.add_layer("QUANTIZE", [x.tensor], [out], NoAttrs(), node.output[0])
+            self.values[node.output[0]] = Value(out, x.rank)
+            return
         if src not in self.float_inputs:
             raise UnsupportedOperator(f"{self.where(i)}: quantizes '{src}', which no supported op produces")
         t, dims = self.float_inputs[src]

@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import Concat, FullyConnected, Gather, StridedSlice, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
-from .onnx_common import UNIT, OnnxGraphBuilder, Value, load_onnx, tensor_array
+from .ir import FullyConnected, Gather, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
+from .onnx_common import UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
 UNSIGNED = Quant((1.0,), (-128,))
@@ -41,9 +41,7 @@ INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "
                                    "GlobalMaxPool", "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze",
                                    "Unsqueeze", "Concat", "Transpose", "Slice", "Split",
                                    *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
-# IR axis -> ONNX axis of a value of each ONNX rank (rank 4 is held NHWC, rank 3 as N, 1, L, C:
-# None is that added axis); ranks 1 and 2 keep the model's layout
-_IR_AXES = {1: (0,), 2: (0, 1), 3: (0, None, 2, 1), 4: (0, 2, 3, 1)}
+
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
@@ -91,17 +89,6 @@ def _broadcast(a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
     raise ValueError(f"{len(a)} and {len(b)} channels")
 
 
-def _exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
-    arr = np.asarray(arr)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.array_equal(arr, np.round(arr)):
-            raise UnsupportedOperator(f"{where}: {what} holds non-integer values; an integer graph needs "
-                                      f"integer constants (a float graph must be quantized first)")
-        if np.abs(arr).max(initial=0) >= 2 ** 62:
-            raise UnsupportedOperator(f"{where}: {what} holds values beyond 64-bit integers")
-    elif arr.dtype.kind not in "iub":
-        raise UnsupportedOperator(f"{where}: {what} has type {arr.dtype}")
-    return arr.astype(np.int64)
 
 
 def _tensor_attr(attrs: dict, key: str, default, where: str = ""):
@@ -168,8 +155,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
                     "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
                     "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
                     "Gather": self._gather, "Squeeze": self._squeeze, "Unsqueeze": self._squeeze,
-                    "GlobalMaxPool": self._global_max_pool, "Concat": self._concat, "Transpose": self._transpose,
-                    "Slice": self._slice, "Split": self._split, "Constant": lambda i, n: None}
+                    "Constant": lambda i, n: None, **self.glue_handlers()}
         for op in CHAIN_OPS:
             handlers.setdefault(op, self._standalone_chain)
         for op in TRAILING_FLOAT_OPS:
@@ -503,142 +489,6 @@ class IntegerGraphReader(OnnxGraphBuilder):
         self.add_layer("GATHER", [x.tensor], [out], Gather(axis, tuple(int(v) for v in idx.reshape(-1)),
                                                           tuple(idx.shape)), node.output[0])
         self.values[node.output[0]] = Value(out, len(shape))
-
-    # ---- data movement: the model's axes mapped onto the IR's layout -----------------------
-
-    def _moved(self, i: int, node, x: Value) -> tuple[str, tuple]:
-        """(where, IR axis -> ONNX axis) of a value a data-movement node reads."""
-        where = self.where(i)
-        if x.flat_chw is not None:
-            raise UnsupportedOperator(f"{where}: {node.op_type} of a value flattened from C, H, W (stored H, W, C)")
-        if x.rank not in _IR_AXES:
-            raise UnsupportedOperator(f"{where}: {node.op_type} of a rank-{x.rank} activation")
-        return where, _IR_AXES[x.rank]
-
-    def _axis(self, node, x: Value, where: str, default: int | None = None) -> int:
-        """The node's ``axis`` attribute (an ONNX axis of ``x``), checked, as the IR's axis."""
-        axis = self.attrs(node).get("axis", default)
-        if axis is None or not -x.rank <= axis < x.rank:
-            raise ModelFormatError(f"{where}: axis {axis} of a rank-{x.rank} activation")
-        return _IR_AXES[x.rank].index(axis % x.rank)
-
-    def _concat(self, i: int, node) -> None:
-        """Concat of activations of one type and quantization (integer graphs copy their values)."""
-        xs = [self.value(n, i) for n in node.input]
-        where, _ = self._moved(i, node, xs[0])
-        ts = [self.tensors[x.tensor] for x in xs]
-        if any(x.rank != xs[0].rank or x.flat_chw is not None for x in xs):
-            raise UnsupportedOperator(f"{where}: Concat of activations of different ranks or layouts")
-        if any((t.dtype, t.quant) != (ts[0].dtype, ts[0].quant) for t in ts):
-            raise UnsupportedOperator(f"{where}: Concat of activations of different types or ranges (signed and "
-                                      f"unsigned); the engine copies values")
-        axis = self._axis(node, xs[0], where)
-        shape = list(ts[0].shape)
-        if any(len(t.shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(t.shape, shape)) if k != axis)
-               for t in ts):
-            raise ModelFormatError(f"{where}: inputs {[list(self.model_shape(x)) for x in xs]} do not concatenate")
-        shape[axis] = sum(t.shape[axis] for t in ts)
-        out = self.add_tensor(node.output[0], shape, ts[0].dtype, ts[0].quant)
-        self.add_layer("CONCATENATION", [x.tensor for x in xs], [out], Concat(axis, "NONE"), node.output[0])
-        self.values[node.output[0]] = Value(out, xs[0].rank)
-
-    def _transpose(self, i: int, node) -> None:
-        """Transpose: the model's permutation, seen through both values' layouts (the added axis of a
-        rank-3 value stays where it is)."""
-        x = self.value(node.input[0], i)
-        where, axes = self._moved(i, node, x)
-        perm = list(self.attrs(node).get("perm", range(x.rank - 1, -1, -1)))
-        if sorted(perm) != list(range(x.rank)):
-            raise ModelFormatError(f"{where}: perm {perm} for a rank-{x.rank} activation")
-        if x.rank > 2 and perm[0] != 0:
-            raise UnsupportedOperator(f"{where}: Transpose moving the batch axis (perm {perm}); the engine's "
-                                      f"layouts keep it first")
-        ir_perm = tuple(k if a is None else axes.index(perm[a]) for k, a in enumerate(axes))
-        xt = self.tensors[x.tensor]
-        out = self.add_tensor(node.output[0], tuple(xt.shape[p] for p in ir_perm), xt.dtype, xt.quant)
-        self.add_layer("TRANSPOSE", [x.tensor], [out], Transpose(ir_perm), node.output[0])
-        self.values[node.output[0]] = Value(out, x.rank)
-
-    def _slice_layer(self, name: str, x: Value, ranges: dict[int, range], where: str) -> None:
-        """One STRIDED_SLICE taking ``ranges`` (IR axis -> the indices kept) of ``x`` as ``name``."""
-        xt = self.tensors[x.tensor]
-        if any(len(r) == 0 for r in ranges.values()):
-            raise UnsupportedOperator(f"{where}: a slice that keeps nothing")
-        begin, end, strides, end_mask, shape = [], [], [], 0, []
-        for k, dim in enumerate(xt.shape):
-            r = ranges.get(k, range(dim))
-            begin.append(r.start)
-            last = r.start + (len(r) - 1) * r.step
-            end.append(last + (1 if r.step > 0 else -1))
-            if end[-1] < 0:  # to the axis's start, with a negative step: the end mask says it
-                end_mask |= 1 << k
-                end[-1] = 0
-            strides.append(r.step)
-            shape.append(len(r))
-        out = self.add_tensor(name, shape, xt.dtype, xt.quant)
-        self.add_layer("STRIDED_SLICE", [x.tensor], [out], StridedSlice(tuple(begin), tuple(end), tuple(strides), 0,
-                                                                      end_mask), name)
-        self.values[name] = Value(out, x.rank)
-
-    def _slice(self, i: int, node) -> None:
-        """Slice with constant starts, ends, axes and steps (inputs since opset 10, attributes before)."""
-        x = self.value(node.input[0], i)
-        where, axes_map = self._moved(i, node, x)
-        a = self.attrs(node)
-        if "starts" in a:
-            starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
-        else:
-            names = list(node.input[1:]) + [""] * (4 - len(node.input[1:]))
-            starts, ends, axes, steps = (None if not n else
-                                         _exact_ints(self.const(n, i, what), what, where).reshape(-1).tolist()
-                                         for n, what in zip(names, ("the starts", "the ends", "the axes", "the steps")))
-        axes = list(range(len(starts))) if axes is None else list(axes)
-        steps = [1] * len(starts) if steps is None else list(steps)
-        if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps \
-                or any(not -x.rank <= v < x.rank for v in axes) or len({v % x.rank for v in axes}) != len(axes):
-            raise ModelFormatError(f"{where}: starts {starts}, ends {ends}, axes {axes} and steps {steps} do not "
-                                   f"slice a rank-{x.rank} activation")
-        shape = self.model_shape(x)
-        ranges = {}
-        for b, e, ax, st in zip(starts, ends, axes, steps):
-            ax %= x.rank
-            ranges[axes_map.index(ax)] = range(*slice(b, e, st).indices(shape[ax]))  # ONNX clamps as Python does
-        self._slice_layer(node.output[0], x, ranges, where)
-
-    def _split(self, i: int, node) -> None:
-        """Split into pieces of constant sizes (equal ones without a split list): a slice per output."""
-        x = self.value(node.input[0], i)
-        where, axes_map = self._moved(i, node, x)
-        axis = self._axis(node, x, where, 0)
-        dim = self.model_shape(x)[axes_map[axis]]
-        a, outs = self.attrs(node), list(node.output)
-        sizes = a.get("split")
-        if sizes is None and len(node.input) > 1 and node.input[1]:
-            sizes = _exact_ints(self.const(node.input[1], i, "the split sizes"), "the split sizes", where).tolist()
-        if sizes is None:
-            n = len(outs)
-            sizes = [-(-dim // n)] * (n - 1) + [dim - -(-dim // n) * (n - 1)]
-        sizes = [int(v) for v in sizes]
-        if len(sizes) != len(outs) or any(v < 1 for v in sizes) or sum(sizes) != dim:
-            raise ModelFormatError(f"{where}: pieces of sizes {sizes} do not split an axis of {dim} into "
-                                   f"{len(outs)} outputs")
-        start = 0
-        for name, size in zip(outs, sizes):
-            if name:
-                self._slice_layer(name, x, {axis: range(start, start + size)}, where)
-            start += size
-
-    def _global_max_pool(self, i: int, node) -> None:
-        x = self.value(node.input[0], i)
-        where, _ = self._moved(i, node, x)
-        xt = self.tensors[x.tensor]
-        if x.rank != 4 or xt.dtype != "int8":
-            raise UnsupportedOperator(f"{where}: GlobalMaxPool of a rank-{x.rank} {xt.dtype} activation (supported: "
-                                      f"rank 4, 8-bit)")
-        n, h, w, c = xt.shape
-        out = self.add_tensor(node.output[0], (n, 1, 1, c), xt.dtype, xt.quant)
-        self.add_layer("MAX_POOL_2D", [x.tensor], [out], Pool2D((h, w), (1, 1), "VALID", "NONE"), node.output[0])
-        self.values[node.output[0]] = Value(out, 4)
 
     def _squeeze(self, i: int, node) -> None:
         """Squeeze / Unsqueeze of a rank-1 or rank-2 activation: the same bytes (a RESHAPE)."""

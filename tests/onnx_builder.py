@@ -24,6 +24,11 @@ class _Builder:
         self.inits.append(numpy_helper.from_array(arr.astype(np.float32), name))
         return name
 
+    def ints(self, values, base: str) -> str:
+        name = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
     def op(self, op_type: str, inputs: list[str], **attrs) -> str:
         out = self.name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
@@ -48,7 +53,8 @@ class _Builder:
 
 def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """A float model of ``kind``: "cnn" (conv, depthwise, residual add, pooling, flatten, gemm),
-    "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average)."""
+    "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average), "glue" (Transpose,
+    Slice, Split, Concat, GlobalMaxPool between convolutions)."""
     b = _Builder(seed)
     if kind == "cnn":
         shape = (1, 3, 16, 16)
@@ -75,6 +81,17 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
         x = b.conv(x, 8, 8, 3, stride=2, pad=1)
         out = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
         out_shape = [1, 8, 3, 3]
+    elif kind == "glue":  # data movement between convolutions
+        shape = (1, 4, 8, 8)
+        x = b.conv("input", 4, 8, 3)
+        x = b.op("Transpose", [x], perm=[0, 1, 3, 2])
+        x = b.op("Slice", [x, b.ints([1, 7], "st"), b.ints([8, 0], "en"), b.ints([2, 3], "ax"), b.ints([1, -2], "sp")])
+        halves = [f"{b.name('split')}_{k}" for k in range(2)]
+        b.nodes.append(helper.make_node("Split", [x, b.ints([3, 5], "parts")], halves, axis=1))
+        x = b.op("Concat", [halves[1], halves[0]], axis=1)
+        x = b.op("GlobalMaxPool", [x])
+        out = b.conv(x, 8, 6, 1, relu=False)
+        out_shape = [1, 6, 1, 1]
     else:
         raise ValueError(kind)
     graph = helper.make_graph(b.nodes, f"{kind}_float", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
