@@ -969,6 +969,12 @@ def _resize_nearest(g: Graph, l: Layer, where: str) -> ResizeNearest:
                                   f"{list(a.size)}")
     if x.dtype != y.dtype:
         raise UnsupportedOperator(f"{where}: input {x.dtype} and output {y.dtype} differ")
+    if a.sources is not None:
+        rows, cols = a.sources
+        if len(rows) != oh or len(cols) != ow or not all(0 <= r < ih for r in rows) or \
+                not all(0 <= c_ < iw for c_ in cols):
+            raise UnsupportedOperator(f"{where}: source rows and columns do not map {[oh, ow]} onto {[ih, iw]}")
+        return ResizeNearest(n, ih, iw, c, tuple(rows), tuple(cols))
     return ResizeNearest(n, ih, iw, c, nearest_indices(oh, ih, a.align_corners, a.half_pixel_centers),
                          nearest_indices(ow, iw, a.align_corners, a.half_pixel_centers))
 

@@ -199,6 +199,9 @@ class Resize:
     size: tuple[int, int] = (0, 0)
     align_corners: bool = False
     half_pixel_centers: bool = False
+    # the input row and column of every output row and column, when the model's rule is not
+    # TFLite's (an ONNX Resize: its coordinate transformation and nearest mode, as its reader computed)
+    sources: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

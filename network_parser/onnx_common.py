@@ -3,6 +3,7 @@ them (NHWC), the edges between the model's layout and the engine's, and the geom
 convolutions, pooling and flattening."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from onnx import numpy_helper
 from . import conv_geometry as geo
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import Concat, Conv2D, DepthwiseConv2D, Layer, NoAttrs, Pool2D, Quant, StridedSlice, Tensor, Transpose
+from .ir import Concat, Conv2D, DepthwiseConv2D, Layer, NoAttrs, Pool2D, Quant, Resize, StridedSlice, Tensor, Transpose
 from .side_files import read_model_file
 
 UNIT = Quant((1.0,), (0,))
@@ -70,6 +71,49 @@ def tensor_array(proto, what: str) -> np.ndarray:
 # IR axis -> ONNX axis of a value of each ONNX rank (rank 4 is held NHWC, rank 3 as N, 1, L, C:
 # None is that added axis); ranks 1 and 2 keep the model's layout
 _IR_AXES = {1: (0,), 2: (0, 1), 3: (0, None, 2, 1), 4: (0, 2, 3, 1)}
+
+
+RESIZE_COORDINATES = ("half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn", "align_corners")
+RESIZE_ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def nearest_sources(out: int, length: int, scale, coord: str, rounding: str) -> list[int]:
+    """The input index onnxruntime's nearest Resize takes for each of ``out`` indices along an axis
+    of ``length`` (its float32 coordinate transformation, then the nearest mode; clamped)."""
+    f = np.float32
+    result = []
+    for o in range(out):
+        x = f(o)
+        if coord == "half_pixel":
+            v = (x + f(0.5)) / scale - f(0.5)
+        elif coord == "asymmetric":
+            v = x / scale
+        elif coord == "pytorch_half_pixel":
+            v = (x + f(0.5)) / scale - f(0.5) if out > 1 else f(0.0)
+        elif coord == "tf_half_pixel_for_nn":
+            v = (x + f(0.5)) / scale
+        else:  # align_corners
+            v = f(0.0) if out == 1 else x * f(length - 1) / f(out - 1)
+        v = f(v)
+        if rounding == "round_prefer_floor":
+            j = math.floor(v) if v == f(int(v)) + f(0.5) else _round_away(float(v))
+        elif rounding == "round_prefer_ceil":
+            j = _round_away(float(v))
+        elif rounding == "floor":
+            j = math.floor(v)
+        else:
+            j = math.ceil(v)
+        result.append(min(max(j, 0), length - 1))
+    return result
+
+
+def _round_away(v: float) -> int:
+    """std::round: half away from zero."""
+    return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
 
 
 def exact_ints(arr: np.ndarray, what: str, where: str) -> np.ndarray:
@@ -269,7 +313,47 @@ class OnnxGraphBuilder:
 
     def glue_handlers(self) -> dict:
         return {"Concat": self._concat, "Transpose": self._transpose, "Slice": self._slice, "Split": self._split,
-                "GlobalMaxPool": self._global_max_pool}
+                "GlobalMaxPool": self._global_max_pool, "Resize": self._resize}
+
+    def _resize(self, i: int, node) -> None:
+        """Resize, mode nearest, of the height and width (opset 11 and later: scales or sizes
+        constant): each output row and column takes the input one onnxruntime's coordinate
+        transformation and nearest mode pick, computed as it does in float32."""
+        x = self.value(node.input[0], i)
+        where, _ = self._moved(i, node, x)
+        a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in self.attrs(node).items()}
+        mode = a.get("mode", "nearest")
+        coord = a.get("coordinate_transformation_mode", "half_pixel")
+        rounding = a.get("nearest_mode", "round_prefer_floor")
+        if mode != "nearest" or x.rank != 4:
+            raise UnsupportedOperator(f"{where}: Resize mode {mode} of a rank-{x.rank} activation (supported: "
+                                      f"nearest, rank 4)")
+        if coord not in RESIZE_COORDINATES or rounding not in RESIZE_ROUNDING or a.get("axes") is not None:
+            raise UnsupportedOperator(f"{where}: Resize with coordinate_transformation_mode {coord}, nearest_mode "
+                                      f"{rounding}{', axes' if a.get('axes') is not None else ''} (supported: "
+                                      f"{', '.join(RESIZE_COORDINATES)}; {', '.join(RESIZE_ROUNDING)})")
+        names = list(node.input) + [""] * 4
+        if not names[2] and not names[3] or self.model.opset_import and _opset(self.model) < 11:
+            raise UnsupportedOperator(f"{where}: Resize before opset 11 or without scales or sizes")
+        shape = self.model_shape(x)
+        if names[3]:
+            sizes = exact_ints(self.const(names[3], i, "the sizes"), "the sizes", where).reshape(-1).tolist()
+            if len(sizes) != 4 or any(v < 1 for v in sizes):
+                raise ModelFormatError(f"{where}: sizes {sizes} for a rank-4 activation")
+            scales = [np.float32(o) / np.float32(d) for o, d in zip(sizes, shape)]
+        else:
+            scales = [np.float32(v) for v in self.const(names[2], i, "the scales").astype(np.float32).reshape(-1)]
+            if len(scales) != 4 or not all(np.isfinite(s) and s > 0 for s in scales):
+                raise ModelFormatError(f"{where}: scales {[float(s) for s in scales]} for a rank-4 activation")
+            sizes = [int(np.floor(np.float32(d) * s)) for d, s in zip(shape, scales)]
+        if sizes[:2] != list(shape[:2]):
+            raise UnsupportedOperator(f"{where}: Resize of the batch or channel axis (sizes {sizes})")
+        sources = tuple(tuple(nearest_sources(sizes[k], shape[k], scales[k], coord, rounding)) for k in (2, 3))
+        xt = self.tensors[x.tensor]
+        out = self.add_tensor(node.output[0], (xt.shape[0], sizes[2], sizes[3], xt.shape[3]), xt.dtype, xt.quant)
+        self.add_layer("RESIZE_NEAREST_NEIGHBOR", [x.tensor], [out], Resize((sizes[2], sizes[3]), sources=sources),
+                       node.output[0])
+        self.values[node.output[0]] = Value(out, 4)
 
     def _moved(self, i: int, node, x: Value) -> tuple[str, tuple]:
         """(where, IR axis -> ONNX axis) of a value a data-movement node reads."""

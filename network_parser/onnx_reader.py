@@ -39,7 +39,7 @@ CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift
 # every node type an integer graph may hold (``deploy ops``; the reader's handlers are these)
 INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool",
                                    "GlobalMaxPool", "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze",
-                                   "Unsqueeze", "Concat", "Transpose", "Slice", "Split",
+                                   "Unsqueeze", "Concat", "Transpose", "Slice", "Split", "Resize",
                                    *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
 
 

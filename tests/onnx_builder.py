@@ -54,7 +54,7 @@ class _Builder:
 def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """A float model of ``kind``: "cnn" (conv, depthwise, residual add, pooling, flatten, gemm),
     "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average), "glue" (Transpose,
-    Slice, Split, Concat, GlobalMaxPool between convolutions)."""
+    Resize, Slice, Split, Concat, GlobalMaxPool between convolutions)."""
     b = _Builder(seed)
     if kind == "cnn":
         shape = (1, 3, 16, 16)
@@ -85,6 +85,8 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
         shape = (1, 4, 8, 8)
         x = b.conv("input", 4, 8, 3)
         x = b.op("Transpose", [x], perm=[0, 1, 3, 2])
+        roi = b.const(np.array([], np.float32), "roi")
+        x = b.op("Resize", [x, roi, b.const(np.array([1, 1, 1.5, 0.5]), "scales")], mode="nearest")
         x = b.op("Slice", [x, b.ints([1, 7], "st"), b.ints([8, 0], "en"), b.ints([2, 3], "ax"), b.ints([1, -2], "sp")])
         halves = [f"{b.name('split')}_{k}" for k in range(2)]
         b.nodes.append(helper.make_node("Split", [x, b.ints([3, 5], "parts")], halves, axis=1))

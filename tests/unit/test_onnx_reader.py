@@ -328,3 +328,36 @@ def test_glue_refusals_name_the_node(tmp_path):
                     opset=13)
         with pytest.raises(error, match=message):
             read_onnx(path, input_type="uint8")
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
+                                   "align_corners"])
+@pytest.mark.parametrize("rounding", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+def test_resize_nearest_in_an_integer_graph(tmp_path, coord, rounding):
+    """Resize (nearest) by scales (up, down, fractional) and by sizes, every coordinate
+    transformation and nearest mode onnxruntime has: exact against it."""
+    cases = [("scales", [1, 1, 2, 3]), ("scales", [1, 1, 0.5, 1.7]), ("scales", [1, 1, 1.25, 0.6]),
+             ("sizes", [1, 3, 7, 2]), ("sizes", [1, 3, 1, 11])]
+    for k, (kind, value) in enumerate(cases):
+        w = np.ones((3, 2, 1, 1))
+        nodes, inits, _ = nemo_conv("x", "a", w, [1] * 3, [0] * 3, 1, 2, pads=(0, 0, 0, 0))
+        inits.update({"a_lo": np.array(0.0, np.float32), "a_hi": np.array(255.0, np.float32),
+                      "roi": np.array([], np.float32)})
+        if kind == "scales":
+            inits["sc"] = np.array(value, np.float32)
+            ins = ["a", "roi", "sc"]
+            out = [1, 3, int(np.floor(np.float32(5) * np.float32(value[2]))),
+                   int(np.floor(np.float32(6) * np.float32(value[3])))]
+        else:
+            inits["sz"] = np.array(value, np.int64)
+            ins = ["a", "roi", "", "sz"]
+            out = value
+        nodes.append(helper.make_node("Resize", ins, ["y"], mode="nearest", coordinate_transformation_mode=coord,
+                                      nearest_mode=rounding))
+        path = save(tmp_path, nodes, inits, [1, 2, 5, 6], "y", out, name=f"resize{k}", opset=13)
+        g = read_onnx(path, input_type="uint8")
+        assert "RESIZE_NEAREST_NEIGHBOR" in [layer.op for layer in g.layers]
+        x = np.random.default_rng(k).integers(0, 256, (1, 2, 5, 6))
+        ours, refs = _run_both(path, g, x)
+        assert list(refs[0].shape) == [1, 3, *out[2:]]
+        assert np.array_equal(ours[0].astype(np.int64), refs[0].astype(np.int64)), (kind, value)
