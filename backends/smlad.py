@@ -246,8 +246,47 @@ def _transpose_conv(kern, weight_bytes: int, use: str) -> Variant | None:
                    CODE_BYTES_DSP, 1, True, False, LANES, s, context, None)
 
 
+def batch_matmul_form(kern) -> str | None:
+    """How the DSP kernel walks a BATCH_MATMUL (x's rows contiguous along k): "dot" when y's
+    columns are contiguous too (adj_y: two dot products of 4 values per pair of SMLADs), "cols"
+    when its rows are (4 columns per word: SMLAxy against each halfword); None otherwise."""
+    if not isinstance(kern, K.BatchMatMul) or kern.x_strides[1] != 1 or kern.depth < 4:
+        return None
+    if kern.y_strides[0] == 1:
+        return "dot"
+    if kern.y_strides[1] == 1 and kern.cols >= 4:
+        return "cols"
+    return None
+
+
+def _batch_matmul(kern, weight_bytes: int, use: str) -> Variant | None:
+    """BATCH_MATMUL of two int8 operands (activations or constants, read where they are), whole
+    from the arena: both offsets added by SXTAB16 as the values are unpacked."""
+    form = batch_matmul_form(kern)
+    if use != "whole" or form is None:
+        return None
+
+    def context(kern, k, sym, variant, in_place=False):
+        ctx = dict(macro="batch_matmul", form=form, xo2=_offset_pair(kern.x_offset), yo2=_offset_pair(kern.y_offset),
+                   x_offsets=None, y_offsets=None)
+        if len(kern.x_offsets) > 1:
+            ctx.update(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
+                       y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
+        return ctx
+
+    return Variant("batch_matmul_s8_smlad", "smlad", "batch_matmul", weight_bytes, CODE_BYTES_DSP, 1, True, False, 1,
+                   None, context, None)
+
+
+def _offset_pair(offset: int) -> int:
+    """An int8 offset in both halfwords of a word (SXTAB16's addend), as a C int32 literal."""
+    off = offset & 0xFFFF
+    return int(np.int32(np.uint32(off | off << 16)))
+
+
 RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)),
-         VariantRule("smlad transpose conv", _transpose_conv, (K.TransposeConv,)))
+         VariantRule("smlad transpose conv", _transpose_conv, (K.TransposeConv,)),
+         VariantRule("smlad batch matmul", _batch_matmul, (K.BatchMatMul,)))
 
 
 # ---- the templates' values ---------------------------------------------------------------

@@ -26,3 +26,26 @@ def test_tiled_operator_bit_exact_in_dtcm(op):
     seed = first_tiled_case(op, "stm32h743", 4096)
     result = check(op, seed, "stm32h743", l1=4096)
     assert exact(result), result["outputs"]
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+def test_batch_matmul_dsp_forms(tmp_path, target):
+    """BATCH_MATMUL on the DSP kernel in both its forms (y's rows or y's columns contiguous), with
+    depths, column counts and batches that leave remainders, broadcast batches and operands at
+    the edges of their quantization: bit-exact with LiteRT on QEMU."""
+    from deployer.pipeline import Options, deploy
+    from deployer.verify import random_inputs
+    from tests.tflite_builder import ModelBuilder
+
+    cases = [((2, 6, 13), (2, 13, 9), False), ((1, 5, 13), (1, 7, 13), True), ((3, 4, 8), (8, 6), False),
+             ((2, 3, 6), (1, 5, 6), True)]
+    for n, (xs, ys, adj_y) in enumerate(cases):
+        mb = ModelBuilder(n)
+        x = mb.input(xs, zero_point=-128 if n % 2 else 127)
+        mb.output(mb.batch_matmul(x, mb.input(ys), False, adj_y))
+        path = tmp_path / f"bmm{n}.tflite"
+        mb.save(path)
+        dep = deploy(path, Options(target=target))
+        assert dep.layers[-1].variant.name == "batch_matmul_s8_smlad"
+        result = qemu.verify_on_qemu(dep, path, [random_inputs(dep.graph, s) for s in range(2)])
+        assert exact(result), (xs, ys, result["outputs"])
