@@ -545,13 +545,13 @@ STACK_TILED_LAYER_BYTES = 1024
 TASK_EXTRA_BYTES = 512
 
 
-def stack_need(buffer_bytes: int, tiled: bool = False) -> dict:
-    """The engine's stack need from its largest layer's stack buffers (every kind of model), and a
-    FreeRTOS task's stack in words."""
+def stack_need(buffer_bytes: int, tiled: bool = False, buffer: str = "im2col column") -> dict:
+    """The engine's stack need from its largest layer's stack buffers (``buffer`` says what they
+    hold; every kind of model), and a FreeRTOS task's stack in words."""
     buffer_bytes = -(-buffer_bytes // 8) * 8
     layer = max(STACK_TILED_LAYER_BYTES if tiled else 0, STACK_LAYER_BYTES + buffer_bytes)
     engine = STACK_RUN_BYTES + layer
-    return dict(layer_bytes=layer, column_bytes=buffer_bytes, engine_bytes=engine,
+    return dict(layer_bytes=layer, buffer_bytes=buffer_bytes, buffer=buffer, engine_bytes=engine,
                 task_words=-(-(engine + TASK_EXTRA_BYTES) // 4))
 
 

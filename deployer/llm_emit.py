@@ -101,7 +101,8 @@ def render_engine(plan) -> dict:
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
-    ctx = dict(model=graph.name, ident=ident, rtos=options.rtos, stack=stack_need(stack_buffers(graph)),
+    stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
+    ctx = dict(model=graph.name, ident=ident, rtos=options.rtos, stack=stack,
                target=backend.name, d=c.d_model, heads=c.heads, head_dim=c.head_dim, layers=c.layers, inner=c.inner, vocab=c.vocab, positions=c.max_positions, context=kv.context,
                kv=kv.format, kv_group=kv.group, kv_levels=KV_LEVELS.get(kv.format, 0),
                kv_row=c.d_model // 2 if kv.format == "int4" else c.d_model,

@@ -158,7 +158,7 @@ def would_lose(folder: Path) -> list[str] | None:
     except DeployError:
         return None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("library"), str) or \
-            ("manifest_version" not in manifest and manifest.get("kind") != "gpt_neo"):  # gpt_neo: before version 3
+            ("manifest_version" not in manifest and manifest.get("kind") != "gpt_neo"):
         return None
     return [n for n in present if n not in _legacy_names(manifest["library"]) and n not in BUILD_PRODUCTS]
 

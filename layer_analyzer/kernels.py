@@ -753,7 +753,7 @@ def _int_add(g: Graph, l: Layer, where: str) -> IntAdd:
 
 
 def _rescale(g: Graph, l: Layer, where: str) -> IntRescale:
-    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    x = g.tensors[l.inputs[0]]
     channels = x.shape[-1] if x.shape else 1
     lo, hi = _int_range(l.attrs.requant, channels, where)
     return IntRescale(x.elements, channels, -x.zero_point, lo, hi, l.attrs.requant)

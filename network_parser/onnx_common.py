@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -81,28 +82,37 @@ def _opset(model) -> int:
     return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
-def nearest_sources(out: int, length: int, scale, coord: str, rounding: str) -> list[int]:
+def nearest_sources(out: int, length: int, scale, coord: str, rounding: str, ratio: Fraction) -> list[int]:
     """The input index onnxruntime's nearest Resize takes for each of ``out`` indices along an axis
-    of ``length`` (its float32 coordinate transformation, then the nearest mode; clamped)."""
+    of ``length``: its float32 coordinate transformation (``scale``: the float32 output/input
+    ratio), then the nearest mode, clamped. An axis of scale 1 is copied through, as onnxruntime
+    does. Where the exact coordinate (``ratio``: input/output, exactly) is a tie of the rounding
+    modes, onnxruntime lands on the tie that float32 may miss by an ulp: measured on every
+    coordinate transformation and mode for axes of 1 to 12 resized to 1 to 29, each index equal."""
+    if scale == np.float32(1.0):
+        return list(range(out))
     f = np.float32
     result = []
     for o in range(out):
         x = f(o)
         if coord == "half_pixel":
-            v = (x + f(0.5)) / scale - f(0.5)
+            v, e = (x + f(0.5)) / scale - f(0.5), (o + Fraction(1, 2)) * ratio - Fraction(1, 2)
         elif coord == "asymmetric":
-            v = x / scale
+            v, e = x / scale, o * ratio
         elif coord == "pytorch_half_pixel":
-            v = (x + f(0.5)) / scale - f(0.5) if out > 1 else f(0.0)
+            v, e = ((x + f(0.5)) / scale - f(0.5), (o + Fraction(1, 2)) * ratio - Fraction(1, 2)) if out > 1 \
+                else (f(0.0), Fraction(0))
         elif coord == "tf_half_pixel_for_nn":
-            v = (x + f(0.5)) / scale
+            v, e = (x + f(0.5)) / scale, (o + Fraction(1, 2)) * ratio
         else:  # align_corners
-            v = f(0.0) if out == 1 else x * f(length - 1) / f(out - 1)
-        v = f(v)
+            v, e = (f(0.0), Fraction(0)) if out == 1 else (x * f(length - 1) / f(out - 1), Fraction(o * (length - 1), out - 1))
+        v = float(f(v))
+        if rounding.startswith("round") and (e - Fraction(1, 2)).denominator == 1:
+            v = float(e)  # an exact tie
         if rounding == "round_prefer_floor":
-            j = math.floor(v) if v == f(int(v)) + f(0.5) else _round_away(float(v))
+            j = math.floor(v) if v == int(v) + 0.5 else _round_away(v)
         elif rounding == "round_prefer_ceil":
-            j = _round_away(float(v))
+            j = _round_away(v)
         elif rounding == "floor":
             j = math.floor(v)
         else:
@@ -328,6 +338,9 @@ class OnnxGraphBuilder:
         if mode != "nearest" or x.rank != 4:
             raise UnsupportedOperator(f"{where}: Resize mode {mode} of a rank-{x.rank} activation (supported: "
                                       f"nearest, rank 4)")
+        if a.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise UnsupportedOperator(f"{where}: Resize with keep_aspect_ratio_policy "
+                                      f"{a['keep_aspect_ratio_policy']} (supported: stretch)")
         if coord not in RESIZE_COORDINATES or rounding not in RESIZE_ROUNDING or a.get("axes") is not None:
             raise UnsupportedOperator(f"{where}: Resize with coordinate_transformation_mode {coord}, nearest_mode "
                                       f"{rounding}{', axes' if a.get('axes') is not None else ''} (supported: "
@@ -348,7 +361,9 @@ class OnnxGraphBuilder:
             sizes = [int(np.floor(np.float32(d) * s)) for d, s in zip(shape, scales)]
         if sizes[:2] != list(shape[:2]):
             raise UnsupportedOperator(f"{where}: Resize of the batch or channel axis (sizes {sizes})")
-        sources = tuple(tuple(nearest_sources(sizes[k], shape[k], scales[k], coord, rounding)) for k in (2, 3))
+        ratios = [Fraction(shape[k], sizes[k]) if names[3] else 1 / Fraction(float(scales[k])) for k in range(4)]
+        sources = tuple(tuple(nearest_sources(sizes[k], shape[k], scales[k], coord, rounding, ratios[k]))
+                        for k in (2, 3))
         xt = self.tensors[x.tensor]
         out = self.add_tensor(node.output[0], (xt.shape[0], sizes[2], sizes[3], xt.shape[3]), xt.dtype, xt.quant)
         self.add_layer("RESIZE_NEAREST_NEIGHBOR", [x.tensor], [out], Resize((sizes[2], sizes[3]), sources=sources),
@@ -378,10 +393,14 @@ class OnnxGraphBuilder:
         ts = [self.tensors[x.tensor] for x in xs]
         if any(x.rank != xs[0].rank or x.flat_chw is not None for x in xs):
             raise UnsupportedOperator(f"{where}: Concat of activations of different ranks or layouts")
-        if any((t.dtype, t.quant) != (ts[0].dtype, ts[0].quant) for t in ts):
-            raise UnsupportedOperator(f"{where}: Concat of activations of different types or ranges (signed and "
-                                      f"unsigned); the engine copies values")
         axis = self._axis(node, xs[0], where)
+        if axis == 0 and xs[0].rank > 2:
+            raise UnsupportedOperator(f"{where}: Concat along the batch axis (the engine's values have one batch)")
+        xs = self.concat_inputs(i, node, xs)
+        ts = [self.tensors[x.tensor] for x in xs]
+        if any((t.dtype, t.quant) != (ts[0].dtype, ts[0].quant) for t in ts):
+            raise UnsupportedOperator(f"{where}: Concat of activations of different types or quantizations (an "
+                                      f"integer graph's Concat copies values)")
         shape = list(ts[0].shape)
         if any(len(t.shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(t.shape, shape)) if k != axis)
                for t in ts):
@@ -390,6 +409,10 @@ class OnnxGraphBuilder:
         out = self.add_tensor(node.output[0], shape, ts[0].dtype, ts[0].quant)
         self.add_layer("CONCATENATION", [x.tensor for x in xs], [out], Concat(axis, "NONE"), node.output[0])
         self.values[node.output[0]] = Value(out, xs[0].rank)
+
+    def concat_inputs(self, i: int, node, xs: list) -> list:
+        """The values a Concat joins (a QDQ graph first brings them to its output's quantization)."""
+        return xs
 
     def _transpose(self, i: int, node) -> None:
         """Transpose: the model's permutation, seen through both values' layouts (the added axis of a
@@ -451,7 +474,9 @@ class OnnxGraphBuilder:
         ranges = {}
         for b, e, ax, st in zip(starts, ends, axes, steps):
             ax %= x.rank
-            ranges[axes_map.index(ax)] = range(*slice(b, e, st).indices(shape[ax]))  # ONNX clamps as Python does
+            if st < 0 and b < -shape[ax]:  # ONNX clamps a start before the axis to its first index
+                b = 0
+            ranges[axes_map.index(ax)] = range(*slice(b, e, st).indices(shape[ax]))  # else as Python clamps
         self._slice_layer(node.output[0], x, ranges, where)
 
     def _split(self, i: int, node) -> None:

@@ -122,6 +122,24 @@ class QdqReader(OnnxGraphBuilder):
 
     # ---- nodes ------------------------------------------------------------------------------
 
+    def concat_inputs(self, i: int, node, xs: list) -> list:
+        """Each input requantized to the scale of the QuantizeLinear after the Concat, where its own
+        differs (onnxruntime's arithmetic, as _quantize's)."""
+        j = self.single_consumer(node.output[0])
+        if j is None or self.nodes[j].op_type != "QuantizeLinear":
+            raise UnsupportedOperator(f"{self.where(i)}: its output is not quantized by one QuantizeLinear")
+        q = self.activation_quant(j, self.nodes[j])
+        out = []
+        for n, x in enumerate(xs):
+            xt = self.tensors[x.tensor]
+            if xt.quant != q:
+                name = f"{node.output[0]}/in{n}_requantized"
+                t = self.add_tensor(name, xt.shape, "int8", q)
+                self.add_layer("QUANTIZE", [x.tensor], [t], NoAttrs(), name)
+                x = Value(t, x.rank)
+            out.append(x)
+        return out
+
     def _quantize(self, i: int, node) -> None:
         src = node.input[0]
         if src in self.values:  # after data movement: the same values, or requantized as onnxruntime does

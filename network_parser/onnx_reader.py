@@ -43,7 +43,6 @@ INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "
                                    *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
 
 
-
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
               input_type: str | None = None) -> Graph:
     """``input_type`` ("int8" | "uint8"): the range of an integer graph's input values; None
@@ -87,8 +86,6 @@ def _broadcast(a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
     if len(b) == 1:
         return a, b * len(a)
     raise ValueError(f"{len(a)} and {len(b)} channels")
-
-
 
 
 def _tensor_attr(attrs: dict, key: str, default, where: str = ""):

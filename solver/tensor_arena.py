@@ -77,6 +77,3 @@ def plan_level(lives: list[Lifetime], planner: str, time_limit_s: float, alignme
     offsets = tensor_offsets(lives, owners, plan, guard)
     check_tensor_plan(tensor_rows(lives, offsets), plan.peak, alignment)
     return plan, offsets
-
-
-

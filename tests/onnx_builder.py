@@ -54,7 +54,8 @@ class _Builder:
 def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """A float model of ``kind``: "cnn" (conv, depthwise, residual add, pooling, flatten, gemm),
     "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average), "glue" (Transpose,
-    Resize, Slice, Split, Concat, GlobalMaxPool between convolutions)."""
+    Resize, Slice, Split, Concat, GlobalMaxPool between convolutions), "branches" (a Concat of two
+    convolutions' outputs, each quantized with its own scale)."""
     b = _Builder(seed)
     if kind == "cnn":
         shape = (1, 3, 16, 16)
@@ -94,6 +95,12 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
         x = b.op("GlobalMaxPool", [x])
         out = b.conv(x, 8, 6, 1, relu=False)
         out_shape = [1, 6, 1, 1]
+    elif kind == "branches":  # a Concat of two differently scaled branches
+        shape = (1, 4, 8, 8)
+        x = b.op("Concat", [b.conv("input", 4, 8, 3), b.conv("input", 4, 6, 3, relu=False)], axis=1)
+        x = b.op("Transpose", [x], perm=[0, 1, 3, 2])
+        out = b.conv(x, 14, 6, 1, relu=False)
+        out_shape = [1, 6, 8, 8]
     else:
         raise ValueError(kind)
     graph = helper.make_graph(b.nodes, f"{kind}_float", [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],

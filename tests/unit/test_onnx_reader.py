@@ -261,6 +261,7 @@ def glue_model(folder, seed: int, perm, slices) -> tuple:
     inits.update({"a_lo": np.array(0.0, np.float32), "a_hi": np.array(255.0, np.float32)})
     shape_t = [(1, 6, 5, 7)[p] for p in perm]
     for ax, b, e, step in slices:
+        b = 0 if step < 0 and b < -shape_t[ax % 4] else b  # ONNX's clamp of a start before the axis
         shape_t[ax % 4] = len(range(*slice(b, e, step).indices(shape_t[ax % 4])))
     axes, starts, ends, steps = zip(*slices)
     inits.update({"st": np.array(starts, np.int64), "en": np.array(ends, np.int64), "ax": np.array(axes, np.int64),
@@ -322,6 +323,10 @@ def test_glue_refusals_name_the_node(tmp_path):
         ([helper.make_node("Transpose", ["a"], ["p0"], perm=[0, 1, 1, 2])], {}, ModelFormatError, "perm"),
         ([helper.make_node("Transpose", ["a"], ["p0"], perm=[1, 0, 2, 3])], {}, UnsupportedOperator,
          "moving the batch axis"),
+        ([helper.make_node("Concat", ["a", "a"], ["p0"], axis=0)], {}, UnsupportedOperator, "along the batch axis"),
+        ([helper.make_node("Resize", ["a", "roi", "", "sz"], ["p0"], mode="nearest", keep_aspect_ratio_policy="not_larger")],
+         {"roi": np.array([], np.float32), "sz": np.array([1, 2, 6, 6], np.int64)}, UnsupportedOperator,
+         "keep_aspect_ratio_policy not_larger"),
     ]
     for k, (extra, more, error, message) in enumerate(cases):
         path = save(tmp_path, base + extra, {**inits, **more}, [1, 2, 3, 3], "p0", [1, 1, 3, 3], name=f"bad{k}",
@@ -337,7 +342,7 @@ def test_resize_nearest_in_an_integer_graph(tmp_path, coord, rounding):
     """Resize (nearest) by scales (up, down, fractional) and by sizes, every coordinate
     transformation and nearest mode onnxruntime has: exact against it."""
     cases = [("scales", [1, 1, 2, 3]), ("scales", [1, 1, 0.5, 1.7]), ("scales", [1, 1, 1.25, 0.6]),
-             ("sizes", [1, 3, 7, 2]), ("sizes", [1, 3, 1, 11])]
+             ("scales", [1, 1, 1, 2]), ("sizes", [1, 3, 7, 2]), ("sizes", [1, 3, 1, 11]), ("sizes", [1, 3, 5, 4])]
     for k, (kind, value) in enumerate(cases):
         w = np.ones((3, 2, 1, 1))
         nodes, inits, _ = nemo_conv("x", "a", w, [1] * 3, [0] * 3, 1, 2, pads=(0, 0, 0, 0))
@@ -361,3 +366,41 @@ def test_resize_nearest_in_an_integer_graph(tmp_path, coord, rounding):
         ours, refs = _run_both(path, g, x)
         assert list(refs[0].shape) == [1, 3, *out[2:]]
         assert np.array_equal(ours[0].astype(np.int64), refs[0].astype(np.int64)), (kind, value)
+
+
+def test_resize_nearest_indices_equal_onnxruntime_on_every_size():
+    """The source index of every output index, against onnxruntime itself, for axes of 3, 5 and 7
+    resized to 1 to 20 (ties of the rounding modes among them) under every coordinate
+    transformation and nearest mode."""
+    from fractions import Fraction
+
+    import onnxruntime as ort
+
+    from network_parser.onnx_common import RESIZE_COORDINATES, RESIZE_ROUNDING, nearest_sources
+    for length in (3, 5, 7):
+        for out in range(1, 21):
+            for coord in RESIZE_COORDINATES:
+                for rounding in RESIZE_ROUNDING:
+                    node = helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode="nearest",
+                                            coordinate_transformation_mode=coord, nearest_mode=rounding)
+                    graph = helper.make_graph(
+                        [node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, length])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                        [numpy_helper.from_array(np.array([], np.float32), "roi"),
+                         numpy_helper.from_array(np.array([1, 1, 1, out], np.int64), "sizes")])
+                    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                    model.ir_version = 8
+                    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+                    want = session.run(None, {"x": np.arange(length, dtype=np.float32).reshape(1, 1, 1, length)})[0]
+                    got = nearest_sources(out, length, np.float32(out) / np.float32(length), coord, rounding,
+                                          Fraction(length, out))
+                    assert got == want.reshape(-1).astype(int).tolist(), (length, out, coord, rounding)
+
+
+def test_slice_from_before_the_axis_backwards(tmp_path):
+    """A negative-step Slice whose start lies before the axis keeps its first index, as ONNX clamps."""
+    path, shapes = glue_model(tmp_path, 2, (0, 1, 2, 3), [(2, -10, -2 ** 62, -1), (3, 50, 2, -1)])
+    assert shapes[0] == [1, 6, 1, 4]
+    g = read_onnx(path, input_type="uint8")
+    ours, refs = _run_both(path, g, np.random.default_rng(2).integers(0, 256, (1, 4, 5, 7)))
+    assert list(refs[0].shape) == shapes[0] and np.array_equal(ours[0].astype(np.int64), refs[0].astype(np.int64))
