@@ -81,10 +81,10 @@ def kitchen_sink_model(path: Path, seed: int = 1) -> Path:
 
 
 def unsupported_model(path: Path) -> Path:
-    """A builder model whose second op is relabelled SQRT."""
+    """A builder model whose second op is relabelled GELU (an op the deployer does not take)."""
     mb = ModelBuilder(0)
     mb.output(mb.relu(mb.relu(mb.input((1, 8)))))
-    mb._ops[1].code = tflite.BuiltinOperator.SQRT
+    mb._ops[1].code = tflite.BuiltinOperator.GELU
     mb.save(path)
     return path
 
@@ -176,7 +176,7 @@ def test_unsupported_operator(run, tmp_path):
     before = {p.name for p in tmp_path.iterdir()}
     code, _, err = run(model, "-o", tmp_path / "out")
     line = assert_one_line_error(code, err, "UnsupportedOperator")
-    assert "SQRT" in line and "op 1" in line
+    assert "GELU" in line and "op 1" in line
     assert_no_output(tmp_path / "out", before)
 
 

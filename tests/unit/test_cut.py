@@ -33,12 +33,12 @@ def float_edged(path, seed=4):
 
 
 def with_tail(path, seed=5):
-    """A supported body, then a RELU relabelled SQRT (an op LiteRT runs and the deployer refuses) at the end."""
+    """A supported body, then a RELU relabelled GELU (an op LiteRT runs and the deployer refuses) at the end."""
     mb = ModelBuilder(seed)
     x = mb.conv2d(mb.input((1, 8, 8, 3)), 4, activation="RELU")
     body = mb.avg_pool(x)
     mb.output(mb.relu(body))
-    mb._ops[-1].code, mb._ops[-1].version = tflite.BuiltinOperator.SQRT, 2
+    mb._ops[-1].code, mb._ops[-1].version = tflite.BuiltinOperator.GELU, 1
     mb.save(path)
     return path, mb
 
@@ -67,11 +67,11 @@ def test_io_int8_takes_and_gives_the_int8_tensors(tmp_path):
 
 def test_outputs_cut_away_an_op_the_deployer_refuses(tmp_path):
     path, mb = with_tail(tmp_path / "tail.tflite")
-    with pytest.raises(UnsupportedOperator, match="SQRT"):
+    with pytest.raises(UnsupportedOperator, match="GELU"):
         plan_deployment(path, Options())
     dep = deploy(path, Options(cut=CutSpec(outputs=("avg_pool_0/out",))))
     assert [layer.op for layer in dep.graph.layers] == ["CONV_2D", "AVERAGE_POOL_2D"]
-    # the reference runs the whole file, SQRT included; the values at the cut are its own
+    # the reference runs the whole file, GELU included; the values at the cut are its own
     assert_cut_exact(path, dep)
 
 

@@ -166,10 +166,10 @@ def test_missing_file(tmp_path):
 
 
 def test_unsupported_builtin(tmp_path):
-    """An op the reader does not know (RESHAPE relabelled SQRT) names type, index and output."""
+    """An op the reader does not know (RESHAPE relabelled GELU) names type, index and output."""
     mb = small_model()
-    mb._ops[1].code = tflite.BuiltinOperator.SQRT
-    expect(UnsupportedOperator, save(mb, tmp_path / "sqrt.tflite"), "SQRT", "op 1", "'reshape_0/out'")
+    mb._ops[1].code = tflite.BuiltinOperator.GELU
+    expect(UnsupportedOperator, save(mb, tmp_path / "gelu.tflite"), "GELU", "op 1", "'reshape_0/out'")
 
 
 def test_standalone_relu_n1_to_1_after_concat(tmp_path):
