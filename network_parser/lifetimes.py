@@ -81,27 +81,34 @@ def lifetimes(graph: Graph, reuses: tuple[Reuse, ...] | None = None) -> list[Lif
     return result
 
 
+def owner_heights(members: list[Lifetime]) -> list[tuple[int, int, int]]:
+    """(first op, last op + 1, bytes) of every stretch of one owner's life over which its height
+    is constant: the largest of the tensors sharing its bytes that is alive (0 in a gap). The
+    height only changes where a member is born or dies: a sweep over those ops, with a heap of
+    the members alive (the dead dropped lazily)."""
+    born = sorted(members, key=lambda m: m.first_op)
+    cuts = sorted({m.first_op for m in members} | {m.last_op + 1 for m in members})
+    alive: list[tuple[int, int]] = []  # (-size, last op)
+    spans, i = [], 0
+    for a, b in zip(cuts, cuts[1:]):
+        while i < len(born) and born[i].first_op <= a:
+            heapq.heappush(alive, (-born[i].size, born[i].last_op))
+            i += 1
+        while alive and alive[0][1] < a:
+            heapq.heappop(alive)
+        spans.append((a, b, -alive[0][0] if alive else 0))
+    return spans
+
+
 def live_bytes_per_op(lives: list[Lifetime], n_ops: int) -> list[int]:
     """Bytes live at every op (the arena's lower bound is the largest): per owner of bytes, the
-    largest of the tensors sharing them that is alive."""
-    # Per owner, its height only changes where a member is born or dies: a sweep over those
-    # ops (a heap of the members alive, the dead dropped lazily) gives each constant stretch,
-    # added to a difference array over the ops.
+    largest of the tensors sharing them that is alive (each owner's stretches added to a
+    difference array over the ops)."""
     diff = [0] * (n_ops + 1)
     for members in owner_groups(lives).values():
-        born = sorted(members, key=lambda m: m.first_op)
-        cuts = sorted({m.first_op for m in members} | {m.last_op + 1 for m in members})
-        alive: list[tuple[int, int]] = []  # (-size, last op)
-        i = 0
-        for a, b in zip(cuts, cuts[1:]):
-            while i < len(born) and born[i].first_op <= a:
-                heapq.heappush(alive, (-born[i].size, born[i].last_op))
-                i += 1
-            while alive and alive[0][1] < a:
-                heapq.heappop(alive)
-            if alive:
-                diff[a] -= alive[0][0]
-                diff[b] += alive[0][0]
+        for a, b, height in owner_heights(members):
+            diff[a] += height
+            diff[b] -= height
     return list(accumulate(diff[:n_ops]))
 
 

@@ -6,9 +6,7 @@ activation arena share.
 """
 from __future__ import annotations
 
-import heapq
-
-from network_parser.lifetimes import Lifetime, owner_groups
+from network_parser.lifetimes import Lifetime, owner_groups, owner_heights
 
 from . import progress
 from .arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
@@ -28,17 +26,7 @@ def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tupl
         group = members[lt.tensor]
         first, last = min(m.first_op for m in group), max(m.last_op for m in group)
         steps: list[list[int]] = []
-        # the height changes only where a member's life begins or ends: one step per span between,
-        # its height the largest member alive (a heap of the members begun, the ended ones dropped)
-        bounds = sorted({first, last + 1} | {m.first_op for m in group} | {m.last_op + 1 for m in group})
-        by_first, alive, i = sorted(group, key=lambda m: m.first_op), [], 0
-        for k, nxt in zip(bounds, bounds[1:]):
-            while i < len(by_first) and by_first[i].first_op <= k:
-                heapq.heappush(alive, (-by_first[i].size, by_first[i].last_op))
-                i += 1
-            while alive and alive[0][1] < k:
-                heapq.heappop(alive)
-            height = -alive[0][0] if alive else 0
+        for k, nxt, height in owner_heights(group):  # adjacent stretches of one height merged
             if steps and steps[-1][2] == height:
                 steps[-1][1] = nxt - 1
             else:
