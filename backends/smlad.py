@@ -326,14 +326,13 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
         folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
         return pack_stream(packed(), padded(folded, 0, np.int32), rq() if s.fast_requant else None, s)
 
-    off = kern.input_offset & 0xFFFF
     stream = s.variant in ("pointwise", "im2col")
     ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
                       "rows": "conv_rows"}[s.variant],
                kind="fc" if fc else "conv", groups=s.groups, row=s.row, row_words=s.row_words,
                chunks=s.row // 4, rem=s.row % 4, fast_requant=s.fast_requant,
                fold_zp=s.fold_zp, out_c=channels, oc_tail=channels % LANES,
-               off2=int(np.int32(np.uint32(off | off << 16))),
+               off2=_offset_pair(kern.input_offset),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
                stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None)

@@ -515,6 +515,11 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
 GUARD_BYTES = 16
 
 
+def guard_bytes(options) -> int:
+    """The canary bytes on each side of every arena buffer (--debug-guards), for any kind of model."""
+    return GUARD_BYTES if options.debug_guards else 0
+
+
 def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, macro: dict, patch=None) -> list[dict]:
     """The two canaries of every arena buffer: ``lo`` just below its bytes, ``hi`` just above
     its largest tensor, written before its first op (``first``) and checked after each op while

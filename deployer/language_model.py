@@ -20,7 +20,7 @@ from solver.plan import Memory
 from solver.tensor_arena import arena_problem, plan_level
 
 from . import llm_passes
-from .emit import GUARD_BYTES
+from .emit import guard_bytes
 from .llm_passes import cache_kv, prune_vocabulary, quantize_weights
 from .tokenizer import present as gpt2_files_present, read_gpt2_files
 
@@ -67,7 +67,7 @@ def plan_back(plan):
     """The activation arena, planned and checked as a network's, and the memory record."""
     options, lives = plan.options, buffer_lifetimes(plan.graph)
     arena, offsets = plan_level(lives, options.planner, options.time_limit_s, plan.backend.alignment,
-                                GUARD_BYTES if options.debug_guards else 0)
+                                guard_bytes(options))
     return measure(plan.but(lives=tuple(lives), arena=arena, offsets=offsets))
 
 
@@ -94,8 +94,7 @@ def budget_details(plan) -> dict:
     lighter KV cache or weight format, a pruned vocabulary."""
     graph, memory, options = plan.graph, plan.memory, plan.options
     kv, details = graph.kv, {}
-    sram, flash, guard, alignment = (options.sram, options.flash, GUARD_BYTES if options.debug_guards else 0,
-                                    plan.backend.alignment)
+    sram, flash, guard, alignment = options.sram, options.flash, guard_bytes(options), plan.backend.alignment
     if sram is not None and memory.sram_bytes > sram:
         lighter = ("f32", "int8", "int4")
         fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, alignment, guard):,} (at --context {kv.context})"

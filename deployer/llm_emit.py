@@ -16,8 +16,8 @@ from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, Laye
 
 from . import gptneo_quant as Q
 from . import llm_passes
-from .emit import (GUARD_BYTES, c_array, c_identifier, core_flags, environment, qemu_files, stack_need,
-                   template_environment)
+from .emit import (c_array, c_identifier, core_flags, environment, guard_bytes, qemu_files,
+                   stack_need, template_environment)
 from .llm_passes import KV_LEVELS
 
 
@@ -93,7 +93,7 @@ def render_engine(plan) -> dict:
     """The engine's C file, API header, task glue and CMakeLists.txt (and the qemu/ folder on a
     Cortex-M target)."""
     graph, backend, options, arena = plan.graph, plan.backend, plan.options, plan.arena
-    guard = GUARD_BYTES if options.debug_guards else 0
+    guard = guard_bytes(options)
     offsets = {lt.name: plan.offsets[lt.tensor] for lt in plan.lives}  # arena buffer -> offset
     lives = lifetimes(graph)
     c, kv = graph.config, graph.kv
@@ -102,8 +102,9 @@ def render_engine(plan) -> dict:
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
-    ctx = dict(model=graph.name, ident=ident, rtos=options.rtos, stack=stack,
-               target=backend.name, d=c.d_model, heads=c.heads, head_dim=c.head_dim, layers=c.layers, inner=c.inner, vocab=c.vocab, positions=c.max_positions, context=kv.context,
+    ctx = dict(model=graph.name, ident=ident, rtos=options.rtos, stack=stack, target=backend.name, d=c.d_model,
+               heads=c.heads, head_dim=c.head_dim, layers=c.layers, inner=c.inner, vocab=c.vocab,
+               positions=c.max_positions, context=kv.context,
                kv=kv.format, kv_group=kv.group, kv_levels=KV_LEVELS.get(kv.format, 0),
                kv_row=c.d_model // 2 if kv.format == "int4" else c.d_model,
                kv_scales=c.d_model // kv.group if kv.group else 0, kv_bytes=llm_passes.kv_cache_bytes(graph),

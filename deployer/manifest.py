@@ -7,7 +7,7 @@ from pathlib import Path
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
 
-from .emit import GUARD_BYTES, c_identifier
+from .emit import c_identifier, guard_bytes
 from .language_model import manifest_section as language_model_section
 from .relaxations import BY_NAME
 
@@ -125,7 +125,7 @@ def build_manifest(plan) -> dict:
         "lower_bound": arena.lower_bound,
         "status": arena.status,
         "alignment": backend.alignment,
-        "guard_bytes": GUARD_BYTES if options.debug_guards else 0,
+        "guard_bytes": guard_bytes(options),
         "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size, first_op=lt.first_op,
                          last_op=lt.last_op, alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
                     for lt in plan.lives],

@@ -70,10 +70,7 @@ class Options:
 
 
 GUARD_BYTES = emit.GUARD_BYTES
-
-
-def guard_bytes(options: Options) -> int:
-    return GUARD_BYTES if options.debug_guards else 0
+guard_bytes = emit.guard_bytes
 
 
 # ---- the pipeline -----------------------------------------------------------------------------
@@ -186,9 +183,10 @@ def read_model(path: Path, options: Options | None = None):
 def read(plan: Plan) -> Plan:
     front = frontend_for(plan.model)
     with progress.step("read"):
+        graph = front.read(plan.model, plan.options)
         if front.kind != "network":
-            return plan.but(kind=front.kind, graph=front.read(plan.model, plan.options))
-        graph = read_model(plan.model, plan.options)
+            return plan.but(kind=front.kind, graph=graph)
+        check_graph(graph, str(plan.model))
     return plan.but(graph=graph, notes=(*plan.notes, *(graph.source.notes if graph.source else ())))
 
 
