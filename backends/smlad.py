@@ -111,14 +111,18 @@ def interior(kern: K.Conv) -> tuple[int, int, int, int]:
             *span(kern.pad_l, kern.stride_w, kern.k_w, kern.in_w, kern.out_w))
 
 
-def border_rectangles(kern: K.Conv) -> list[tuple[int, int, int, int]]:
-    """The output pixels outside ``interior`` as up to four rectangles (oy0, oy1, ox0, ox1)."""
+def border_walks(kern: K.Conv) -> list[tuple[tuple[int, int, int, int], int, int]]:
+    """The output pixels outside ``interior`` as walks ((a, b, c, d), ox0, ox1): rows [a, b) and
+    [c, d), columns [ox0, ox1). The rows above and below the interior take one walk over every
+    column (one copy of every column cut of the window); the columns left and right of it, one
+    each (a single cut, whose taps the compiler folds)."""
     oy0, oy1, ox0, ox1 = interior(kern)
+    h, w = kern.out_h, kern.out_w
     if oy0 == oy1 or ox0 == ox1:
-        return [(0, kern.out_h, 0, kern.out_w)]
-    rects = [(0, oy0, 0, kern.out_w), (oy1, kern.out_h, 0, kern.out_w),
-             (oy0, oy1, 0, ox0), (oy0, oy1, ox1, kern.out_w)]
-    return [r for r in rects if r[0] < r[1] and r[2] < r[3]]
+        return [((0, h, h, h), 0, w)]
+    above = (0, oy0, oy1, h) if oy0 and oy1 < h else (0, oy0, oy0, oy0) if oy0 else (oy1, h, h, h)
+    walks = [(above, 0, w), ((oy0, oy1, oy1, oy1), 0, ox0), ((oy0, oy1, oy1, oy1), ox1, w)]
+    return [(rows, a, b) for rows, a, b in walks if a < b and (rows[0] < rows[1] or rows[2] < rows[3])]
 
 
 def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
@@ -177,8 +181,28 @@ def packed_bytes(kern, s: DspLayout | None, weight_bytes: int) -> int:
     return 4 * s.groups * k_h * s.row_words
 
 
+def lane_arrays_bytes(kern, s: DspLayout) -> tuple[int, int]:
+    """(bias, requantization) bytes of .rodata the kernel's per-lane arrays take (padded to whole
+    passes of 4; a stream holds its biases and fx_rq's words inline), as template_context makes them."""
+    lanes = s.groups * LANES
+    stream = s.variant in ("pointwise", "im2col")
+    bias = 4 * lanes if stream or kern.bias >= 0 else 0
+    if kern.float_rq is not None:
+        rq = 4 * lanes
+    elif kern.int_rq is not None:
+        rq = 12 * lanes
+    elif isinstance(kern, K.FullyConnected):
+        rq = 8 * lanes  # double scales
+    else:
+        rq = 9 * lanes if s.fast_requant else 5 * lanes  # (multiplier, addend) words and a shift byte; or word and byte
+    return bias, rq
+
+
 # ---- the variants ----------------------------------------------------------------------
 
+# .text of one layer's function by layout, as compiled for the M7 at -O2 (measured on the benchmark
+# models: pointwise and fc 0.4-0.5 KB, im2col and rows about 0.7-1 KB, depthwise 1.3-2.2 KB)
+CODE_BYTES = {"pointwise": 512, "im2col": 1024, "rows": 1024, "depthwise": 2048}
 NAMES = {"pointwise": "conv_1x1_s8_smlad", "im2col": "conv_s8_smlad_im2col", "rows": "conv_s8_smlad_rows",
          "depthwise": "depthwise_conv_s8_smlad"}
 MACROS = {"pointwise": "pointwise", "im2col": "im2col", "rows": "conv_rows", "depthwise": "depthwise"}
@@ -199,9 +223,9 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     name = "fully_connected_s8_smlad" if fc else NAMES[s.variant]
     # the depthwise kernels (their border windows unrolled, the longest) are shared per shape; shared,
     # the short pointwise ones of few channels ran up to 22% more instructions on the M7, im2col 25%
-    return Variant(name, "smlad", MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES_DSP,
+    return Variant(name, "smlad", MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES[s.variant],
                    LANES if s.variant == "depthwise" else 1, True, False, LANES, s, template_context, _window,
-                   shares_whole=s.variant == "depthwise" and use == "whole")
+                   shares_whole=s.variant == "depthwise" and use == "whole", lane_bytes=lane_arrays_bytes(kern, s))
 
 
 def _window(variant: Variant, kern) -> Variant:
@@ -243,7 +267,7 @@ def _transpose_conv(kern, weight_bytes: int, use: str) -> Variant | None:
                     odd_chunks=(kern.in_c // 4) % 2 == 1)
 
     return Variant("transpose_conv_s8_smlad", "smlad", "transpose_conv", packed_bytes(shadow, s, weight_bytes),
-                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, None)
+                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, None, lane_bytes=lane_arrays_bytes(shadow, s))
 
 
 def batch_matmul_form(kern) -> str | None:
@@ -368,11 +392,14 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
 
 def _depthwise_context(kern, in_place: bool) -> dict:
     """Where a depthwise layer's passes write, and the shapes of its border windows."""
-    cuts = set()  # (first, last + 1) tap of every window's columns, widest first
+    cuts = set()  # (first, last + 1) tap column of every window
     for ox in range(kern.out_w):
         ix0 = ox * kern.stride_w - kern.pad_l
         cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
-    ctx = dict(column_cuts=sorted(cuts, key=lambda c: (c[0] - c[1], c)), borders=border_rectangles(kern))
+    # a tap column that some window starts after, or ends before, checks the pixel's window
+    guards = [" && ".join([f"kx0 <= {kx}"] * any(a > kx for a, _ in cuts) + [f"{kx} < kx1"] * any(b <= kx for _, b in cuts))
+              for kx in range(kern.k_w)]
+    ctx = dict(tap_guards=guards, borders=border_walks(kern))
     if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
         return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
                     out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")

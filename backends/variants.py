@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 from layer_analyzer import kernels as K
 
-# Rough .text per generated layer function (a DSP kernel: its unrolled steps, taps and
-# requantization; measured 0.6-4.5 KB on Cortex-M, about 1.3 KB on average); the compiled
-# engine's measured size is in the manifest's "elf" (Cortex-M targets).
+# Rough .text per generated layer function: a portable kernel's, and a DSP kernel's that does not
+# state its own (backends.smlad.CODE_BYTES by layout); the compiled engine's measured size is in
+# the manifest's "elf" (Cortex-M targets).
 CODE_BYTES_PORTABLE = 640
 CODE_BYTES_DSP = 1536
 USES = ("whole", "tile", "region", "streamed")
@@ -44,6 +44,9 @@ class Variant:
     # untiled, one C function per shape shared by the layers that have it (else a copy per layer,
     # whose literal addresses can run faster)
     shares_whole: bool = False
+    # (bias, requantization) bytes of its own per-channel arrays, when it lays them out itself
+    # (padded, or inline in a weight stream); None: the layer's biases and parameters as they are
+    lane_bytes: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -579,6 +579,24 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[st
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 
 
+def _portable_requant_bytes(kern) -> int:
+    """.rodata of a layer's requantization arrays and tables in the portable kernels' form."""
+    if getattr(kern, "float_rq", None) is not None:
+        return 4 * len(kern.float_rq)
+    if getattr(kern, "int_rq", None) is not None:  # a uniform array is a literal
+        return 4 * len(kern.int_rq.mul) * (len(set(kern.int_rq.mul)) > 1) \
+            + 8 * len(kern.int_rq.add) * (len(set(kern.int_rq.add)) > 1)
+    if isinstance(kern, K.Conv):
+        return 5 * len(kern.multiplier)
+    if isinstance(kern, K.FullyConnected):
+        return 8 * len(kern.scale)
+    if isinstance(kern, K.Lookup):
+        return 256
+    if isinstance(kern, K.ResizeNearest):
+        return 4 * (len(kern.rows) + len(kern.cols))  # its int32 row and column tables
+    return 0
+
+
 def constant_sections(graph: Graph, layers) -> dict:
     """Bytes of .rodata the engine holds, by kind: weights (in their variant's layout), biases and
     the other constants (requantization arrays, lookup tables, constant operands) of ``layers``
@@ -587,25 +605,20 @@ def constant_sections(graph: Graph, layers) -> dict:
     sections = dict(weights=0, biases=0, parameters=0)
     for layer, lp in zip(graph.layers, layers):
         kern = lp.kernel
+        own = lp.variant.lane_bytes if lp.variant is not None else None
+        if own is not None:  # the variant's per-channel arrays, in its layout
+            sections["biases"] += own[0]
+            sections["parameters"] += own[1]
         for t in layer.inputs:
             if t >= 0 and graph.tensors[t].is_const and t not in seen:
                 seen.add(t)
                 n = graph.tensors[t].nbytes
                 if t == getattr(kern, "weights", None):
                     sections["weights"] += lp.variant.weight_bytes if lp.variant is not None else n
+                elif t == getattr(kern, "bias", None):
+                    sections["biases"] += n if own is None else 0
                 else:
-                    sections["biases" if t == getattr(kern, "bias", None) else "parameters"] += n
-        if getattr(kern, "float_rq", None) is not None:
-            sections["parameters"] += 4 * len(kern.float_rq)
-        elif getattr(kern, "int_rq", None) is not None:
-            sections["parameters"] += 4 * len(kern.int_rq.mul) * (len(set(kern.int_rq.mul)) > 1) \
-                + 8 * len(kern.int_rq.add) * (len(set(kern.int_rq.add)) > 1)
-        elif isinstance(kern, K.Conv):
-            sections["parameters"] += 5 * len(kern.multiplier)
-        elif isinstance(kern, K.FullyConnected):
-            sections["parameters"] += 8 * len(kern.scale)
-        elif isinstance(kern, K.Lookup):
-            sections["parameters"] += 256
-        elif isinstance(kern, K.ResizeNearest):
-            sections["parameters"] += 4 * (len(kern.rows) + len(kern.cols))  # its int32 row and column tables
+                    sections["parameters"] += n
+        if own is None:
+            sections["parameters"] += _portable_requant_bytes(kern)
     return sections

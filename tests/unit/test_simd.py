@@ -142,14 +142,16 @@ def test_variant_choice():
     assert simd.layout_for(K.FullyConnected(1, 12, 3, 0, 0, (0.1,), -128, 127, 0, -1)).variant == "pointwise"
 
 
-def test_interior_and_border_rectangles_cover_every_pixel_once():
+def test_interior_and_border_walks_cover_every_pixel_once():
     for k, stride, pad, hw in [(3, 1, 1, 5), (3, 2, 0, 7), (5, 2, 2, 9), (3, 1, 1, 1), (1, 1, 0, 4)]:
         kern = _conv(in_c=4, out_c=4, k=k, depthwise=True, pad=pad, stride=stride, hw=hw)
         oy0, oy1, ox0, ox1 = simd.interior(kern)
         seen = np.zeros((kern.out_h, kern.out_w), int)
         seen[oy0:oy1, ox0:ox1] += 1
-        for a, b, c, d in simd.border_rectangles(kern):
-            seen[a:b, c:d] += 1
+        for (a, b, c, d), x0, x1 in simd.border_walks(kern):
+            assert a <= b <= c <= d
+            seen[a:b, x0:x1] += 1
+            seen[c:d, x0:x1] += 1
         assert (seen == 1).all(), (k, stride, pad, hw)
         for oy in range(kern.out_h):
             for ox in range(kern.out_w):
