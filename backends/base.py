@@ -40,6 +40,7 @@ class Backend:
     # cost model's parameters (solver.tiling_cost.DEFAULTS keys), as plain data.
     tile_heuristics: tuple[tuple[str, int], ...] = ()
     cost_model: tuple[tuple[str, float], ...] = ()
+    tile_objective: str = "l1"  # the CP-SAT tiler's objective by default (--tile-objective auto)
     # Folder under templates/ searched after template_dir: a target overrides only the
     # templates that differ (e.g. DMA, tile schedule, engine entry) and reuses the rest.
     template_fallback: str | None = None

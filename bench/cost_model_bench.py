@@ -12,7 +12,9 @@ QEMU (``deploy verify --qemu --per-layer``: marks between layers) and print
   the measurement over the modeled layers, and measured/modeled per layer kind;
 * per model and budget: instructions per MAC of each tiler beside the untiled engine's, and each
   CP-SAT tiler's instructions over greedy's (below 1: CP-SAT's tiles run faster on the core,
-  not only on the model).
+  not only on the model);
+* per tiled layer (tiled by either tiler): each tiler's measured instructions and tile shape, and
+  each CP-SAT tiler's over greedy's, with the worst layer of each.
 
 ``--fit`` refits the model's coefficients (instructions per MAC and per output per kind, per
 tile, per copied byte and per copy) by least squares over every layer measured, the numbers
@@ -72,6 +74,37 @@ def fit(rows) -> None:
         print(f"  instructions {name:<22} {c:9.3f}")
 
 
+def _tile(lp) -> str:
+    if lp.tiling is None:
+        return "whole"
+    t = lp.tiling[1]
+    return f"{t.tile_h}x{t.tile_w}x{t.tile_c}"
+
+
+def layer_table(layers) -> None:
+    """Each tiled layer's measured instructions under every tiler, CP-SAT's over greedy's."""
+    print(f"\nper tiled layer (measured instructions; tile h x w x c)")
+    print(f"{'model':<24} {'L1':>4} {'op':>3} {'kind':<10} {'greedy':>10} {'tile':>10} {'cpsat/l1':>10} {'tile':>10} "
+          f"{'ratio':>6} {'cpsat/cyc':>10} {'tile':>10} {'ratio':>6}")
+    worst = {t: (0.0, None) for t in TILERS[1:]}
+    for name, l1, per_layer, deps in layers:
+        g = TILERS[0]
+        for k, lp in enumerate(deps[g].layers):
+            if all(deps[t].layers[k].tiling is None for t in TILERS):
+                continue
+            base = per_layer[g][k]
+            line = f"{name[:24]:<24} {l1:>4} {k:>3} {type(lp.kernel).__name__[:10]:<10} {base:>10,} {_tile(lp):>10}"
+            for t in TILERS[1:]:
+                n = per_layer[t][k]
+                r = n / base if base else 1.0
+                if r > worst[t][0]:
+                    worst[t] = (r, f"{name} --l1 {l1} op {k}")
+                line += f" {n:>10,} {_tile(deps[t].layers[k]):>10} {r:>6.3f}"
+            print(line)
+    for t, (r, where) in worst.items():
+        print(f"worst layer, {t[0]}/{t[1]} over greedy: {r:.3f} ({where})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="stm32h743")
@@ -81,7 +114,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     print(f"{'model':<28} {'L1':>5} {'tiler':<14} {'instructions':>13} {'rho':>5}  measured/modeled per kind")
-    summary = []
+    summary, layers = [], []
     for name in args.models.split(","):
         path = next(MODELS.rglob(name), None)
         if path is None:
@@ -90,13 +123,14 @@ def main() -> None:
         whole = deploy(path, Options(target=args.target, patch="off", part_budgets=False))
         untiled = sum(instructions_per_layer(whole, random_inputs(whole.graph, 0)))
         for l1 in args.l1.split(","):
-            totals = {}
+            totals, per_layer, deps = {}, {}, {}
             for tiler, objective in TILERS:
                 dep = deploy(path, Options(target=args.target, l1=parse_size(l1), tiler=tiler,
                                            tile_objective=objective, patch="off", part_budgets=False))
                 counts = instructions_per_layer(dep, random_inputs(dep.graph, 0))
                 f = model_fit(layer_times(dep, counts))
                 totals[(tiler, objective)] = sum(counts)
+                per_layer[(tiler, objective)], deps[(tiler, objective)] = counts, dep
                 rows += features(dep, counts)
                 kinds = ", ".join(f"{k} {v['ratio']:.2f}" for k, v in f["measured_over_modeled"].items())
                 rho = f["rank_correlation"]
@@ -106,11 +140,13 @@ def main() -> None:
             per_mac = [totals[t] / whole.macs for t in TILERS]
             summary.append((name, l1, untiled / whole.macs, per_mac, totals[("cpsat", "l1")] / greedy,
                             totals[("cpsat", "cycles")] / greedy))
+            layers.append((name, l1, per_layer, deps))
     print(f"\n{'model':<28} {'L1':>5} {'/MAC untiled':>12} {'greedy':>7} {'cpsat/l1':>9} {'cpsat/cyc':>9} "
           f"{'worst vs untiled':>17} {'cpsat/l1 vs greedy':>19} {'cpsat/cycles vs greedy':>23}")
     for name, l1, base, per_mac, a, b in summary:
         print(f"{name[:28]:<28} {l1:>5} {base:>12.3f} {per_mac[0]:>7.3f} {per_mac[1]:>9.3f} {per_mac[2]:>9.3f} "
               f"{max(per_mac) / base:>17.3f} {a:>19.4f} {b:>23.4f}")
+    layer_table(layers)
     if args.fit:
         fit(rows)
 

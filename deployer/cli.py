@@ -63,7 +63,7 @@ def parse_share(text: str) -> float:
 
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
-             tile_objective="l1", l3=None, patch="auto", max_overhead="20%", kernels="auto",
+             tile_objective="auto", l3=None, patch="auto", max_overhead="20%", kernels="auto",
              input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
              io=None) -> Options:
     check_time_limit(time_limit)
@@ -117,8 +117,9 @@ def budget_options(f):
         click.option("--no-in-place", is_flag=True, help="only zero-copy reshapes share bytes"),
         click.option("--tiler", type=click.Choice(("cpsat", "greedy")), default="cpsat", show_default=True,
                      help="how layers are cut into L1 tiles (with --l1)"),
-        click.option("--tile-objective", type=click.Choice(("l1", "cycles")), default="l1", show_default=True,
-                     help="tiles that use L1 best, or fewest modeled cycles"),
+        click.option("--tile-objective", type=click.Choice(("auto", "l1", "cycles")), default="auto", show_default=True,
+                     help="tiles that use L1 best, or fewest modeled cycles; auto: the target's (cycles on "
+                          "Cortex-M, whose cost model is fitted to counted instructions; l1 elsewhere)"),
         click.option("--kernels", type=click.Choice(KERNELS), default="auto", show_default=True,
                      help="conv/fc kernels: auto (the target's: SMLAD on Cortex-M), plain C, or smlad"),
         click.option("--input-layout", type=click.Choice(("nchw", "nhwc")), default="nchw", show_default=True,

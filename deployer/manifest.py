@@ -78,15 +78,16 @@ def _source(graph: Graph) -> dict:
     return result
 
 
-def solver_statistics(plan, options, tilings: dict, patch) -> dict:
+def solver_statistics(plan) -> dict:
     """Every optimisation's statistics (wall times stay out: the files are byte-identical run
     to run; ``deploy --json`` prints them)."""
-    tiled = [t for _, t in (tilings or {}).values()]
+    arena, options, patch = plan.arena, plan.options, plan.patch
+    tiled = [t for _, t in (plan.tilings or {}).values()]
     return {
-        "arena": {"method": plan.method, "status": plan.status, "objective": plan.peak, "bound": plan.lower_bound,
-                  "gap": round(plan.gap, 6), "time_limit_s": options.time_limit_s},
+        "arena": {"method": arena.method, "status": arena.status, "objective": arena.peak, "bound": arena.lower_bound,
+                  "gap": round(arena.gap, 6), "time_limit_s": options.time_limit_s},
         "tiling": None if not tiled else {
-            "layers": len(tiled), "method": options.tiler, "objective": options.tile_objective,
+            "layers": len(tiled), "method": options.tiler, "objective": plan.tile_objective,
             "by_status": {s: sum(1 for t in tiled if t.status == s) for s in sorted({t.status for t in tiled})},
             "modeled_cycles": sum(t.modeled_cycles for t in tiled), "time_limit_s": min(options.time_limit_s, 2.0)},
         "patch": None if patch is None else {"method": patch.choice.method, "status": patch.choice.status,
@@ -114,7 +115,7 @@ def build_manifest(plan) -> dict:
                     "l3_bytes": options.l3},
         "planner": {"method": arena.method, "status": arena.status, "peak": arena.peak,
                     "lower_bound": arena.lower_bound, "tiler": options.tiler if plan.tilings else None},
-        "solvers": solver_statistics(arena, options, plan.tilings, plan.patch),
+        "solvers": solver_statistics(plan),
         "memory": plan.memory.as_dict(),
     }
     if plan.elf is not None:  # the linked image's memory: measured, or null without the Arm tools

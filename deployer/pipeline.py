@@ -50,7 +50,9 @@ class Options:
     planner: str = "cpsat"
     time_limit_s: float = 5.0
     tiler: str = "cpsat"  # "cpsat" | "greedy": how layers are cut into L1 tiles (when --l1 is given)
-    tile_objective: str = "l1"  # "l1" (use L1 well, target heuristics) | "cycles" (the backend's cost model)
+    # "auto" (the target's: backends.base.Backend.tile_objective) | "l1" (use L1 well, target
+    # heuristics) | "cycles" (the backend's cost model)
+    tile_objective: str = "auto"
     l3: int | None = None  # external memory reached by DMA only: what does not fit streams from there
     patch: str = "auto"  # "auto" | "off" | "RxC@LAYER": run the first stage patch by patch
     max_overhead: float = 0.2  # MACs a patch split may recompute, as a share of the network's
@@ -452,7 +454,7 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None, over_input: bool
     tileable = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(plan.kernels))
                 if g is not None]
     # the layers share --time-limit (deterministic time): the whole step keeps to it
-    config = TilingConfig(objective=options.tile_objective, heuristics=dict(backend.tile_heuristics),
+    config = TilingConfig(objective=plan.tile_objective, heuristics=dict(backend.tile_heuristics),
                           cost=dict(backend.cost_model),
                           time_limit_s=min(2.0, options.time_limit_s / max(1, len(tileable))))
     result, worst = {}, None

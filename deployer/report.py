@@ -152,7 +152,7 @@ def targets_table(infos: list[dict]) -> str:
 def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
     """``deploy --json``: what was written and planned, the solvers' statistics with their wall
     times (which the output folder leaves out, to stay byte-identical run to run)."""
-    solvers = solver_statistics(dep.arena, dep.options, dep.tilings, dep.patch)
+    solvers = solver_statistics(dep)
     solvers["arena"] = dict(solvers["arena"], wall_s=round(dep.arena.wall_s, 4))
     if solvers.get("patch") is not None:
         solvers["patch"] = dict(solvers["patch"], wall_s=round(dep.patch.choice.wall_s, 4))

@@ -262,7 +262,7 @@ def patch_figure(dep) -> dict | None:
 
 def _solver_rows(dep) -> list[tuple[str, str]]:
     rows = []
-    for name, stats in solver_statistics(dep.arena, dep.options, dep.tilings, dep.patch).items():
+    for name, stats in solver_statistics(dep).items():
         if stats is None:
             continue
         rows.append((name, ", ".join(f"{k} {json.dumps(v) if isinstance(v, dict) else v}" for k, v in stats.items())))

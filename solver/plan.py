@@ -91,6 +91,12 @@ class Plan:
         return replace(self, layers=tuple(update(layer) for layer in self.layers))
 
     @property
+    def tile_objective(self) -> str:
+        """What the CP-SAT tiler minimises: the option's, or with "auto" the target's."""
+        objective = self.options.tile_objective
+        return self.backend.tile_objective if objective == "auto" else objective
+
+    @property
     def kernels(self) -> tuple:
         return tuple(layer.kernel for layer in self.layers)
 
