@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from . import conv_geometry as geo
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import Concat, Conv2D, DepthwiseConv2D, Layer, NoAttrs, Pool2D, Quant, Resize, StridedSlice, Tensor, Transpose
+from .ir import Concat, Conv2D, DepthwiseConv2D, Gather, Layer, NoAttrs, Pool2D, Quant, Resize, StridedSlice, Tensor, Transpose
 from .side_files import read_model_file
 
 UNIT = Quant((1.0,), (0,))
@@ -323,7 +323,8 @@ class OnnxGraphBuilder:
 
     def glue_handlers(self) -> dict:
         return {"Concat": self._concat, "Transpose": self._transpose, "Slice": self._slice, "Split": self._split,
-                "GlobalMaxPool": self._global_max_pool, "Resize": self._resize}
+                "GlobalMaxPool": self._global_max_pool, "Resize": self._resize, "Gather": self._gather,
+                "Squeeze": self._squeeze, "Unsqueeze": self._squeeze, "Expand": self._expand}
 
     def _resize(self, i: int, node) -> None:
         """Resize, mode nearest, of the height and width (opset 11 and later: scales or sizes
@@ -501,6 +502,91 @@ class OnnxGraphBuilder:
             if name:
                 self._slice_layer(name, x, {axis: range(start, start + size)}, where)
             start += size
+
+    def _gather(self, i: int, node) -> None:
+        """Gather with constant indices on a rank-1 or rank-2 activation (NEMO splits a classifier's
+        scores this way): the IR's GATHER, its layout the model's."""
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        if x.rank > 2:
+            raise UnsupportedOperator(f"{where}: Gather on a rank-{x.rank} activation (only ranks 1 and 2, whose "
+                                      f"layout the engine keeps)")
+        if node.input[1] not in self.consts:
+            raise UnsupportedOperator(f"{where}: Gather with indices computed at run time")
+        xt = self.tensors[x.tensor]
+        axis = int(self.attrs(node).get("axis", 0))
+        if not -x.rank <= axis < x.rank:
+            raise ModelFormatError(f"{where}: axis {axis} of a rank-{x.rank} activation")
+        axis %= x.rank
+        idx = exact_ints(self.consts[node.input[1]], "the indices", where)
+        dim = xt.shape[axis]
+        if ((idx < -dim) | (idx >= dim)).any():
+            raise ModelFormatError(f"{where}: indices {idx.reshape(-1).tolist()} outside the axis's {dim} entries")
+        idx = np.where(idx < 0, idx + dim, idx)
+        shape = xt.shape[:axis] + tuple(idx.shape) + xt.shape[axis + 1:]
+        if len(shape) > 2:
+            raise UnsupportedOperator(f"{where}: Gather giving a rank-{len(shape)} activation")
+        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
+        self.add_layer("GATHER", [x.tensor], [out], Gather(axis, tuple(int(v) for v in idx.reshape(-1)),
+                                                          tuple(idx.shape)), node.output[0])
+        self.values[node.output[0]] = Value(out, len(shape))
+
+    def _squeeze(self, i: int, node) -> None:
+        """Squeeze / Unsqueeze of a rank-1 or rank-2 activation: the same bytes (a RESHAPE)."""
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        xt = self.tensors[x.tensor]
+        if x.rank > 2:
+            raise UnsupportedOperator(f"{where}: {node.op_type} of a rank-{x.rank} activation (only ranks 1 and 2)")
+        axes = self.attrs(node).get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            if node.input[1] not in self.consts:
+                raise UnsupportedOperator(f"{where}: axes computed at run time")
+            axes = exact_ints(self.consts[node.input[1]], "the axes", where).reshape(-1).tolist()
+        shape = list(xt.shape)
+        rank = len(shape) + (len(axes) if axes and node.op_type == "Unsqueeze" else 0)
+        if axes and (len(set(axes)) != len(axes) or any(not -rank <= a < rank for a in axes)):
+            raise ModelFormatError(f"{where}: axes {list(axes)} for a rank-{rank} value")
+        if node.op_type == "Squeeze":
+            drop = {a % len(shape) for a in axes} if axes else {d for d, n in enumerate(shape) if n == 1}
+            if any(shape[d] != 1 for d in drop):
+                raise ModelFormatError(f"{where}: cannot squeeze axes {sorted(drop)} of {shape}")
+            shape = [n for d, n in enumerate(shape) if d not in drop]
+        else:
+            if not axes:
+                raise ModelFormatError(f"{where}: Unsqueeze without axes")
+            for a in sorted(v % rank for v in axes):
+                shape.insert(a, 1)
+        if len(shape) > 2:
+            raise UnsupportedOperator(f"{where}: {node.op_type} giving a rank-{len(shape)} activation (only ranks "
+                                      f"1 and 2)")
+        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
+        self.add_layer("RESHAPE", [x.tensor], [out], NoAttrs(), node.output[0])
+        self.values[node.output[0]] = Value(out, len(shape))
+
+    def _expand(self, i: int, node) -> None:
+        """Expand by a constant shape (numpy's broadcasting, both ways) that keeps the activation's
+        rank: a BROADCAST_TO, each of the model's axes mapped onto the IR's layout."""
+        x = self.value(node.input[0], i)
+        where, axes = self._moved(i, node, x)
+        if node.input[1] not in self.consts:
+            raise UnsupportedOperator(f"{where}: Expand to a shape computed at run time")
+        want = exact_ints(self.consts[node.input[1]], "the shape", where).reshape(-1).tolist()
+        have = list(self.model_shape(x))
+        if len(want) > len(have):
+            raise UnsupportedOperator(f"{where}: Expand of a rank-{len(have)} activation to rank {len(want)} (the "
+                                      f"engine keeps each value's rank)")
+        want = [1] * (len(have) - len(want)) + want
+        if any(w < 1 or (h != 1 and w not in (1, h)) for h, w in zip(have, want)):
+            raise ModelFormatError(f"{where}: {have} does not broadcast to shape {want}")
+        out_model = [max(h, w) for h, w in zip(have, want)]
+        if out_model[0] != have[0]:
+            raise UnsupportedOperator(f"{where}: Expand along the batch axis (the engine's values have one batch)")
+        xt = self.tensors[x.tensor]
+        shape = tuple(n if a is None else out_model[a] for n, a in zip(xt.shape, axes))
+        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
+        self.add_layer("BROADCAST_TO", [x.tensor], [out], NoAttrs(), node.output[0])
+        self.values[node.output[0]] = Value(out, x.rank)
 
     def _global_max_pool(self, i: int, node) -> None:
         x = self.value(node.input[0], i)

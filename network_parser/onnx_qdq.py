@@ -26,7 +26,7 @@ FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalA
 ACTIVATION_OPS = ("Relu", "Clip")
 # data movement on the quantized values themselves (the shared builder's handlers); the
 # QuantizeLinear after each requantizes where its scale is not the input's
-GLUE_OPS = ("Transpose", "Slice", "Split", "Concat", "GlobalMaxPool", "Resize")
+GLUE_OPS = ("Transpose", "Slice", "Split", "Concat", "GlobalMaxPool", "Resize", "Gather", "Squeeze", "Unsqueeze", "Expand")
 # QOperator format (quantize_static with QuantFormat.QOperator): the quantized ops themselves
 QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool")
 

@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import FullyConnected, Gather, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
+from .ir import FullyConnected, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
 from .onnx_common import UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -39,7 +39,7 @@ CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift
 # every node type an integer graph may hold (``deploy ops``; the reader's handlers are these)
 INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool",
                                    "GlobalMaxPool", "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze",
-                                   "Unsqueeze", "Concat", "Transpose", "Slice", "Split", "Resize",
+                                   "Unsqueeze", "Expand", "Concat", "Transpose", "Slice", "Split", "Resize",
                                    *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
 
 
@@ -151,7 +151,6 @@ class IntegerGraphReader(OnnxGraphBuilder):
         handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
                     "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
                     "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
-                    "Gather": self._gather, "Squeeze": self._squeeze, "Unsqueeze": self._squeeze,
                     "Constant": lambda i, n: None, **self.glue_handlers()}
         for op in CHAIN_OPS:
             handlers.setdefault(op, self._standalone_chain)
@@ -458,67 +457,6 @@ class IntegerGraphReader(OnnxGraphBuilder):
         self.add_layer("RESHAPE", [out], [view], NoAttrs(), f"{chain.end}/view")
         self.add_layer("TRANSPOSE", [view], [back], Transpose((0, 1, 3, 2)), chain.end)
         self.values[chain.end] = Value(back, 3)
-
-    def _gather(self, i: int, node) -> None:
-        """Gather with constant indices on a rank-1 or rank-2 activation (NEMO splits a classifier's
-        scores this way): the IR's GATHER, its layout the model's."""
-        where = self.where(i)
-        x = self.value(node.input[0], i)
-        if x.rank > 2:
-            raise UnsupportedOperator(f"{where}: Gather on a rank-{x.rank} activation (only ranks 1 and 2, whose "
-                                      f"layout the engine keeps)")
-        if node.input[1] not in self.consts:
-            raise UnsupportedOperator(f"{where}: Gather with indices computed at run time")
-        xt = self.tensors[x.tensor]
-        axis = int(self.attrs(node).get("axis", 0))
-        if not -x.rank <= axis < x.rank:
-            raise ModelFormatError(f"{where}: axis {axis} of a rank-{x.rank} activation")
-        axis %= x.rank
-        idx = _exact_ints(self.consts[node.input[1]], "the indices", where)
-        dim = xt.shape[axis]
-        if ((idx < -dim) | (idx >= dim)).any():
-            raise ModelFormatError(f"{where}: indices {idx.reshape(-1).tolist()} outside the axis's {dim} entries")
-        idx = np.where(idx < 0, idx + dim, idx)
-        shape = xt.shape[:axis] + tuple(idx.shape) + xt.shape[axis + 1:]
-        if len(shape) > 2:
-            raise UnsupportedOperator(f"{where}: Gather giving a rank-{len(shape)} activation")
-        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
-        self.add_layer("GATHER", [x.tensor], [out], Gather(axis, tuple(int(v) for v in idx.reshape(-1)),
-                                                          tuple(idx.shape)), node.output[0])
-        self.values[node.output[0]] = Value(out, len(shape))
-
-    def _squeeze(self, i: int, node) -> None:
-        """Squeeze / Unsqueeze of a rank-1 or rank-2 activation: the same bytes (a RESHAPE)."""
-        where = self.where(i)
-        x = self.value(node.input[0], i)
-        xt = self.tensors[x.tensor]
-        if x.rank > 2:
-            raise UnsupportedOperator(f"{where}: {node.op_type} of a rank-{x.rank} activation (only ranks 1 and 2)")
-        axes = self.attrs(node).get("axes")
-        if axes is None and len(node.input) > 1 and node.input[1]:
-            if node.input[1] not in self.consts:
-                raise UnsupportedOperator(f"{where}: axes computed at run time")
-            axes = _exact_ints(self.consts[node.input[1]], "the axes", where).reshape(-1).tolist()
-        shape = list(xt.shape)
-        rank = len(shape) + (len(axes) if axes and node.op_type == "Unsqueeze" else 0)
-        if axes and (len(set(axes)) != len(axes) or any(not -rank <= a < rank for a in axes)):
-            raise ModelFormatError(f"{where}: axes {list(axes)} for a rank-{rank} value")
-        if node.op_type == "Squeeze":
-            drop = {a % len(shape) for a in axes} if axes else {d for d, n in enumerate(shape) if n == 1}
-            if any(shape[d] != 1 for d in drop):
-                raise ModelFormatError(f"{where}: cannot squeeze axes {sorted(drop)} of {shape}")
-            shape = [n for d, n in enumerate(shape) if d not in drop]
-        else:
-            if not axes:
-                raise ModelFormatError(f"{where}: Unsqueeze without axes")
-            for a in sorted(v % rank for v in axes):
-                shape.insert(a, 1)
-        if len(shape) > 2:
-            raise UnsupportedOperator(f"{where}: {node.op_type} giving a rank-{len(shape)} activation (only ranks "
-                                      f"1 and 2)")
-        out = self.add_tensor(node.output[0], shape, xt.dtype, xt.quant)
-        self.add_layer("RESHAPE", [x.tensor], [out], NoAttrs(), node.output[0])
-        self.values[node.output[0]] = Value(out, len(shape))
 
     def _scaled_operand(self, name: str, i: int) -> tuple[Value, int]:
         """An Add operand, looking through a Mul by one constant that only this Add reads (NEMO's

@@ -54,7 +54,8 @@ class _Builder:
 def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """A float model of ``kind``: "cnn" (conv, depthwise, residual add, pooling, flatten, gemm),
     "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average), "glue" (Transpose,
-    Resize, Slice, Split, Concat, GlobalMaxPool between convolutions), "branches" (a Concat of two
+    Resize, Slice, Split, Concat, GlobalMaxPool, Expand between convolutions), "gather" (Gather,
+    Squeeze, Unsqueeze between fully connected layers), "branches" (a Concat of two
     convolutions' outputs, each quantized with its own scale)."""
     b = _Builder(seed)
     if kind == "cnn":
@@ -93,8 +94,16 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
         b.nodes.append(helper.make_node("Split", [x, b.ints([3, 5], "parts")], halves, axis=1))
         x = b.op("Concat", [halves[1], halves[0]], axis=1)
         x = b.op("GlobalMaxPool", [x])
+        x = b.op("Expand", [x, b.ints([3, 1], "shape")])  # right-aligned: (1, 8, 3, 1)
         out = b.conv(x, 8, 6, 1, relu=False)
-        out_shape = [1, 6, 1, 1]
+        out_shape = [1, 6, 3, 1]
+    elif kind == "gather":  # a classifier's scores picked and reshaped as NEMO's exports do
+        shape = (1, 4, 6, 6)
+        x = b.op("Flatten", [b.op("GlobalAveragePool", [b.conv("input", 4, 8, 3)])], axis=1)
+        x = b.op("Gather", [b.gemm(x, 8, 6), b.ints([4, 1, -1, 1], "picks")], axis=1)  # (1, 4)
+        x = b.op("Unsqueeze", [b.op("Squeeze", [x, b.ints([0], "sq")]), b.ints([0], "unsq")])
+        out = b.gemm(x, 4, 3)
+        out_shape = [1, 3]
     elif kind == "branches":  # a Concat of two differently scaled branches
         shape = (1, 4, 8, 8)
         x = b.op("Concat", [b.conv("input", 4, 8, 3), b.conv("input", 4, 6, 3, relu=False)], axis=1)

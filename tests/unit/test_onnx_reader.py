@@ -324,6 +324,12 @@ def test_glue_refusals_name_the_node(tmp_path):
         ([helper.make_node("Transpose", ["a"], ["p0"], perm=[1, 0, 2, 3])], {}, UnsupportedOperator,
          "moving the batch axis"),
         ([helper.make_node("Concat", ["a", "a"], ["p0"], axis=0)], {}, UnsupportedOperator, "along the batch axis"),
+        ([helper.make_node("Expand", ["a", "sh"], ["p0"])], {"sh": np.array([1, 1, 1, 3, 3], np.int64)},
+         UnsupportedOperator, "Expand of a rank-4 activation to rank 5"),
+        ([helper.make_node("Expand", ["a", "sh"], ["p0"])], {"sh": np.array([2, 1, 1, 1], np.int64)},
+         UnsupportedOperator, "Expand along the batch axis"),
+        ([helper.make_node("Expand", ["a", "sh"], ["p0"])], {"sh": np.array([4, 3], np.int64)},
+         ModelFormatError, r"\[1, 2, 3, 3\] does not broadcast to shape \[1, 1, 4, 3\]"),
         ([helper.make_node("Resize", ["a", "roi", "", "sz"], ["p0"], mode="nearest", keep_aspect_ratio_policy="not_larger")],
          {"roi": np.array([], np.float32), "sz": np.array([1, 2, 6, 6], np.int64)}, UnsupportedOperator,
          "keep_aspect_ratio_policy not_larger"),
@@ -333,6 +339,40 @@ def test_glue_refusals_name_the_node(tmp_path):
                     opset=13)
         with pytest.raises(error, match=message):
             read_onnx(path, input_type="uint8")
+
+
+def test_expand_gather_squeeze_in_an_integer_graph(tmp_path):
+    """Expand (a constant shape, right-aligned, broadcasting either way), and Gather then Squeeze /
+    Unsqueeze of the pooled channels: exact against onnxruntime in the model's layout."""
+    w = np.random.default_rng(5).integers(-3, 4, (6, 4, 1, 1))
+    nodes, inits, _ = nemo_conv("x", "a", w, [1] * 6, [0] * 6, 3, 4, pads=(0, 0, 0, 0))
+    inits.update({"a_lo": np.array(0.0, np.float32), "a_hi": np.array(255.0, np.float32),
+                  "s1": np.array([1, 1, 4, 3], np.int64), "s2": np.array([5, 1], np.int64),
+                  "s3": np.array([1, 6, 5, 7], np.int64),
+                  "ax0": np.array([0], np.int64)})
+    nodes += [helper.make_node("GlobalMaxPool", ["a"], ["g"]),
+              helper.make_node("Expand", ["g", "s1"], ["e1"]),  # (1, 6, 1, 1) -> (1, 6, 4, 3)
+              helper.make_node("Expand", ["a", "s2"], ["e2"]),  # unchanged: (1, 6, 5, 7)
+              helper.make_node("Expand", ["g", "s3"], ["e3"]),  # to the conv's own shape
+              helper.make_node("Flatten", ["g"], ["f"], axis=1),
+              helper.make_node("Gather", ["f", "ax0"], ["g1"], axis=1),  # (1, 1)
+              helper.make_node("Squeeze", ["g1", "ax0"], ["sq"]),  # (1,)
+              helper.make_node("Unsqueeze", ["sq", "ax0"], ["u"])]  # (1, 1)
+    outs = {"e1": [1, 6, 4, 3], "e2": [1, 6, 5, 7], "e3": [1, 6, 5, 7], "u": [1, 1]}
+    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 7])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, v) for o, v in outs.items()],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    path = tmp_path / "expand.onnx"
+    onnx.save(model, path)
+    g = read_onnx(path, input_type="uint8")
+    assert [layer.op for layer in g.layers].count("BROADCAST_TO") == 3 and "GATHER" in {layer.op for layer in g.layers}
+    x = np.random.default_rng(5).integers(0, 256, (1, 4, 5, 7))
+    ours, refs = _run_both(path, g, x)
+    assert [list(r.shape) for r in refs] == list(outs.values())
+    for a, b in zip(ours, refs):
+        assert np.array_equal(a.astype(np.int64), b.astype(np.int64))
 
 
 @pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
