@@ -114,8 +114,8 @@ def interior(kern: K.Conv) -> tuple[int, int, int, int]:
 def border_walks(kern: K.Conv) -> list[tuple[tuple[int, int, int, int], int, int]]:
     """The output pixels outside ``interior`` as walks ((a, b, c, d), ox0, ox1): rows [a, b) and
     [c, d), columns [ox0, ox1). The rows above and below the interior take one walk over every
-    column (one copy of every column cut of the window); the columns left and right of it, one
-    each (a single cut, whose taps the compiler folds)."""
+    column (one copy of the window's taps, those some windows cut off guarded); the columns left
+    and right of it, one each (where that is one column, the compiler folds its guards)."""
     oy0, oy1, ox0, ox1 = interior(kern)
     h, w = kern.out_h, kern.out_w
     if oy0 == oy1 or ox0 == ox1:

@@ -5,7 +5,7 @@ the tilers' choices judged by measured instructions.
 
 For kws_ref_model, vww_96_int8 and pretrainedResnet_quant (``--models``: other file names under
 shared/models/tflite), at each L1 budget, deploy with three tilers (greedy; CP-SAT maximising L1
-use, the default; CP-SAT minimising the cost model's cycles), count each layer's instructions on
+use; CP-SAT minimising the cost model's cycles, the Cortex-M targets' default), count each layer's instructions on
 QEMU (``deploy verify --qemu --per-layer``: marks between layers) and print
 
 * per run: the measured instructions of one inference, the cost model's rank correlation with
@@ -83,7 +83,7 @@ def _tile(lp) -> str:
 
 def layer_table(layers) -> None:
     """Each tiled layer's measured instructions under every tiler, CP-SAT's over greedy's."""
-    print(f"\nper tiled layer (measured instructions; tile h x w x c)")
+    print("\nper tiled layer (measured instructions; tile h x w x c)")
     print(f"{'model':<24} {'L1':>4} {'op':>3} {'kind':<10} {'greedy':>10} {'tile':>10} {'cpsat/l1':>10} {'tile':>10} "
           f"{'ratio':>6} {'cpsat/cyc':>10} {'tile':>10} {'ratio':>6}")
     worst = {t: (0.0, None) for t in TILERS[1:]}
@@ -102,7 +102,8 @@ def layer_table(layers) -> None:
                 line += f" {n:>10,} {_tile(deps[t].layers[k]):>10} {r:>6.3f}"
             print(line)
     for t, (r, where) in worst.items():
-        print(f"worst layer, {t[0]}/{t[1]} over greedy: {r:.3f} ({where})")
+        if where is not None:
+            print(f"worst layer, {t[0]}/{t[1]} over greedy: {r:.3f} ({where})")
 
 
 def main() -> None:

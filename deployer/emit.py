@@ -579,7 +579,7 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[st
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 
 
-def _portable_requant_bytes(kern) -> int:
+def portable_requant_bytes(kern) -> int:
     """.rodata of a layer's requantization arrays and tables in the portable kernels' form."""
     if getattr(kern, "float_rq", None) is not None:
         return 4 * len(kern.float_rq)
@@ -601,24 +601,30 @@ def constant_sections(graph: Graph, layers) -> dict:
     """Bytes of .rodata the engine holds, by kind: weights (in their variant's layout), biases and
     the other constants (requantization arrays, lookup tables, constant operands) of ``layers``
     (the plan's LayerPlan records)."""
-    seen: set[int] = set()
+    seen: set[int] = set()  # constants the engine holds as they are (once, whoever reads them)
     sections = dict(weights=0, biases=0, parameters=0)
     for layer, lp in zip(graph.layers, layers):
         kern = lp.kernel
         own = lp.variant.lane_bytes if lp.variant is not None else None
-        if own is not None:  # the variant's per-channel arrays, in its layout
+        if own is not None:  # a variant laying out its own weights and per-channel arrays: per layer
+            sections["weights"] += lp.variant.weight_bytes
             sections["biases"] += own[0]
             sections["parameters"] += own[1]
         for t in layer.inputs:
-            if t >= 0 and graph.tensors[t].is_const and t not in seen:
-                seen.add(t)
-                n = graph.tensors[t].nbytes
-                if t == getattr(kern, "weights", None):
+            if t < 0 or not graph.tensors[t].is_const or t in seen:
+                continue
+            n = graph.tensors[t].nbytes
+            if t == getattr(kern, "weights", None):
+                if own is None:
+                    seen.add(t)
                     sections["weights"] += lp.variant.weight_bytes if lp.variant is not None else n
-                elif t == getattr(kern, "bias", None):
-                    sections["biases"] += n if own is None else 0
-                else:
-                    sections["parameters"] += n
+            elif t == getattr(kern, "bias", None):
+                if own is None:
+                    seen.add(t)
+                    sections["biases"] += n
+            else:
+                seen.add(t)
+                sections["parameters"] += n
         if own is None:
-            sections["parameters"] += _portable_requant_bytes(kern)
+            sections["parameters"] += portable_requant_bytes(kern)
     return sections

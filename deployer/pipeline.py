@@ -574,8 +574,12 @@ def fit_flash(plan: Plan) -> Plan:
     for lp in plan.layers:
         if lp.variant.dsp and lp.variant.layout is not None:
             portable = choose((), lp.kernel, _weight_bytes(plan, lp.kernel))
+            lanes = 0  # its per-lane bias and requantization arrays over the portable kernel's
+            if lp.variant.lane_bytes is not None:
+                bias = plan.graph.tensors[lp.kernel.bias].nbytes if getattr(lp.kernel, "bias", -1) >= 0 else 0
+                lanes = sum(lp.variant.lane_bytes) - bias - emit.portable_requant_bytes(lp.kernel)
             savings.append((lp.variant.weight_bytes - portable.weight_bytes + lp.variant.code_bytes
-                            - portable.code_bytes, lp.index))
+                            - portable.code_bytes + lanes, lp.index))
     plain, over = set(), flash - options.flash
     for saving, k in sorted(savings, reverse=True):
         if over <= 0:

@@ -50,7 +50,7 @@ def l1_align(n: int) -> int:
 class TileGeometry:
     """One tileable layer, reduced to what its L1 footprint depends on."""
     layer: int
-    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise"
+    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise" | "resize"
     out_h: int
     out_w: int
     out_c: int
@@ -72,6 +72,10 @@ class TileGeometry:
     c_quantum: int = 1  # a tile's output channels are a multiple of this, or all of them
     full_width: bool = False  # tiles span whole rows (a layer writing over its input, tile by tile)
     split_ok: bool = True  # input channels may be split when nothing else fits (DORY's rule)
+    # a resize: the input row and column each output row and column copies (non-decreasing; a
+    # tile reads the span between its first and last); () for windows of strides and kernels
+    rows: tuple[int, ...] = ()
+    cols: tuple[int, ...] = ()
 
     @property
     def alignment(self) -> int:
@@ -81,7 +85,12 @@ class TileGeometry:
     @property
     def channels_follow_output(self) -> bool:
         """Input channels are tiled together with output channels (one input channel each)."""
-        return self.kind in ("depthwise", "pool", "eltwise")
+        return self.kind in ("depthwise", "pool", "eltwise", "resize")
+
+    @property
+    def streams(self) -> bool:
+        """Its tiles may be staged in L2 slabs from L3 (the slab schedule cuts windows of strides)."""
+        return self.kind != "resize"
 
     @property
     def weight_bytes_per_channel(self) -> int:
@@ -94,9 +103,14 @@ class TileGeometry:
         return 0
 
     def in_rows(self, tile_h: int) -> int:
+        """Input rows the tallest tile of ``tile_h`` output rows reads (the halo included)."""
+        if self.rows:
+            return _widest_span(self.rows, tile_h)
         return min((tile_h - 1) * self.stride_h + (self.k_h - 1) * self.dil_h + 1, self.in_h)
 
     def in_cols(self, tile_w: int) -> int:
+        if self.cols:
+            return _widest_span(self.cols, tile_w)
         return min((tile_w - 1) * self.stride_w + (self.k_w - 1) * self.dil_w + 1, self.in_w)
 
     @property
@@ -153,8 +167,14 @@ class TileGeometry:
         return 1
 
 
+def _widest_span(sources: tuple[int, ...], tile: int) -> int:
+    """Input entries between the first and last source of the widest tile of ``tile`` outputs."""
+    n = len(sources)
+    return max(sources[min(o + tile, n) - 1] - sources[o] + 1 for o in range(0, n, tile))
+
+
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
-TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.FullyConnected)
+TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.FullyConnected, K.ResizeNearest)
 
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
@@ -184,7 +204,14 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
         case K.FullyConnected(batch=1):
             return TileGeometry(layer, "fc", 1, 1, kernel.units, 1, 1, kernel.in_features,
                                 param_bytes=FC_PARAM_BYTES)
+        case K.ResizeNearest(batch=1) if _non_decreasing(kernel.rows) and _non_decreasing(kernel.cols):
+            return TileGeometry(layer, "resize", len(kernel.rows), len(kernel.cols), kernel.channels, kernel.in_h,
+                                kernel.in_w, kernel.channels, rows=kernel.rows, cols=kernel.cols)
     return None
+
+
+def _non_decreasing(sources) -> bool:
+    return all(a <= b for a, b in zip(sources, sources[1:]))
 
 
 def writes_behind_reads(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int, async_dma: bool = False) -> bool:
@@ -219,6 +246,12 @@ def axis_windows(out: int, tile: int, stride: int, pad: int, eff: int, extent: i
     return spans
 
 
+def _source_windows(sources: tuple[int, ...], tile: int) -> list[tuple[int, int, int]]:
+    """(outputs, inputs read, 0) of each tile of a resize along one axis."""
+    n = len(sources)
+    return [(min(tile, n - o), sources[min(o + tile, n) - 1] - sources[o] + 1, 0) for o in range(0, n, tile)]
+
+
 def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict[str, list]:
     """Every tile's window along each axis ("rows", "cols": (outputs, inputs, padding before);
     "chans": output channels), in tile order: what a kernel run on one tile sees."""
@@ -227,6 +260,8 @@ def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict
     elif g.kind == "eltwise":
         rows = [(o, o, 0) for o, _, _ in axis_windows(g.out_h, tile_h, 1, 0, 1, g.in_h)]
         cols = [(o, o, 0) for o, _, _ in axis_windows(g.out_w, tile_w, 1, 0, 1, g.in_w)]
+    elif g.kind == "resize":
+        rows, cols = (_source_windows(src, tile) for src, tile in ((g.rows, tile_h), (g.cols, tile_w)))
     else:
         rows = axis_windows(g.out_h, tile_h, g.stride_h, g.pad_t, (g.k_h - 1) * g.dil_h + 1, g.in_h)
         cols = axis_windows(g.out_w, tile_w, g.stride_w, g.pad_l, (g.k_w - 1) * g.dil_w + 1, g.in_w)

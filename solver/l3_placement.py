@@ -8,8 +8,9 @@ every activation is in the L2 arena. With one, what does not fit moves out, larg
 - activations, when the L2 arena's lower bound (live bytes at the worst op, staging
   included) exceeds ``--sram``.
 
-Only a tiled layer can stream, so an activation moves to L3 only when the layer writing it
-and every layer reading it are tiled, it shares no bytes with another tensor, and it is not
+Only a tiled layer can stream (one whose slabs are windows of strides: not a resize), so an
+activation moves to L3 only when the layer writing it and every layer reading it stream, it
+shares no bytes with another tensor, and it is not
 a model input or output (the application reads and writes those in place). Every layer
 touching L3 gets a slab plan (solver.l3_tiling) whose L2 staging is a scratch buffer of the
 arena, live for that layer only.
@@ -60,10 +61,11 @@ def _candidates(graph: Graph, kernels, lives: list[Lifetime], tilings: dict):
         for t in layer.outputs:
             writer[t] = k
     io = set(graph.inputs) | set(graph.outputs)
+    streams = {k for k, (g, _) in tilings.items() if g.streams}
     acts = {lt.tensor: lt for lt in lives
             if lt.tensor >= 0 and lt.tensor not in io and lt.tensor not in aliased
-            and writer.get(lt.tensor) in tilings and readers.get(lt.tensor)
-            and all(r in tilings for r in readers[lt.tensor])}
+            and writer.get(lt.tensor) in streams and readers.get(lt.tensor)
+            and all(r in streams for r in readers[lt.tensor])}
     weights = {}
     for k, (g, _) in tilings.items():
         kern = kernels[k]

@@ -139,8 +139,12 @@ def build_tiling_model(g, l1_bytes: int) -> TilingVars:
     # input tile: rows/cols clipped to the input extent
     in_rows = m.new_int_var(1, g.in_h, "in_rows")
     in_cols = m.new_int_var(1, g.in_w, "in_cols")
-    m.add_min_equality(in_rows, [th * g.stride_h + ((g.k_h - 1) * g.dil_h + 1 - g.stride_h), g.in_h])
-    m.add_min_equality(in_cols, [tw * g.stride_w + ((g.k_w - 1) * g.dil_w + 1 - g.stride_w), g.in_w])
+    if g.rows:  # a resize: the widest span of sources of each tile size, as a table
+        m.add_element(th, [1] + [g.in_rows(t) for t in range(1, ext[0] + 1)], in_rows)
+        m.add_element(tw, [1] + [g.in_cols(t) for t in range(1, ext[1] + 1)], in_cols)
+    else:
+        m.add_min_equality(in_rows, [th * g.stride_h + ((g.k_h - 1) * g.dil_h + 1 - g.stride_h), g.in_h])
+        m.add_min_equality(in_cols, [tw * g.stride_w + ((g.k_w - 1) * g.dil_w + 1 - g.stride_w), g.in_w])
     area = m.new_int_var(1, g.in_h * g.in_w, "in_area")
     m.add_multiplication_equality(area, [in_rows, in_cols])
     in_c = g.out_c if g.channels_follow_output else g.in_c
@@ -281,10 +285,21 @@ def _one_more_tile_sizes(e: int, multiple: int) -> set[int]:
     return sizes
 
 
+def _input_extents(g, th, tw, first: bool = False):
+    """Input rows and columns of the tallest and widest tiles (``first``: of the first tile) over
+    numpy arrays of tile sizes, as ``g.in_rows`` / ``g.in_cols``."""
+    if g.rows:
+        def span(src, t):
+            return src[min(t, len(src)) - 1] - src[0] + 1 if first else (g.in_rows(t) if src is g.rows else g.in_cols(t))
+        return (np.vectorize(lambda t: span(g.rows, int(t)), otypes=[np.int64])(th),
+                np.vectorize(lambda t: span(g.cols, int(t)), otypes=[np.int64])(tw))
+    return (np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h),
+            np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w))
+
+
 def _l1_vec(g, th, tw, tc):
     """``g.l1_bytes`` over numpy arrays of tile sizes (checked against it for every candidate used)."""
-    rows = np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h)
-    cols = np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w)
+    rows, cols = _input_extents(g, th, tw)
     a = g.alignment
 
     def up(x):
@@ -324,8 +339,8 @@ def _lower_bound_vec(g, th, tw, tc, p):
     compute = compute + np.ceil(ext[0] * ext[1] * ext[2] * per_output)  # the outputs' own work, whatever the tiles
     bw, setup = p["dma_bytes_per_cycle"], p["dma_setup_cycles"]
     in_c = tc if g.channels_follow_output else g.in_c
-    first_in = g.operands * np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h) * \
-        np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w) * in_c
+    rows, cols = _input_extents(g, th, tw, first=True)
+    first_in = g.operands * rows * cols * in_c
     first_w = tc * (g.weight_bytes_per_channel + g.param_bytes) * g.stage_weights
     last_out = border[0] * border[1] * border[2]
     ends = np.ceil(first_in / bw) + np.ceil(first_w / bw) + np.ceil(last_out / bw) + 2 * setup

@@ -1,4 +1,5 @@
-"""Property: random layers under random L1 budgets; the CP-SAT tile fits and the generated
+"""Property: random layers (convolutions, pooling, fully connected, elementwise, nearest resizes)
+under random L1 budgets; the CP-SAT tile fits and the generated
 tile loop (host copy-loop DMA, and the GAP8 cluster code under emulation) is bit-exact. And
 random chains squeezed into the smallest reported flash and SRAM with an L3: their slabs
 stream weights and activations from L3 and stay bit-exact."""
@@ -21,7 +22,7 @@ def layers(draw):
     mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
     h, w, c = draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(st.integers(1, 12))
     x = mb.input((1, h, w, c))
-    kind = draw(st.sampled_from(["conv", "dw", "avg", "max", "fc", "add", "mul"]))
+    kind = draw(st.sampled_from(["conv", "dw", "avg", "max", "fc", "add", "mul", "resize"]))
     k = (draw(st.integers(1, min(3, h))), draw(st.integers(1, min(3, w))))
     stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     padding = draw(st.sampled_from(["SAME", "VALID"]))
@@ -34,6 +35,10 @@ def layers(draw):
         y = (mb.avg_pool if kind == "avg" else mb.max_pool)(x, filter=k, stride=stride, padding=padding)
     elif kind in ("add", "mul"):
         y = (mb.add if kind == "add" else mb.mul)(x, mb.input((1, h, w, c)))
+    elif kind == "resize":  # up, down or fractional, every coordinate mode LiteRT has
+        corners = draw(st.booleans())
+        y = mb.resize_nearest(x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
+                              half_pixel_centers=not corners and draw(st.booleans()))
     else:
         y = mb.fully_connected(mb.reshape(x, (1, h * w * c)), draw(st.integers(1, 40)))
     mb.output(y)
@@ -58,6 +63,37 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
     mb.save(path)
     budget = l1_between(path, target, fraction)
     dep = deploy(path, Options(patch="off", target=target, l1=budget, tiler="cpsat"))
+    for g, t in dep.tilings.values():
+        assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
+
+
+@st.composite
+def resizes(draw):
+    """A nearest resize (up, down, fractional; every coordinate mode) between two convolutions."""
+    mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
+    h, w, c = draw(st.integers(1, 10)), draw(st.integers(1, 10)), draw(st.integers(1, 12))
+    x = mb.conv2d(mb.input((1, h, w, c)), draw(st.integers(1, 12)), kernel=(1, 1))
+    corners = draw(st.booleans())
+    x = mb.resize_nearest(x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
+                          half_pixel_centers=not corners and draw(st.booleans()))
+    mb.output(mb.conv2d(x, draw(st.integers(1, 8)), kernel=(1, 1)))
+    return mb, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(case=resizes())
+def test_random_resize_random_l1_bit_exact(tmp_path, case):
+    """The resize runs tile by tile (each tile reads the input span between its first and last
+    sources), on the host and on GAP8's eight cores under emulation."""
+    mb, fraction, target = case
+    path = tmp_path / "resize.tflite"
+    mb.save(path)
+    budget = l1_between(path, target, fraction)
+    dep = deploy(path, Options(patch="off", target=target, l1=budget, tiler="cpsat"))
+    assert any(g.kind == "resize" for g, _ in dep.tilings.values())
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
     engine = build_engine(dep) if target == "host" else emulated(dep)

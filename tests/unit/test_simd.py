@@ -142,6 +142,23 @@ def test_variant_choice():
     assert simd.layout_for(K.FullyConnected(1, 12, 3, 0, 0, (0.1,), -128, 127, 0, -1)).variant == "pointwise"
 
 
+@pytest.mark.parametrize("k, stride, pad, hw", [(3, 1, 1, 5), (3, 2, 0, 7), (5, 2, 2, 9), (3, 1, 1, 1), (5, 1, 2, 3),
+                                                (3, 3, 1, 8), (5, 1, 4, 2)])
+def test_border_taps_read_each_window_inside_the_input(k, stride, pad, hw):
+    """The depthwise kernel's border walk reads, for every pixel, exactly the tap columns of its
+    window inside the input: the unguarded taps and those whose guard holds (the C guards,
+    evaluated here for every pixel of every walk)."""
+    kern = _conv(in_c=4, out_c=4, k=k, depthwise=True, pad=pad, stride=stride, hw=hw)
+    guards = simd._depthwise_context(kern, False)["tap_guards"]
+    for (a, b, c, d), x0, x1 in simd.border_walks(kern):
+        for ox in range(x0, x1):
+            ix0 = ox * stride - pad
+            kx0, kx1 = max(0, -ix0), min(k, hw - ix0)
+            read = {kx for kx, g in enumerate(guards)
+                    if not g or eval(g.replace("&&", "and"), {}, dict(kx0=kx0, kx1=kx1))}
+            assert read == set(range(kx0, kx1)), (ox, guards)
+
+
 def test_interior_and_border_walks_cover_every_pixel_once():
     for k, stride, pad, hw in [(3, 1, 1, 5), (3, 2, 0, 7), (5, 2, 2, 9), (3, 1, 1, 1), (1, 1, 0, 4)]:
         kern = _conv(in_c=4, out_c=4, k=k, depthwise=True, pad=pad, stride=stride, hw=hw)
