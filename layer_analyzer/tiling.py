@@ -50,7 +50,7 @@ def l1_align(n: int) -> int:
 class TileGeometry:
     """One tileable layer, reduced to what its L1 footprint depends on."""
     layer: int
-    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise" | "resize"
+    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise" | "resize" | "transpose_conv"
     out_h: int
     out_w: int
     out_c: int
@@ -72,10 +72,11 @@ class TileGeometry:
     c_quantum: int = 1  # a tile's output channels are a multiple of this, or all of them
     full_width: bool = False  # tiles span whole rows (a layer writing over its input, tile by tile)
     split_ok: bool = True  # input channels may be split when nothing else fits (DORY's rule)
-    # a resize: the input row and column each output row and column copies (non-decreasing; a
-    # tile reads the span between its first and last); () for windows of strides and kernels
-    rows: tuple[int, ...] = ()
-    cols: tuple[int, ...] = ()
+    # the input rows (first, last) each output row reads, and the columns, where they are not a
+    # window of strides and a kernel (a resize, a transposed convolution; both ends non-decreasing:
+    # a tile reads from its first row's first to its last row's last); () otherwise
+    rows: tuple[tuple[int, int], ...] = ()
+    cols: tuple[tuple[int, int], ...] = ()
 
     @property
     def alignment(self) -> int:
@@ -90,11 +91,11 @@ class TileGeometry:
     @property
     def streams(self) -> bool:
         """Its tiles may be staged in L2 slabs from L3 (the slab schedule cuts windows of strides)."""
-        return self.kind != "resize"
+        return not self.rows
 
     @property
     def weight_bytes_per_channel(self) -> int:
-        if self.kind == "conv":
+        if self.kind in ("conv", "transpose_conv"):
             return self.k_h * self.k_w * self.in_c
         if self.kind == "depthwise":
             return self.k_h * self.k_w
@@ -160,6 +161,8 @@ class TileGeometry:
     def macs_per_output(self) -> int:
         if self.kind == "conv":
             return self.k_h * self.k_w * self.in_c
+        if self.kind == "transpose_conv":  # each output sums about (k / stride)^2 input pixels
+            return max(1, self.k_h // self.stride_h) * max(1, self.k_w // self.stride_w) * self.in_c
         if self.kind in ("depthwise", "pool"):
             return self.k_h * self.k_w
         if self.kind == "fc":
@@ -167,14 +170,14 @@ class TileGeometry:
         return 1
 
 
-def _widest_span(sources: tuple[int, ...], tile: int) -> int:
-    """Input entries between the first and last source of the widest tile of ``tile`` outputs."""
-    n = len(sources)
-    return max(sources[min(o + tile, n) - 1] - sources[o] + 1 for o in range(0, n, tile))
+def _widest_span(spans: tuple[tuple[int, int], ...], tile: int) -> int:
+    """Input entries the widest tile of ``tile`` outputs reads (at least one: a tile's buffer)."""
+    n = len(spans)
+    return max(1, max(spans[min(o + tile, n) - 1][1] - spans[o][0] + 1 for o in range(0, n, tile)))
 
 
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
-TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.FullyConnected, K.ResizeNearest)
+TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.FullyConnected, K.ResizeNearest, K.TransposeConv)
 
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
@@ -206,12 +209,31 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
                                 param_bytes=FC_PARAM_BYTES)
         case K.ResizeNearest(batch=1) if _non_decreasing(kernel.rows) and _non_decreasing(kernel.cols):
             return TileGeometry(layer, "resize", len(kernel.rows), len(kernel.cols), kernel.channels, kernel.in_h,
-                                kernel.in_w, kernel.channels, rows=kernel.rows, cols=kernel.cols)
+                                kernel.in_w, kernel.channels, rows=tuple((r, r) for r in kernel.rows),
+                                cols=tuple((c, c) for c in kernel.cols))
+        case K.TransposeConv(batch=1):
+            k = kernel
+            return TileGeometry(layer, "transpose_conv", k.out_h, k.out_w, k.out_c, k.in_h, k.in_w, k.in_c, k.k_h, k.k_w,
+                                k.stride_h, k.stride_w, param_bytes=CONV_PARAM_BYTES, pad_t=k.pad_t, pad_l=k.pad_l,
+                                split_ok=False, rows=gathered_spans(k.out_h, k.in_h, k.k_h, k.stride_h, k.pad_t),
+                                cols=gathered_spans(k.out_w, k.in_w, k.k_w, k.stride_w, k.pad_l))
     return None
 
 
 def _non_decreasing(sources) -> bool:
     return all(a <= b for a, b in zip(sources, sources[1:]))
+
+
+def gathered_spans(out: int, extent: int, k: int, stride: int, pad: int) -> tuple[tuple[int, int], ...]:
+    """A transposed convolution along one axis: the input entries (first, last) whose scattered
+    kernel window covers each output (input i reaches outputs i * stride - pad + [0, k)); an
+    output no window covers has last = first - 1."""
+    spans = []
+    for o in range(out):
+        lo = max(0, -(-(o + pad - k + 1) // stride))
+        hi = min(extent - 1, (o + pad) // stride)
+        spans.append((lo, max(hi, lo - 1)))
+    return tuple(spans)
 
 
 def writes_behind_reads(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int, async_dma: bool = False) -> bool:
@@ -246,10 +268,10 @@ def axis_windows(out: int, tile: int, stride: int, pad: int, eff: int, extent: i
     return spans
 
 
-def _source_windows(sources: tuple[int, ...], tile: int) -> list[tuple[int, int, int]]:
-    """(outputs, inputs read, 0) of each tile of a resize along one axis."""
-    n = len(sources)
-    return [(min(tile, n - o), sources[min(o + tile, n) - 1] - sources[o] + 1, 0) for o in range(0, n, tile)]
+def _source_windows(spans: tuple[tuple[int, int], ...], tile: int) -> list[tuple[int, int, int]]:
+    """(outputs, inputs read, 0) of each tile along one axis of a layer with input spans."""
+    n = len(spans)
+    return [(min(tile, n - o), spans[min(o + tile, n) - 1][1] - spans[o][0] + 1, 0) for o in range(0, n, tile)]
 
 
 def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict[str, list]:
@@ -260,7 +282,7 @@ def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict
     elif g.kind == "eltwise":
         rows = [(o, o, 0) for o, _, _ in axis_windows(g.out_h, tile_h, 1, 0, 1, g.in_h)]
         cols = [(o, o, 0) for o, _, _ in axis_windows(g.out_w, tile_w, 1, 0, 1, g.in_w)]
-    elif g.kind == "resize":
+    elif g.rows:
         rows, cols = (_source_windows(src, tile) for src, tile in ((g.rows, tile_h), (g.cols, tile_w)))
     else:
         rows = axis_windows(g.out_h, tile_h, g.stride_h, g.pad_t, (g.k_h - 1) * g.dil_h + 1, g.in_h)

@@ -139,7 +139,7 @@ def build_tiling_model(g, l1_bytes: int) -> TilingVars:
     # input tile: rows/cols clipped to the input extent
     in_rows = m.new_int_var(1, g.in_h, "in_rows")
     in_cols = m.new_int_var(1, g.in_w, "in_cols")
-    if g.rows:  # a resize: the widest span of sources of each tile size, as a table
+    if g.rows:  # input spans per output row (resize, transposed conv): the widest per tile size, as a table
         m.add_element(th, [1] + [g.in_rows(t) for t in range(1, ext[0] + 1)], in_rows)
         m.add_element(tw, [1] + [g.in_cols(t) for t in range(1, ext[1] + 1)], in_cols)
     else:
@@ -289,10 +289,12 @@ def _input_extents(g, th, tw, first: bool = False):
     """Input rows and columns of the tallest and widest tiles (``first``: of the first tile) over
     numpy arrays of tile sizes, as ``g.in_rows`` / ``g.in_cols``."""
     if g.rows:
-        def span(src, t):
-            return src[min(t, len(src)) - 1] - src[0] + 1 if first else (g.in_rows(t) if src is g.rows else g.in_cols(t))
-        return (np.vectorize(lambda t: span(g.rows, int(t)), otypes=[np.int64])(th),
-                np.vectorize(lambda t: span(g.cols, int(t)), otypes=[np.int64])(tw))
+        def extent(spans, widest):
+            if first:
+                return lambda t: max(1, spans[min(int(t), len(spans)) - 1][1] - spans[0][0] + 1)
+            return lambda t: widest(int(t))
+        return (np.vectorize(extent(g.rows, g.in_rows), otypes=[np.int64])(th),
+                np.vectorize(extent(g.cols, g.in_cols), otypes=[np.int64])(tw))
     return (np.minimum((th - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1, g.in_h),
             np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w))
 

@@ -1,7 +1,7 @@
 """The model builder's application-shaped models (an audio U-Net, a detection FPN): deployed and
-tiled (the FPN's RESIZE_NEAREST_NEIGHBOR layers too), every engine bit-exact with LiteRT. (Their
-peaks sit where the resizes and TRANSPOSE_CONV join skip connections; a patch split does not lower
-them.)"""
+tiled (the FPN's RESIZE_NEAREST_NEIGHBOR and the U-Net's TRANSPOSE_CONV layers too), every engine
+bit-exact with LiteRT. (Their peaks sit where the resizes and TRANSPOSE_CONV join skip
+connections; a patch split does not lower them.)"""
 from __future__ import annotations
 
 import pytest
@@ -25,8 +25,8 @@ def model(request, tmp_path_factory):
                          ids=["untiled", "l1-16K", "l1-8K"])
 def test_zoo_model_bit_exact(model, options):
     dep = deploy(model, Options(**options))
-    if "l1" in options:  # the convolutions run tile by tile, and the resizes
+    if "l1" in options:  # the convolutions run tile by tile, the resizes and transposed ones too
         assert dep.tilings and all(t.l1_bytes <= options["l1"] for _, t in dep.tilings.values())
-        resizes = [k for k, lp in enumerate(dep.layers) if type(lp.kernel).__name__ == "ResizeNearest"]
-        assert all(k in dep.tilings for k in resizes)
+        gathering = [k for k, lp in enumerate(dep.layers) if type(lp.kernel).__name__ in ("ResizeNearest", "TransposeConv")]
+        assert gathering and all(k in dep.tilings for k in gathering)
     assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, s) for s in range(2)])

@@ -1,5 +1,5 @@
-"""Property: random layers (convolutions, pooling, fully connected, elementwise, nearest resizes)
-under random L1 budgets; the CP-SAT tile fits and the generated
+"""Property: random layers (convolutions, pooling, fully connected, elementwise, nearest resizes,
+transposed convolutions) under random L1 budgets; the CP-SAT tile fits and the generated
 tile loop (host copy-loop DMA, and the GAP8 cluster code under emulation) is bit-exact. And
 random chains squeezed into the smallest reported flash and SRAM with an L3: their slabs
 stream weights and activations from L3 and stay bit-exact."""
@@ -70,30 +70,38 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
 
 
 @st.composite
-def resizes(draw):
-    """A nearest resize (up, down, fractional; every coordinate mode) between two convolutions."""
+def gathering_layers(draw):
+    """A nearest resize (up, down, fractional; every coordinate mode) or a transposed convolution
+    (any kernel, stride and padding) between two convolutions."""
     mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
     h, w, c = draw(st.integers(1, 10)), draw(st.integers(1, 10)), draw(st.integers(1, 12))
     x = mb.conv2d(mb.input((1, h, w, c)), draw(st.integers(1, 12)), kernel=(1, 1))
-    corners = draw(st.booleans())
-    x = mb.resize_nearest(x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
-                          half_pixel_centers=not corners and draw(st.booleans()))
+    kind = draw(st.sampled_from(["resize", "transpose_conv"]))
+    if kind == "resize":
+        corners = draw(st.booleans())
+        x = mb.resize_nearest(x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
+                              half_pixel_centers=not corners and draw(st.booleans()))
+    else:
+        x = mb.transpose_conv(x, draw(st.integers(1, 10)), kernel=(draw(st.integers(1, 4)), draw(st.integers(1, 4))),
+                              stride=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+                              padding=draw(st.sampled_from(["SAME", "VALID"])))
     mb.output(mb.conv2d(x, draw(st.integers(1, 8)), kernel=(1, 1)))
-    return mb, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
+    return mb, kind, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
-@given(case=resizes())
-def test_random_resize_random_l1_bit_exact(tmp_path, case):
-    """The resize runs tile by tile (each tile reads the input span between its first and last
-    sources), on the host and on GAP8's eight cores under emulation."""
-    mb, fraction, target = case
-    path = tmp_path / "resize.tflite"
+@given(case=gathering_layers())
+def test_random_gathering_layer_random_l1_bit_exact(tmp_path, case):
+    """Resizes and transposed convolutions run tile by tile (each tile reads the input between
+    its first output's first source and its last output's last), on the host and on GAP8's eight
+    cores under emulation."""
+    mb, kind, fraction, target = case
+    path = tmp_path / f"{kind}.tflite"
     mb.save(path)
     budget = l1_between(path, target, fraction)
     dep = deploy(path, Options(patch="off", target=target, l1=budget, tiler="cpsat"))
-    assert any(g.kind == "resize" for g, _ in dep.tilings.values())
+    assert any(g.kind == kind for g, _ in dep.tilings.values())
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
     engine = build_engine(dep) if target == "host" else emulated(dep)
