@@ -195,7 +195,7 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
     staged = l3["parts"] if l3 else {}
     chans = l3["chans"] if l3 else None
     follow = g.channels_follow_output
-    return dict(kind=g.kind, tiles=t.tiles, operand_bytes=f.input // g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
+    return dict(kind=g.kind, tiles=t.tiles, operand_bytes=f.input // g.operands, second=g.second, operands=g.operands, tile_h=t.tile_h, tile_w=t.tile_w, tile_c=t.tile_c, solver=t.solver,
                 nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w), nc=-(-g.out_c // t.tile_c), l3=l3,
                 split=split, tile_ci=t.tile_ci if split else g.in_c, nci=-(-g.in_c // t.tile_ci) if split else 1,
                 acc_off=layout["acc"][0],

@@ -189,6 +189,7 @@ class Prelu:
     output_offset: int
     act_min: int = INT8_MIN
     act_max: int = INT8_MAX
+    alpha_constant: bool = False  # alpha is a constant of the model (not an activation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -794,7 +795,8 @@ def _prelu(g: Graph, l: Layer, where: str) -> Prelu:
                                   f"reads one scale)")
     m1, s1 = quantize_multiplier(x.scale / y.scale)
     m2, s2 = quantize_multiplier(x.scale * alpha.scale / y.scale)
-    return Prelu(_broadcast(x, alpha, y, where), -x.zero_point, -alpha.zero_point, m1, s1, m2, s2, y.zero_point)
+    return Prelu(_broadcast(x, alpha, y, where), -x.zero_point, -alpha.zero_point, m1, s1, m2, s2, y.zero_point,
+                 alpha_constant=alpha.is_const)
 
 
 def _min_max(g: Graph, l: Layer, where: str) -> MinMax:

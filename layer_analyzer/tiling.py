@@ -64,6 +64,9 @@ class TileGeometry:
     dil_h: int = 1
     dil_w: int = 1
     operands: int = 1  # input tensors streamed in (2 for ADD/MUL without broadcast)
+    # an elementwise layer's second operand, when it is not streamed in with the tile: a constant
+    # read where it is, one value per channel ("channel") or one in all ("scalar")
+    second: str = "tile"
     param_bytes: int = 0  # per output channel
     pad_t: int = 0  # padding before the first input row and column
     pad_l: int = 0
@@ -177,7 +180,8 @@ def _widest_span(spans: tuple[tuple[int, int], ...], tile: int) -> int:
 
 
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
-TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.FullyConnected, K.ResizeNearest, K.TransposeConv)
+TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.Prelu, K.FullyConnected, K.ResizeNearest,
+         K.TransposeConv)
 
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
@@ -201,9 +205,21 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "pool", kernel.out_h, kernel.out_w, kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, kernel.f_h, kernel.f_w, kernel.stride_h,
                                 kernel.stride_w, pad_t=kernel.pad_t, pad_l=kernel.pad_l)
-        case K.Add() | K.Mul() | K.IntAdd() | K.MinMax() if kernel.view.dense and kernel.view.shape[0] == 1:
+        case K.Add() | K.Mul() | K.IntAdd() | K.MinMax() | K.Prelu() if kernel.view.dense and kernel.view.shape[0] == 1:
             _, h, w, c = kernel.view.shape
             return TileGeometry(layer, "eltwise", h, w, c, h, w, c, operands=2)
+        case K.Prelu(alpha_constant=True) if kernel.view.shape[0] == 1:
+            # an alpha per channel (or one): read where it is, by the tile's channels
+            v = kernel.view
+            _, h, w, c = v.shape
+            dense = tuple(K.element_strides(v.shape))
+            used = [d for d in range(4) if v.shape[d] > 1]  # a stride along an axis of one entry is never taken
+            if any(v.a_strides[d] != dense[d] for d in used) or any(v.b_strides[d] for d in used if d < 3):
+                return None
+            if c > 1 and v.b_strides[3] not in (0, 1):
+                return None
+            return TileGeometry(layer, "eltwise", h, w, c, h, w, c,
+                                second="channel" if c > 1 and v.b_strides[3] == 1 else "scalar")
         case K.FullyConnected(batch=1):
             return TileGeometry(layer, "fc", 1, 1, kernel.units, 1, 1, kernel.in_features,
                                 param_bytes=FC_PARAM_BYTES)

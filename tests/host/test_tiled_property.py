@@ -5,6 +5,8 @@ random chains squeezed into the smallest reported flash and SRAM with an L3: the
 stream weights and activations from L3 and stay bit-exact."""
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,13 +73,18 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
 
 @st.composite
 def gathering_layers(draw):
-    """A nearest resize (up, down, fractional; every coordinate mode) or a transposed convolution
-    (any kernel, stride and padding) between two convolutions."""
+    """A nearest resize (up, down, fractional; every coordinate mode), a transposed convolution
+    (any kernel, stride and padding) or a PRELU (alpha per channel, one, or per element) between
+    two convolutions."""
     mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
     h, w, c = draw(st.integers(1, 10)), draw(st.integers(1, 10)), draw(st.integers(1, 12))
     x = mb.conv2d(mb.input((1, h, w, c)), draw(st.integers(1, 12)), kernel=(1, 1))
-    kind = draw(st.sampled_from(["resize", "transpose_conv"]))
-    if kind == "resize":
+    kind = draw(st.sampled_from(["resize", "transpose_conv", "prelu"]))
+    if kind == "prelu":  # alpha per channel, one for all, or per element
+        shape = mb.shape(x)[1:]
+        alpha_shape = draw(st.sampled_from([(1, 1, shape[2]), (1,), shape]))
+        x = mb.prelu(x, np.random.default_rng(draw(st.integers(0, 99))).uniform(-1, 1, alpha_shape))
+    elif kind == "resize":
         corners = draw(st.booleans())
         x = mb.resize_nearest(x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
                               half_pixel_centers=not corners and draw(st.booleans()))
@@ -94,16 +101,33 @@ def gathering_layers(draw):
 @given(case=gathering_layers())
 def test_random_gathering_layer_random_l1_bit_exact(tmp_path, case):
     """Resizes and transposed convolutions run tile by tile (each tile reads the input between
-    its first output's first source and its last output's last), on the host and on GAP8's eight
-    cores under emulation."""
+    its first output's first source and its last output's last), PRELU too (its alpha read where it
+    is), on the host and on GAP8's eight cores under emulation."""
     mb, kind, fraction, target = case
     path = tmp_path / f"{kind}.tflite"
     mb.save(path)
     budget = l1_between(path, target, fraction)
     dep = deploy(path, Options(patch="off", target=target, l1=budget, tiler="cpsat"))
-    assert any(g.kind == kind for g, _ in dep.tilings.values())
+    assert any(g.kind == ("eltwise" if kind == "prelu" else kind) for g, _ in dep.tilings.values())
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
+
+
+@pytest.mark.parametrize("alpha_shape", [(1, 1, 6), (1,), (5, 7, 6)], ids=["per-channel", "one", "per-element"])
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_prelu_tiles_read_alpha_by_channel(tmp_path, alpha_shape, target):
+    """PRELU in tiles of a few channels: a constant alpha per channel or one is read where it is
+    (by the tile's channels), one per element streams in with the tile."""
+    mb = ModelBuilder(seed=3)
+    x = mb.conv2d(mb.input((1, 5, 7, 4)), 6, kernel=(1, 1))
+    mb.output(mb.conv2d(mb.prelu(x, np.random.default_rng(1).uniform(-1, 1, alpha_shape)), 3, kernel=(1, 1)))
+    path = tmp_path / "prelu.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(patch="off", target=target, l1=160, tiler="greedy"))
+    (g, t), = [dep.tilings[k] for k, lp in enumerate(dep.layers) if type(lp.kernel).__name__ == "Prelu"]
+    assert g.second == {(1, 1, 6): "channel", (1,): "scalar"}.get(alpha_shape, "tile") and t.tile_c < g.out_c
     engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
 
