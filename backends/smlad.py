@@ -252,22 +252,34 @@ def shadow_conv(kern: K.TransposeConv) -> K.Conv:
                   act_min=kern.act_min, act_max=kern.act_max, weights=kern.weights, bias=kern.bias)
 
 
+def _transpose_layout(kern: K.TransposeConv) -> DspLayout:
+    row = kern.k_w * kern.in_c
+    return DspLayout("rows", -(-kern.out_c // LANES), row, 8 * (row // 4), *_rq_fast(shadow_conv(kern)))
+
+
 def _transpose_conv(kern, weight_bytes: int, use: str) -> Variant | None:
-    """TRANSPOSE_CONV, whole from the arena: per output pixel and pass of 4 channels, a dot product
-    of in_c values (4 at a time) for each tap that reaches it, against the "rows" packing of its
-    weights; in_c a multiple of 4 keeps every tap's steps aligned."""
-    if use != "whole" or not isinstance(kern, K.TransposeConv) or kern.in_c % 4:
+    """TRANSPOSE_CONV, whole from the arena or tile by tile in L1 (the weights read where they
+    are): per output pixel and pass of 4 channels, a dot product of in_c values (4 at a time) for
+    each tap that reaches it, against the "rows" packing of its weights; in_c a multiple of 4 keeps
+    every tap's steps aligned. A tile is a transposed convolution of its own whose padding places
+    its first output; that padding is at least k - stride, so tiles need kernels no smaller than
+    their strides (the usual 2x2, 3x3 and 4x4 by 2 are)."""
+    if use not in ("whole", "tile") or not isinstance(kern, K.TransposeConv) or kern.in_c % 4:
+        return None
+    if use == "tile" and (kern.k_h < kern.stride_h or kern.k_w < kern.stride_w):
         return None
     shadow = shadow_conv(kern)
-    row = kern.k_w * kern.in_c
-    s = DspLayout("rows", -(-kern.out_c // LANES), row, 8 * (row // 4), *_rq_fast(shadow))
+    s = _transpose_layout(kern)
 
     def context(kern, k, sym, variant, in_place=False):
         return dict(template_context(shadow_conv(kern), k, sym, variant, in_place), macro="transpose_conv",
                     odd_chunks=(kern.in_c // 4) % 2 == 1)
 
+    def window(variant, kern):
+        return replace(variant, layout=_transpose_layout(kern))
+
     return Variant("transpose_conv_s8_smlad", "smlad", "transpose_conv", packed_bytes(shadow, s, weight_bytes),
-                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, None, lane_bytes=lane_arrays_bytes(shadow, s))
+                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, window, lane_bytes=lane_arrays_bytes(shadow, s))
 
 
 def batch_matmul_form(kern) -> str | None:

@@ -261,6 +261,9 @@ def window_kernel(kern, rows: tuple[int, int, int], cols: tuple[int, int, int], 
     if isinstance(kern, K.Conv):
         return replace(kern, out_h=rows[0], in_h=rows[1], pad_t=rows[2], out_w=cols[0], in_w=cols[1], pad_l=cols[2],
                        out_c=channels, in_c=channels if kern.depthwise else kern.in_c)
+    if isinstance(kern, K.TransposeConv):
+        return replace(kern, out_h=rows[0], in_h=rows[1], pad_t=rows[2], out_w=cols[0], in_w=cols[1], pad_l=cols[2],
+                       out_c=channels)
     if isinstance(kern, K.FullyConnected):
         return replace(kern, units=channels)
     n = rows[0] * cols[0] * channels  # an elementwise tile: its elements, dense
@@ -300,7 +303,7 @@ def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, i
              in_place=in_place, scratch=Code("(int8_t *)src2"))
     F["prologue"] = syms.prologue()
     text = env.get_template("kernel_function.c.j2").render(F=F)
-    shape = f"{kern.out_h}x{kern.out_w}x{kern.out_c}" if isinstance(kern, K.Conv) else \
+    shape = f"{kern.out_h}x{kern.out_w}x{kern.out_c}" if isinstance(kern, (K.Conv, K.TransposeConv)) else \
         (f"{kern.units}" if isinstance(kern, K.FullyConnected) else f"{kern.view.shape[3]}")
     digest = hashlib.sha256(text.encode()).hexdigest()[:6]
     return dict(name=f"{variant.name}_{shape}{'_in_place' if in_place else ''}_{digest}", text=text)
@@ -331,10 +334,18 @@ def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env)
     return dict(args=_args_of(L["simd"]), table=table, offsets=offsets)
 
 
-def _keep_functions(functions: dict, fns) -> None:
-    """The engine's shared kernel functions: each (kernel_function's result) once, by its name."""
+def _keep_functions(functions: dict, fns, noinline: bool = False) -> None:
+    """The engine's shared kernel functions: each (kernel_function's result) once, by its name.
+    ``noinline``: a tile's or region's kernel, called from its schedule's loop, stays a function of
+    its own (inlined there, where the loop keeps its state in registers, the DSP steps' inline
+    assembly can run out of them: gcc refuses it)."""
     for fn in fns:
-        functions.setdefault(fn["name"], Code(fn["text"].replace("KERNEL_FN", fn["name"])))
+        name = fn["name"]
+        text = fn["text"].replace("KERNEL_FN", name)
+        if noinline:
+            text = text.replace(f"static void {name}(", f"static __attribute__((noinline)) void {name}(", 1)
+        if noinline or name not in functions:
+            functions[name] = Code(text)
 
 
 def _args_of(whole: dict) -> dict:
@@ -463,14 +474,14 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
             L["tiling"] = _tiling_context(kern, *tilings[k], slab)
             if variant.dsp:
                 L["tile_dsp"] = _dsp_tiles(L, kern, k, sym, variant, *tilings[k], env)
-                _keep_functions(functions, (f for plane in L["tile_dsp"]["table"] for row in plane for f in row))
+                _keep_functions(functions, (f for plane in L["tile_dsp"]["table"] for row in plane for f in row), True)
             if L["tiling"]["l1_used"] > plan.options.l1:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {plan.options.l1} B")
         L["patch"] = None
         if patch is not None and lp.in_stage:
             L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro, variant, env)
             if L["patch"]["dsp"]:
-                _keep_functions(functions, (f for row in L["patch"]["dsp"]["table"] for f in row))
+                _keep_functions(functions, (f for row in L["patch"]["dsp"]["table"] for f in row), True)
             L["patch_first"] = k == patch.stage.start
             if layer.outputs[0] != patch.stage.output:
                 L["y"] = None  # a patch buffer: nothing whole to trace

@@ -284,10 +284,14 @@ def axis_windows(out: int, tile: int, stride: int, pad: int, eff: int, extent: i
     return spans
 
 
-def _source_windows(spans: tuple[tuple[int, int], ...], tile: int) -> list[tuple[int, int, int]]:
-    """(outputs, inputs read, 0) of each tile along one axis of a layer with input spans."""
+def _source_windows(spans: tuple[tuple[int, int], ...], tile: int, pad: int = 0,
+                    stride: int = 0) -> list[tuple[int, int, int]]:
+    """(outputs, inputs read, padding before) of each tile along one axis of a layer with input
+    spans. A transposed convolution's window is one of its own whose padding puts the tile's first
+    output where it is: pad + o0 - first input * stride (a resize's: 0)."""
     n = len(spans)
-    return [(min(tile, n - o), spans[min(o + tile, n) - 1][1] - spans[o][0] + 1, 0) for o in range(0, n, tile)]
+    return [(min(tile, n - o), spans[min(o + tile, n) - 1][1] - spans[o][0] + 1,
+             pad + o - spans[o][0] * stride if stride else 0) for o in range(0, n, tile)]
 
 
 def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict[str, list]:
@@ -298,6 +302,9 @@ def tile_windows(g: TileGeometry, tile_h: int, tile_w: int, tile_c: int) -> dict
     elif g.kind == "eltwise":
         rows = [(o, o, 0) for o, _, _ in axis_windows(g.out_h, tile_h, 1, 0, 1, g.in_h)]
         cols = [(o, o, 0) for o, _, _ in axis_windows(g.out_w, tile_w, 1, 0, 1, g.in_w)]
+    elif g.kind == "transpose_conv":  # the padding before: where the window's first output sits
+        rows, cols = (_source_windows(src, tile, pad, stride) for src, tile, pad, stride in
+                      ((g.rows, tile_h, g.pad_t, g.stride_h), (g.cols, tile_w, g.pad_l, g.stride_w)))
     elif g.rows:
         rows, cols = (_source_windows(src, tile) for src, tile in ((g.rows, tile_h), (g.cols, tile_w)))
     else:

@@ -168,3 +168,21 @@ def test_zoo_models_on_qemu(tmp_path, which, target, l1):
     getattr(model_zoo, which)().save(model)
     dep = deploy(model, Options(target=target, l1=l1))
     assert_bit_exact_on_qemu(model, dep, [random_inputs(dep.graph, seed) for seed in range(2)])
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [((3, 3), (2, 2), "VALID"), ((4, 3), (3, 2), "SAME"),
+                                                     ((2, 2), (2, 2), "SAME"), ((3, 2), (1, 2), "SAME")])
+@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m7"])
+def test_transpose_conv_tiles_run_the_smlad_kernel(tmp_path, kernel, stride, padding, core):
+    """TRANSPOSE_CONV tile by tile on the DSP variant: each tile a transposed convolution of its
+    own whose padding places its first output (tiles of every phase against the stride)."""
+    from tests.tflite_builder import ModelBuilder
+    mb = ModelBuilder(seed=sum(kernel) + sum(stride))
+    x = mb.conv2d(mb.input((1, 7, 6, 3)), 8, kernel=(1, 1))
+    mb.output(mb.conv2d(mb.transpose_conv(x, 6, kernel=kernel, stride=stride, padding=padding), 3, kernel=(1, 1)))
+    model = tmp_path / "transpose_conv.tflite"
+    mb.save(model)
+    dep = deploy(model, Options(target=core, l1=700, patch="off", tiler="greedy"))
+    (k, (g, t)), = [(k, v) for k, v in dep.tilings.items() if v[0].kind == "transpose_conv"]
+    assert dep.layers[k].variant.name == "transpose_conv_s8_smlad" and t.tiles > 1
+    assert_bit_exact_on_qemu(model, dep, [random_inputs(dep.graph, seed) for seed in range(2)])
