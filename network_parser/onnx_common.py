@@ -78,6 +78,17 @@ RESIZE_COORDINATES = ("half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half
 RESIZE_ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
+def ir_layout(data: np.ndarray, rank: int) -> np.ndarray:
+    """A constant broadcast against a rank-``rank`` activation (numpy's rule, right-aligned), in
+    the IR's layout of that activation: its axes moved as the activation's are (a per-channel
+    (C, 1, 1) beside N, C, H, W becomes (1, 1, 1, C) beside N, H, W, C)."""
+    data = data.reshape((1,) * (rank - data.ndim) + data.shape)
+    axes = _IR_AXES[rank]
+    data = data.transpose([a for a in axes if a is not None])
+    return np.ascontiguousarray(data.reshape([1 if a is None else data.shape[[b for b in axes if b is not None].index(a)]
+                                              for a in axes]))
+
+
 def _opset(model) -> int:
     return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
 

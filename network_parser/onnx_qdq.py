@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import Elementwise, name_text, FullyConnected, Graph, Mean, NoAttrs, Pool2D, Quant, Source
-from .onnx_common import OnnxGraphBuilder, Value
+from .ir import Elementwise, name_text, FullyConnected, Graph, Mean, NoAttrs, Pool2D, Quant, Source, Transpose
+from .onnx_common import OnnxGraphBuilder, Value, ir_layout
 
 FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape")
 ACTIVATION_OPS = ("Relu", "Clip")
@@ -315,6 +315,8 @@ class QdqReader(OnnxGraphBuilder):
         self.emit(kind, inputs, shape, quant, attrs(None, activation, True), out_name, x.rank)
 
     def fc(self, i, node, x: Value, w: QConst, b: QConst | None, quant, activation, out_name) -> None:
+        if x.rank == 3 and node.op_type in ("MatMul", "QLinearMatMul"):
+            return self.fc_rows(i, node, x, w, b, quant, activation, out_name)
         data = self.fc_weights(node, self.attrs(node), w.data, x, self.where(i))
         if x.rank != 2 or data.shape[1] != self.tensors[x.tensor].shape[1]:
             raise UnsupportedOperator(f"{self.where(i)}: weights {list(data.shape)} over input "
@@ -324,15 +326,43 @@ class QdqReader(OnnxGraphBuilder):
         self.emit("FULLY_CONNECTED", inputs, (self.tensors[x.tensor].shape[0], data.shape[0]), quant,
                   FullyConnected(activation, False, None, True), out_name, 2)
 
+    def fc_rows(self, i, node, x: Value, w: QConst, b: QConst | None, quant, activation, out_name) -> None:
+        """MatMul of a rank-3 activation (N, S, D), S vectors, by constant (D, E) weights: one fully
+        connected layer over the S rows. The IR holds a rank-3 value as (N, 1, D, S) (NCL as NHWC),
+        so the rows are transposed to (S, D) before it and back after."""
+        where = self.where(i)
+        _, _, depth, rows = self.nhwc(x)
+        if w.data.ndim != 2 or w.data.shape[0] != depth or (len(w.scale) > 1 and w.axis % 2 != 1):
+            raise UnsupportedOperator(f"{where}: MatMul weights {list(w.data.shape)} for rows of {depth} values")
+        data = np.ascontiguousarray(w.data.T)
+        units = data.shape[0]
+        xt = self.tensors[x.tensor]
+        seq = self.add_tensor(f"{out_name}/rows_in", (1, 1, rows, depth), xt.dtype, xt.quant)
+        self.add_layer("TRANSPOSE", [x.tensor], [seq], Transpose((0, 1, 3, 2)), f"{out_name}/rows_in")
+        inputs = [seq, self.add_tensor(w.name, data.shape, "int8", Quant(w.scale, w.zero_point, 0), data)]
+        inputs += [t for t in [self.bias(b, i, units)] if t >= 0]
+        out = self.add_tensor(f"{out_name}/rows", (rows, units), "int8", quant)
+        self.add_layer("FULLY_CONNECTED", inputs, [out], FullyConnected(activation, False, None, True), f"{out_name}/rows")
+        view = self.add_tensor(f"{out_name}/view", (1, 1, rows, units), "int8", quant)
+        self.add_layer("RESHAPE", [out], [view], NoAttrs(), f"{out_name}/view")
+        back = self.add_tensor(out_name, (1, 1, units, rows), "int8", quant)
+        self.add_layer("TRANSPOSE", [view], [back], Transpose((0, 1, 3, 2)), out_name)
+        self.values[out_name] = Value(back, 3)
+
     def add(self, i, operands: list, quant, activation, out_name) -> None:
+        rank = max((v.rank for v in operands if isinstance(v, Value)), default=1)
         values = []
         for v in operands:
             if isinstance(v, QConst):  # a constant operand (MatMul's bias, quantized like an activation)
                 if len(v.scale) != 1 or v.data.dtype not in (np.int8, np.uint8):
                     raise UnsupportedOperator(f"{self.where(i)}: constant operand '{v.name}' must be 8-bit, one scale")
+                if v.data.ndim > rank:
+                    raise UnsupportedOperator(f"{self.where(i)}: constant operand '{v.name}' of rank {v.data.ndim} "
+                                              f"for a rank-{rank} activation")
                 shift = 128 if v.data.dtype == np.uint8 else 0
-                data = (v.data.astype(np.int16) - shift).astype(np.int8).reshape(v.data.shape or (1,))
-                v = Value(self.add_tensor(v.name, data.shape, "int8", Quant(v.scale, (v.zero_point[0] - shift,)), data), 1)
+                data = ir_layout((v.data.astype(np.int16) - shift).astype(np.int8), rank)
+                v = Value(self.add_tensor(v.name, data.shape, "int8", Quant(v.scale, (v.zero_point[0] - shift,)), data),
+                          rank)
             values.append(v)
         a, b = (self.tensors[v.tensor] for v in values)
         try:

@@ -55,7 +55,8 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
     """A float model of ``kind``: "cnn" (conv, depthwise, residual add, pooling, flatten, gemm),
     "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average), "glue" (Transpose,
     Resize, Slice, Split, Concat, GlobalMaxPool, Expand between convolutions), "gather" (Gather,
-    Squeeze, Unsqueeze between fully connected layers), "branches" (a Concat of two
+    Squeeze, Unsqueeze between fully connected layers), "sequence" (MatMul and bias Add over a
+    rank-3 (1, S, D) input), "channel_add" (a constant per channel added, C equal to H), "branches" (a Concat of two
     convolutions' outputs, each quantized with its own scale)."""
     b = _Builder(seed)
     if kind == "cnn":
@@ -104,6 +105,17 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
         x = b.op("Unsqueeze", [b.op("Squeeze", [x, b.ints([0], "sq")]), b.ints([0], "unsq")])
         out = b.gemm(x, 4, 3)
         out_shape = [1, 3]
+    elif kind == "sequence":  # a transformer's feed-forward block over a sequence: rank-3 MatMuls
+        shape = (1, 6, 16)
+        x = b.op("Relu", [b.gemm("input", 16, 12, matmul=True)])
+        out = b.gemm(x, 12, 5, matmul=True)
+        out_shape = [1, 6, 5]
+    elif kind == "channel_add":  # a constant per channel (C, 1, 1) added where C equals H
+        shape = (1, 3, 8, 6)
+        x = b.conv("input", 3, 8, 3)
+        x = b.op("Add", [x, b.const(b.rng.normal(0, 0.5, (8, 1, 1)), "per_channel")])
+        out = b.conv(x, 8, 4, 1, relu=False)
+        out_shape = [1, 4, 8, 6]
     elif kind == "branches":  # a Concat of two differently scaled branches
         shape = (1, 4, 8, 8)
         x = b.op("Concat", [b.conv("input", 4, 8, 3), b.conv("input", 4, 6, 3, relu=False)], axis=1)

@@ -27,7 +27,7 @@ pytest.importorskip("onnxruntime")
 from tests.onnx_builder import quantized_model  # noqa: E402
 
 MODELS = [(kind, pc, act, "qdq") for kind in ("cnn", "mlp", "pool") for pc in (False, True) for act in ("int8", "uint8")]
-MODELS += [(kind, False, act, "qdq") for kind in ("glue", "branches", "gather") for act in ("int8", "uint8")]  # data movement
+MODELS += [(kind, False, act, "qdq") for kind in ("glue", "branches", "gather", "sequence", "channel_add") for act in ("int8", "uint8")]  # data movement
 MODELS += [(kind, True, "uint8", "qoperator") for kind in ("cnn", "mlp", "pool")]
 FOLDER = Path(tempfile.gettempdir()) / "deploy-qdq-models" / str(os.getpid())  # one per test process
 
