@@ -79,6 +79,10 @@ __all__ = [
 EXHAUSTIVE = 4096  # layers with at most this many tile shapes are searched exactly
 CANDIDATES = 32  # exactly evaluated tiles CP-SAT chooses among under the cycles objective
 MAX_EVALUATIONS = 5000  # exact cost-model evaluations per layer (the lower bound usually stops far earlier)
+# ... and per second of the layer's share of --time-limit: a count, so the same model always gets
+# the same tile (about 0.4 ms each here: a network of many layers gets fewer each)
+EVALUATIONS_PER_SECOND = 1000
+CYCLES_TIME_FLOOR_S = 0.25  # the cycles model's CP-SAT search, which finds nothing in less
 
 
 # --------------------------------------------------------------------------- data
@@ -357,7 +361,8 @@ def _lower_bound_vec(g, th, tw, tc, p):
     return np.maximum(compute + ends, dma)
 
 
-def cycle_candidates(g, l1_bytes: int, cost: dict, must=(), k: int = CANDIDATES) -> list[tuple[int, tuple]]:
+def cycle_candidates(g, l1_bytes: int, cost: dict, must=(), k: int = CANDIDATES,
+                     evaluations: int = MAX_EVALUATIONS) -> list[tuple[int, tuple]]:
     """The ``k`` fastest (modeled cycles, tile) that fit ``l1_bytes``, plus ``must``: over every tile
     when the layer has at most EXHAUSTIVE of them, else over the one-more-tile grid."""
     p = cost_params(cost)
@@ -376,7 +381,7 @@ def cycle_candidates(g, l1_bytes: int, cost: dict, must=(), k: int = CANDIDATES)
     order = np.argsort(bound, kind="stable")
     best: list[tuple[int, tuple]] = []
     for evaluated, j in enumerate(order):
-        if (len(best) >= k and bound[j] >= best[k - 1][0]) or evaluated >= MAX_EVALUATIONS:
+        if (len(best) >= k and bound[j] >= best[k - 1][0]) or evaluated >= evaluations:
             break
         tile = (int(th[j]), int(tw[j]), int(tc[j]))
         best.append((modeled_cycles(g, *tile, cost), tile))
@@ -452,7 +457,10 @@ def plan_tiling_cpsat(g, l1_bytes: int, config: TilingConfig, greedy: LayerTilin
     try:
         v = build_tiling_model(g, l1_bytes)
         if config.objective == "cycles":
-            set_cycles_objective(v, cycle_candidates(g, l1_bytes, config.cost, must=[greedy.tile_shape]))
+            budget = min(MAX_EVALUATIONS, max(CANDIDATES, int(config.time_limit_s * EVALUATIONS_PER_SECOND)))
+            set_cycles_objective(v, cycle_candidates(g, l1_bytes, config.cost, must=[greedy.tile_shape],
+                                                     evaluations=budget))
+            config = replace(config, time_limit_s=max(config.time_limit_s, CYCLES_TIME_FLOOR_S))
         elif config.objective == "l1":
             add_heuristics(v, config.heuristics)
             set_l1_objective(v, config.heuristics)
