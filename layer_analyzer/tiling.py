@@ -50,7 +50,7 @@ def l1_align(n: int) -> int:
 class TileGeometry:
     """One tileable layer, reduced to what its L1 footprint depends on."""
     layer: int
-    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise" | "resize" | "transpose_conv"
+    kind: str  # "conv" | "depthwise" | "fc" | "pool" | "eltwise" | "resize" | "bilinear" | "transpose_conv"
     out_h: int
     out_w: int
     out_c: int
@@ -89,7 +89,7 @@ class TileGeometry:
     @property
     def channels_follow_output(self) -> bool:
         """Input channels are tiled together with output channels (one input channel each)."""
-        return self.kind in ("depthwise", "pool", "eltwise", "resize")
+        return self.kind in ("depthwise", "pool", "eltwise", "resize", "bilinear")
 
     @property
     def streams(self) -> bool:
@@ -168,6 +168,8 @@ class TileGeometry:
             return max(1, self.k_h // self.stride_h) * max(1, self.k_w // self.stride_w) * self.in_c
         if self.kind in ("depthwise", "pool"):
             return self.k_h * self.k_w
+        if self.kind == "bilinear":
+            return 4
         if self.kind == "fc":
             return self.in_c
         return 1
@@ -181,7 +183,7 @@ def _widest_span(spans: tuple[tuple[int, int], ...], tile: int) -> int:
 
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
 TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.Prelu, K.FullyConnected, K.ResizeNearest,
-         K.TransposeConv)
+         K.ResizeBilinear, K.TransposeConv)
 
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
@@ -227,6 +229,12 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "resize", len(kernel.rows), len(kernel.cols), kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, rows=tuple((r, r) for r in kernel.rows),
                                 cols=tuple((c, c) for c in kernel.cols))
+        case K.ResizeBilinear(batch=1):  # each output blends its two rows and columns: the span between
+            rows, cols = (tuple((a, b) for a, b, _ in t) for t in (kernel.rows, kernel.cols))
+            if not all(_non_decreasing([s[e] for s in spans]) for spans in (rows, cols) for e in (0, 1)):
+                return None
+            return TileGeometry(layer, "bilinear", len(rows), len(cols), kernel.channels, kernel.in_h, kernel.in_w,
+                                kernel.channels, rows=rows, cols=cols)
         case K.TransposeConv(batch=1):
             k = kernel
             return TileGeometry(layer, "transpose_conv", k.out_h, k.out_w, k.out_c, k.in_h, k.in_w, k.in_c, k.k_h, k.k_w,

@@ -89,7 +89,7 @@ def cost_params(cost: dict | None) -> dict:
     return {**DEFAULTS, **(cost or {})}
 
 
-KINDS = ("conv", "depthwise", "fc", "pool", "eltwise", "resize", "transpose_conv")  # layer_analyzer.tiling.TileGeometry.kind
+KINDS = ("conv", "depthwise", "fc", "pool", "eltwise", "resize", "bilinear", "transpose_conv")  # layer_analyzer.tiling.TileGeometry.kind
 
 
 def _per_kind(key: str) -> bool:

@@ -1,4 +1,4 @@
-"""Property: random layers (convolutions, pooling, fully connected, elementwise, nearest resizes,
+"""Property: random layers (convolutions, pooling, fully connected, elementwise, resizes,
 transposed convolutions) under random L1 budgets; the CP-SAT tile fits and the generated
 tile loop (host copy-loop DMA, and the GAP8 cluster code under emulation) is bit-exact. And
 random chains squeezed into the smallest reported flash and SRAM with an L3: their slabs
@@ -73,21 +73,22 @@ def test_random_layer_random_l1_bit_exact(tmp_path, case):
 
 @st.composite
 def gathering_layers(draw):
-    """A nearest resize (up, down, fractional; every coordinate mode), a transposed convolution
+    """A nearest or bilinear resize (up, down, fractional; every coordinate mode), a transposed convolution
     (any kernel, stride and padding) or a PRELU (alpha per channel, one, or per element) between
     two convolutions."""
     mb = ModelBuilder(seed=draw(st.integers(0, 2**16)))
     h, w, c = draw(st.integers(1, 10)), draw(st.integers(1, 10)), draw(st.integers(1, 12))
     x = mb.conv2d(mb.input((1, h, w, c)), draw(st.integers(1, 12)), kernel=(1, 1))
-    kind = draw(st.sampled_from(["resize", "transpose_conv", "prelu"]))
+    kind = draw(st.sampled_from(["resize", "bilinear", "transpose_conv", "prelu"]))
     if kind == "prelu":  # alpha per channel, one for all, or per element
         shape = mb.shape(x)[1:]
         alpha_shape = draw(st.sampled_from([(1, 1, shape[2]), (1,), shape]))
         x = mb.prelu(x, np.random.default_rng(draw(st.integers(0, 99))).uniform(-1, 1, alpha_shape))
-    elif kind == "resize":
+    elif kind in ("resize", "bilinear"):
         corners = draw(st.booleans())
-        x = mb.resize_nearest(x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
-                              half_pixel_centers=not corners and draw(st.booleans()))
+        x = (mb.resize_nearest if kind == "resize" else mb.resize_bilinear)(
+            x, (draw(st.integers(1, 24)), draw(st.integers(1, 24))), align_corners=corners,
+            half_pixel_centers=not corners and draw(st.booleans()))
     else:
         x = mb.transpose_conv(x, draw(st.integers(1, 10)), kernel=(draw(st.integers(1, 4)), draw(st.integers(1, 4))),
                               stride=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
@@ -96,7 +97,7 @@ def gathering_layers(draw):
     return mb, kind, draw(st.floats(0.0, 1.0)), draw(st.sampled_from(["host", "gap8"]))
 
 
-@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(case=gathering_layers())
 def test_random_gathering_layer_random_l1_bit_exact(tmp_path, case):
@@ -111,6 +112,24 @@ def test_random_gathering_layer_random_l1_bit_exact(tmp_path, case):
     assert any(g.kind == ("eltwise" if kind == "prelu" else kind) for g, _ in dep.tilings.values())
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
+
+
+@pytest.mark.parametrize("mode", ["asymmetric", "align_corners", "half_pixel"])
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_bilinear_tiles_blend_inside_their_window(tmp_path, mode, target):
+    """RESIZE_BILINEAR up by fractional factors in tiles of a few rows and columns: each tile reads
+    from its first output's lower sources to its last output's upper ones."""
+    mb = ModelBuilder(seed=5)
+    x = mb.conv2d(mb.input((1, 5, 7, 3)), 4, kernel=(1, 1))
+    y = mb.resize_bilinear(x, (11, 16), align_corners=mode == "align_corners", half_pixel_centers=mode == "half_pixel")
+    mb.output(mb.conv2d(y, 3, kernel=(1, 1)))
+    path = tmp_path / "bilinear.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(patch="off", target=target, l1=400, tiler="greedy"))
+    (g, t), = [v for v in dep.tilings.values() if v[0].kind == "bilinear"]
+    assert t.tiles > 4
     engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
 
