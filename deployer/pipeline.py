@@ -453,7 +453,8 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None, over_input: bool
         return {}
     tileable = [(k, g) for k, g in ((k, tiling_geometry(kern, k)) for k, kern in enumerate(plan.kernels))
                 if g is not None]
-    # the layers share --time-limit (deterministic time): the whole step keeps to it
+    # the layers share --time-limit (deterministic time): the whole step keeps to it (but for the
+    # cycles objective's floor per layer, solver.tiling_cpsat.CYCLES_TIME_FLOOR_S)
     config = TilingConfig(objective=plan.tile_objective, heuristics=dict(backend.tile_heuristics),
                           cost=dict(backend.cost_model),
                           time_limit_s=min(2.0, options.time_limit_s / max(1, len(tileable))))

@@ -9,7 +9,8 @@ every activation is in the L2 arena. With one, what does not fit moves out, larg
   included) exceeds ``--sram``.
 
 Only a tiled layer can stream (one whose slabs are windows of strides: not a resize), so an
-activation moves to L3 only when the layer writing it and every layer reading it stream, it
+activation moves to L3 only when the layer writing it and every layer reading it stream (and a
+layer's weights only when it streams), it
 shares no bytes with another tensor, and it is not
 a model input or output (the application reads and writes those in place). Every layer
 touching L3 gets a slab plan (solver.l3_tiling) whose L2 staging is a scratch buffer of the
@@ -69,7 +70,7 @@ def _candidates(graph: Graph, kernels, lives: list[Lifetime], tilings: dict):
     weights = {}
     for k, (g, _) in tilings.items():
         kern = kernels[k]
-        if g.weight_bytes_per_channel and len(readers.get(kern.weights, ())) == 1:
+        if g.streams and g.weight_bytes_per_channel and len(readers.get(kern.weights, ())) == 1:
             weights[k] = graph.tensors[kern.weights].nbytes
     return acts, weights
 

@@ -78,9 +78,9 @@ __all__ = [
 
 EXHAUSTIVE = 4096  # layers with at most this many tile shapes are searched exactly
 CANDIDATES = 32  # exactly evaluated tiles CP-SAT chooses among under the cycles objective
-MAX_EVALUATIONS = 5000  # exact cost-model evaluations per layer (the lower bound usually stops far earlier)
-# ... and per second of the layer's share of --time-limit: a count, so the same model always gets
-# the same tile (about 0.4 ms each here: a network of many layers gets fewer each)
+# exact cost-model evaluations per second of the layer's share of --time-limit (at most 2 s: 2000;
+# the lower bound usually stops far earlier): a count, so the same model always gets the same
+# tile (about 0.4 ms each here: a network of many layers gets fewer each)
 EVALUATIONS_PER_SECOND = 1000
 CYCLES_TIME_FLOOR_S = 0.25  # the cycles model's CP-SAT search, which finds nothing in less
 
@@ -303,6 +303,11 @@ def _input_extents(g, th, tw, first: bool = False):
             np.minimum((tw - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1, g.in_w))
 
 
+def _covered(spans) -> int:
+    """Input entries some output's span reads."""
+    return len({i for lo, hi in spans for i in range(lo, hi + 1)})
+
+
 def _l1_vec(g, th, tw, tc):
     """``g.l1_bytes`` over numpy arrays of tile sizes (checked against it for every candidate used)."""
     rows, cols = _input_extents(g, th, tw)
@@ -355,14 +360,15 @@ def _lower_bound_vec(g, th, tw, tc, p):
     reload = (n[0] * n[1] > 1) | g.channels_follow_output
     loads = np.where(reload, tiles, 1) * g.operands + n[2] * ((g.weight_bytes_per_channel > 0) + (g.param_bytes > 0)) \
         * g.stage_weights
-    moved = outputs + g.operands * g.in_h * g.in_w * g.in_c + g.out_c * (g.weight_bytes_per_channel + g.param_bytes) \
+    read = g.in_h * g.in_w if not g.rows else _covered(g.rows) * _covered(g.cols)  # a resize may skip some
+    moved = outputs + g.operands * read * g.in_c + g.out_c * (g.weight_bytes_per_channel + g.param_bytes) \
         * g.stage_weights
     dma = np.ceil(moved / bw) + setup * (tiles + loads)
     return np.maximum(compute + ends, dma)
 
 
 def cycle_candidates(g, l1_bytes: int, cost: dict, must=(), k: int = CANDIDATES,
-                     evaluations: int = MAX_EVALUATIONS) -> list[tuple[int, tuple]]:
+                     evaluations: int = 2000) -> list[tuple[int, tuple]]:
     """The ``k`` fastest (modeled cycles, tile) that fit ``l1_bytes``, plus ``must``: over every tile
     when the layer has at most EXHAUSTIVE of them, else over the one-more-tile grid."""
     p = cost_params(cost)
@@ -457,7 +463,7 @@ def plan_tiling_cpsat(g, l1_bytes: int, config: TilingConfig, greedy: LayerTilin
     try:
         v = build_tiling_model(g, l1_bytes)
         if config.objective == "cycles":
-            budget = min(MAX_EVALUATIONS, max(CANDIDATES, int(config.time_limit_s * EVALUATIONS_PER_SECOND)))
+            budget = max(CANDIDATES, int(config.time_limit_s * EVALUATIONS_PER_SECOND))
             set_cycles_objective(v, cycle_candidates(g, l1_bytes, config.cost, must=[greedy.tile_shape],
                                                      evaluations=budget))
             config = replace(config, time_limit_s=max(config.time_limit_s, CYCLES_TIME_FLOOR_S))

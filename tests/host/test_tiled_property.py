@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from deployer.pipeline import Options, deploy
 from deployer.verify import build_engine, random_inputs
 from tests.tflite_builder import ModelBuilder
+from layer_analyzer.tiling import tile_windows
 from solver.tiling import minimum_l1
 from tests.host.test_l3 import reported_need
 from tests.host.test_models import assert_bit_exact
@@ -112,6 +113,22 @@ def test_random_gathering_layer_random_l1_bit_exact(tmp_path, case):
     assert any(g.kind == ("eltwise" if kind == "prelu" else kind) for g, _ in dep.tilings.values())
     for g, t in dep.tilings.values():
         assert g.l1_bytes(*t.tile_shape, t.tile_ci) == t.l1_bytes <= budget
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
+
+
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_transpose_conv_tiles_no_input_reaches(tmp_path, target):
+    """A transposed convolution whose kernel is smaller than its stride leaves outputs no input
+    reaches: their tiles load nothing (no zero-length DMA) and give the bias alone."""
+    mb = ModelBuilder(seed=7)
+    x = mb.conv2d(mb.input((1, 3, 4, 2)), 16, kernel=(1, 1))
+    mb.output(mb.conv2d(mb.transpose_conv(x, 16, kernel=(1, 1), stride=(3, 3), padding="SAME"), 3, kernel=(1, 1)))
+    path = tmp_path / "sparse.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(patch="off", target=target, l1=200, tiler="greedy"))
+    (g, t), = [v for v in dep.tilings.values() if v[0].kind == "transpose_conv"]
+    assert any(inputs == 0 for _, inputs, _ in tile_windows(g, t.tile_h, t.tile_w, t.tile_c)["rows"])
     engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(path, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
 
