@@ -399,8 +399,9 @@ class OnnxGraphBuilder:
         return _IR_AXES[x.rank].index(axis % x.rank)
 
     def _concat(self, i: int, node) -> None:
-        """Concat of activations of one type and quantization (integer graphs copy their values)."""
-        xs = [self.value(n, i) for n in node.input]
+        """Concat of activations of one type and quantization (integer graphs copy their values);
+        QLinearConcat's values are every third input from the third (after Y's scale and zero point)."""
+        xs = [self.value(n, i) for n in (node.input[2::3] if node.op_type == "QLinearConcat" else node.input)]
         where, _ = self._moved(i, node, xs[0])
         ts = [self.tensors[x.tensor] for x in xs]
         if any(x.rank != xs[0].rank or x.flat_chw is not None for x in xs):

@@ -1,6 +1,6 @@
 """Quantized ONNX graphs from ``onnxruntime.quantization.quantize_static`` into the IR: the QDQ
 format (QuantizeLinear/DequantizeLinear around float ops) and the QOperator format (QLinearConv,
-QLinearMatMul, QGemm, QLinearAdd, QLinearAveragePool, QLinearGlobalAveragePool).
+QLinearMatMul, QGemm, QLinearAdd, QLinearAveragePool, QLinearGlobalAveragePool, QLinearConcat).
 
 Every float op sits between DequantizeLinear nodes (its inputs: int8 activations, int8 weights,
 int32 biases) and one QuantizeLinear (its output), so each becomes the int8 IR layer of the same
@@ -28,7 +28,8 @@ ACTIVATION_OPS = ("Relu", "Clip")
 # QuantizeLinear after each requantizes where its scale is not the input's
 GLUE_OPS = ("Transpose", "Slice", "Split", "Concat", "GlobalMaxPool", "Resize", "Gather", "Squeeze", "Unsqueeze", "Expand")
 # QOperator format (quantize_static with QuantFormat.QOperator): the quantized ops themselves
-QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool")
+QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool",
+               "QLinearConcat")
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,16 @@ class QdqReader(OnnxGraphBuilder):
     # ---- nodes ------------------------------------------------------------------------------
 
     def concat_inputs(self, i: int, node, xs: list) -> list:
-        """Each input requantized to the scale of the QuantizeLinear after the Concat, where its own
-        differs (onnxruntime's arithmetic, as _quantize's)."""
-        j = self.single_consumer(node.output[0])
-        if j is None or self.nodes[j].op_type != "QuantizeLinear":
-            raise UnsupportedOperator(f"{self.where(i)}: its output is not quantized by one QuantizeLinear")
-        q = self.activation_quant(j, self.nodes[j])
+        """Each input requantized to the output's quantization (QLinearConcat's own, or the
+        QuantizeLinear's after a Concat) where its own differs: onnxruntime's arithmetic, as
+        _quantize's (QLinearConcat's lookup table dequantizes and quantizes the same way)."""
+        if node.op_type == "QLinearConcat":
+            q = self.quantized(i, node, 0)
+        else:
+            j = self.single_consumer(node.output[0])
+            if j is None or self.nodes[j].op_type != "QuantizeLinear":
+                raise UnsupportedOperator(f"{self.where(i)}: its output is not quantized by one QuantizeLinear")
+            q = self.activation_quant(j, self.nodes[j])
         out = []
         for n, x in enumerate(xs):
             xt = self.tensors[x.tensor]
@@ -262,6 +267,14 @@ class QdqReader(OnnxGraphBuilder):
                     self.quantized(i, node, 7), "NONE", out)
         elif op == "QLinearAdd":  # A, as, azp, B, bs, bzp, cs, czp
             self.add(i, [self.operand(i, node, 0), self.operand(i, node, 3)], self.quantized(i, node, 6), "NONE", out)
+        elif op == "QLinearConcat":  # ys, yzp, then (X, xs, xzp) per input
+            if len(ins) < 5 or (len(ins) - 2) % 3:
+                raise ModelFormatError(f"{self.where(i)}: QLinearConcat takes Y's scale and zero point, then "
+                                       f"(X, scale, zero point) per input; got {len(ins)} inputs")
+            for k in range(2, len(ins), 3):
+                if isinstance(self.operand(i, node, k), QConst):
+                    raise UnsupportedOperator(f"{self.where(i)}: QLinearConcat of a constant '{ins[k]}'")
+            self._concat(i, node)
         else:  # QLinearAveragePool / QLinearGlobalAveragePool: X, xs, xzp, ys, yzp
             if self.attrs(node).get("channels_last", 0):
                 raise UnsupportedOperator(f"{self.where(i)}: channels_last pooling")
@@ -332,7 +345,10 @@ class QdqReader(OnnxGraphBuilder):
         so the rows are transposed to (S, D) before it and back after."""
         where = self.where(i)
         _, _, depth, rows = self.nhwc(x)
-        if w.data.ndim != 2 or w.data.shape[0] != depth or (len(w.scale) > 1 and w.axis % 2 != 1):
+        # per-channel scales along the columns: a DequantizeLinear's axis 1, QLinearMatMul's b_scale per column
+        columns = len(w.scale) == 1 or (w.data.ndim == 2 and len(w.scale) == w.data.shape[1]
+                                        and (node.op_type == "QLinearMatMul" or w.axis % 2 == 1))
+        if w.data.ndim != 2 or w.data.shape[0] != depth or not columns:
             raise UnsupportedOperator(f"{where}: MatMul weights {list(w.data.shape)} for rows of {depth} values")
         data = np.ascontiguousarray(w.data.T)
         units = data.shape[0]

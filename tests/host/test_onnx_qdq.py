@@ -29,6 +29,10 @@ from tests.onnx_builder import quantized_model  # noqa: E402
 MODELS = [(kind, pc, act, "qdq") for kind in ("cnn", "mlp", "pool") for pc in (False, True) for act in ("int8", "uint8")]
 MODELS += [(kind, False, act, "qdq") for kind in ("glue", "branches", "gather", "sequence", "channel_add") for act in ("int8", "uint8")]  # data movement
 MODELS += [(kind, True, "uint8", "qoperator") for kind in ("cnn", "mlp", "pool")]
+# QOperator graphs' glue: QLinearConcat (inputs requantized by its lookup), data movement on the
+# quantized values, QLinearMatMul over a rank-3 input (per-column scales), QLinearAdd of a constant
+MODELS += [(kind, pc, "uint8", "qoperator") for kind in ("glue", "branches", "gather", "sequence", "channel_add")
+           for pc in (False, True)]
 FOLDER = Path(tempfile.gettempdir()) / "deploy-qdq-models" / str(os.getpid())  # one per test process
 
 
