@@ -18,12 +18,17 @@ from network_parser.onnx_reader import read_onnx
 
 
 def save(tmp_path, nodes, inits, in_shape, out_name, out_shape, name="g", opset=11):
+    return save_outputs(tmp_path, nodes, inits, in_shape, {out_name: out_shape}, name, opset)
+
+
+def save_outputs(folder, nodes, inits, in_shape, outs: dict, name="g", opset=11):
+    """A graph of ``nodes`` from input "x" to the outputs ``outs`` (name -> shape), saved as name.onnx."""
     graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
-                              [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, out_shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, v) for o, v in outs.items()],
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 7
-    path = tmp_path / f"{name}.onnx"
+    path = folder / f"{name}.onnx"
     onnx.save(model, path)
     return path
 
@@ -272,14 +277,7 @@ def glue_model(folder, seed: int, perm, slices) -> tuple:
               helper.make_node("Concat", ["p1", "p0", "p1"], ["c"], axis=-3),
               helper.make_node("GlobalMaxPool", ["a"], ["g"])]
     outs = {"s": shape_t, "c": [1, 10, 5, 7], "g": [1, 6, 1, 1]}
-    graph = helper.make_graph(nodes, "glue", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 7])],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, s) for o, s in outs.items()],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    path = folder / "glue.onnx"
-    onnx.save(model, path)
-    return path, list(outs.values())
+    return save_outputs(folder, nodes, inits, [1, 4, 5, 7], outs, "glue", 13), list(outs.values())
 
 
 @settings(max_examples=12, deadline=None)
@@ -359,13 +357,7 @@ def test_expand_gather_squeeze_in_an_integer_graph(tmp_path):
               helper.make_node("Squeeze", ["g1", "ax0"], ["sq"]),  # (1,)
               helper.make_node("Unsqueeze", ["sq", "ax0"], ["u"])]  # (1, 1)
     outs = {"e1": [1, 6, 4, 3], "e2": [1, 6, 5, 7], "e3": [1, 6, 5, 7], "u": [1, 1]}
-    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 7])],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, v) for o, v in outs.items()],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    path = tmp_path / "expand.onnx"
-    onnx.save(model, path)
+    path = save_outputs(tmp_path, nodes, inits, [1, 4, 5, 7], outs, "expand", 13)
     g = read_onnx(path, input_type="uint8")
     assert [layer.op for layer in g.layers].count("BROADCAST_TO") == 3 and "GATHER" in {layer.op for layer in g.layers}
     x = np.random.default_rng(5).integers(0, 256, (1, 4, 5, 7))
