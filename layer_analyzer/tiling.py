@@ -177,8 +177,7 @@ class TileGeometry:
 
 def _widest_span(spans: tuple[tuple[int, int], ...], tile: int) -> int:
     """Input entries the widest tile of ``tile`` outputs reads (at least one: a tile's buffer)."""
-    n = len(spans)
-    return max(1, max(spans[min(o + tile, n) - 1][1] - spans[o][0] + 1 for o in range(0, n, tile)))
+    return max(1, max(inputs for _, inputs, _ in _source_windows(spans, tile)))
 
 
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)

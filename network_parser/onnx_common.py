@@ -85,8 +85,8 @@ def ir_layout(data: np.ndarray, rank: int) -> np.ndarray:
     data = data.reshape((1,) * (rank - data.ndim) + data.shape)
     axes = _IR_AXES[rank]
     data = data.transpose([a for a in axes if a is not None])
-    return np.ascontiguousarray(data.reshape([1 if a is None else data.shape[[b for b in axes if b is not None].index(a)]
-                                              for a in axes]))
+    dims = iter(data.shape)  # in the IR's order now: an axis the IR adds has one entry
+    return np.ascontiguousarray(data.reshape([1 if a is None else next(dims) for a in axes]))
 
 
 def _opset(model) -> int:
