@@ -138,6 +138,13 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.ResizeBilinear():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
+        case K.TableSoftmax():
+            return dict(table=sym.array(f"op{k}_exp", "float", np.array(kern.table, np.float32)))
+        case K.ResizeLinear():
+            return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array([r[:2] for r in kern.rows], np.int32)),
+                        cols=sym.array(f"op{k}_cols", "int32_t", np.array([r[:2] for r in kern.cols], np.int32)),
+                        wy=sym.array(f"op{k}_wy", "float", np.array([r[2:] for r in kern.rows], np.float32)),
+                        wx=sym.array(f"op{k}_wx", "float", np.array([r[2:] for r in kern.cols], np.float32)))
         case K.ResizeNearest():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))

@@ -230,6 +230,17 @@ def _softmax(k: K.Softmax, x):
     return out.reshape(x.shape).astype(np.int8)
 
 
+def _table_softmax(k: K.TableSoftmax, x):
+    f = np.float32
+    v = x.reshape(k.rows, k.depth).astype(np.int64)
+    e = np.array(k.table, f)[255 - (v.max(axis=1, keepdims=True) - v)]
+    total = np.zeros(k.rows, f)
+    for c in range(k.depth):  # float32, in order
+        total = (total + e[:, c]).astype(f)
+    q = np.rint((e * f(k.y_scale)) / total[:, None]).astype(np.int64) + k.zero_point
+    return np.clip(q, -128, 127).reshape(x.shape).astype(np.int8)
+
+
 def _log_softmax(k: K.LogSoftmax, x):
     xs = x.reshape(k.rows, k.depth).astype(np.int64)
     out = np.empty_like(xs)
@@ -255,6 +266,19 @@ def _resize_bilinear(k: K.ResizeBilinear, x):
              + v[:, y0][:, :, x1] * (1024 - wy) * wx + v[:, y1][:, :, x1] * wy * wx)
     total = total + np.where(total > 0, 1 << 19, -(1 << 19))
     return (np.sign(total) * (np.abs(total) >> 20)).astype(np.int8)  # C's division truncates
+
+
+def _resize_linear(k: K.ResizeLinear, x):
+    """onnxruntime's float32 blend (products and sums in its order), quantized half to even."""
+    f = np.float32
+    (y0, y1), (x0, x1) = (np.array([r[:2] for r in t], np.int64).T for t in (k.rows, k.cols))
+    (ay, by), (ax, bx) = (np.array([r[2:] for r in t], f).T for t in (k.rows, k.cols))
+    v = (x.astype(f) - f(k.in_zero_point)) * f(k.in_scale)  # DequantizeLinear
+    wy_hi, wy_lo = ay[None, :, None, None], by[None, :, None, None]
+    wx_hi, wx_lo = ax[None, None, :, None], bx[None, None, :, None]
+    blend = (wx_lo * wy_lo * v[:, y0][:, :, x0] + wx_hi * wy_lo * v[:, y0][:, :, x1]
+             + wx_lo * wy_hi * v[:, y1][:, :, x0] + wx_hi * wy_hi * v[:, y1][:, :, x1])
+    return _quantize(K.Quantize(blend.size, k.out_scale, k.out_zero_point, True), blend.astype(f))
 
 
 def _l2_norm(k: K.L2Norm, x):
@@ -352,6 +376,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _mean(kernel, ins[0])
         case K.Softmax():
             y = _softmax(kernel, ins[0])
+        case K.TableSoftmax():
+            y = _table_softmax(kernel, ins[0])
         case K.L2Norm():
             y = _l2_norm(kernel, ins[0])
         case K.LogSoftmax():
@@ -392,6 +418,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = ins[0].reshape(-1)[idx]
         case K.ResizeBilinear():
             y = _resize_bilinear(kernel, ins[0])
+        case K.ResizeLinear():
+            y = _resize_linear(kernel, ins[0])
         case K.ResizeNearest():
             y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
         case _:

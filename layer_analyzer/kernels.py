@@ -299,6 +299,18 @@ class Softmax:
 
 
 @dataclass(frozen=True, slots=True)
+class TableSoftmax:
+    """onnxruntime's QLinearSoftmax: per row, each value's distance below the row's maximum
+    indexes a float32 table of exponentials; their float32 sum (in order) divides each one times
+    floor(1 / output scale), rounded half to even, plus the zero point, saturated."""
+    rows: int
+    depth: int
+    table: tuple[float, ...]  # exp of (255 - distance) steps, distance 0..255 from the maximum
+    y_scale: float  # floor(1 / output scale), float32
+    zero_point: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogSoftmax:
     """LOG_SOFTMAX (int8, output scale 16/256 and zero point 127): the reference's fixed-point
     sum of exponentials and logarithm per row."""
@@ -486,6 +498,23 @@ class ResizeBilinear:
     channels: int
     rows: tuple[tuple[int, int, int], ...]  # (y0, y1, dy) per output row
     cols: tuple[tuple[int, int, int], ...]  # (x0, x1, dx) per output column
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeLinear:
+    """An ONNX linear Resize of a QDQ graph, as onnxruntime runs it: the four input pixels
+    dequantized to float32, blended with float32 weights in its order ((w_x * w_y) * v, summed
+    left to right), the sum quantized rounding half to even."""
+    batch: int
+    in_h: int
+    in_w: int
+    channels: int
+    rows: tuple[tuple[int, int, float, float], ...]  # (lower, upper, weight of upper, weight of lower)
+    cols: tuple[tuple[int, int, float, float], ...]
+    in_scale: float
+    in_zero_point: int
+    out_scale: float
+    out_zero_point: int
 
 
 def _c_div(a: int, b: int) -> int:
@@ -880,10 +909,27 @@ def _same_shape(g: Graph, l: Layer, where: str) -> tuple[Tensor, Tensor]:
     return x, y
 
 
-def _softmax(g: Graph, l: Layer, where: str) -> Softmax:
+def softmax_table(x_scale: float, depth: int) -> tuple[float, ...]:
+    """QLinearSoftmax's table for a row of ``depth``: entry j is exp((j - 255 + shift) * scale) in
+    double, stored as float32, where the shift (in input steps) keeps a row's sum of exponentials
+    within float32: (log(FLT_MAX / depth) - 5) / scale, the logarithm taken in float32."""
+    s = float(np.float32(x_scale))
+    f32 = np.finfo(np.float32).max
+    shift = max(0.0, float(np.log(np.float32(f32) / np.float32(depth))) - 5.0) / s
+    return tuple(float(np.float32(math.exp((j - 255 + shift) * s))) for j in range(256))
+
+
+def _softmax(g: Graph, l: Layer, where: str) -> Softmax | TableSoftmax:
     x, y = _same_shape(g, l, where)
     if not x.shape:
         raise UnsupportedOperator(f"{where}: softmax of a scalar")
+    if l.attrs.onnxruntime:
+        depth = x.shape[-1]
+        y_scale = float(np.floor(np.float32(1.0) / np.float32(y.scale)))
+        if depth < 2 or not 1 <= y_scale < 2 ** 22:
+            raise UnsupportedOperator(f"{where}: QLinearSoftmax over {depth} value(s) with output scale {y.scale:g} "
+                                      f"(supported: rows of 2 or more, 1 / scale below 2^22)")
+        return TableSoftmax(x.elements // depth, depth, softmax_table(x.scale, depth), y_scale, y.zero_point)
     if (y.scale, y.zero_point) != (1 / 256, -128):
         raise UnsupportedOperator(f"{where}: int8 softmax output must have scale 1/256, zero point -128")
     score_bits = 5  # kScaledDiffIntegerBits
@@ -981,7 +1027,7 @@ def _resize_nearest(g: Graph, l: Layer, where: str) -> ResizeNearest:
                          nearest_indices(ow, iw, a.align_corners, a.half_pixel_centers))
 
 
-def _resize_bilinear(g: Graph, l: Layer, where: str) -> ResizeBilinear:
+def _resize_bilinear(g: Graph, l: Layer, where: str) -> ResizeBilinear | ResizeLinear:
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     n, ih, iw, c = _nhwc(x, where)
     yn, oh, ow, yc = _nhwc(y, where)
@@ -989,14 +1035,31 @@ def _resize_bilinear(g: Graph, l: Layer, where: str) -> ResizeBilinear:
     if (yn, yc) != (n, c) or (oh, ow) != a.size:
         raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not the input {list(x.shape)} resized to "
                                   f"{list(a.size)}")
+    if a.blend is not None:
+        if x.dtype != "int8" or y.dtype != "int8" or (len(a.blend[0]), len(a.blend[1])) != (oh, ow):
+            raise UnsupportedOperator(f"{where}: a float32 linear Resize takes and gives int8")
+        return ResizeLinear(n, ih, iw, c, a.blend[0], a.blend[1], x.scale, x.zero_point, y.scale, y.zero_point)
     if x.dtype != "int8" or (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: int8 RESIZE_BILINEAR keeps its input's quantization")
     return ResizeBilinear(n, ih, iw, c, bilinear_steps(oh, ih, a.align_corners, a.half_pixel_centers),
                           bilinear_steps(ow, iw, a.align_corners, a.half_pixel_centers))
 
 
+def onnx_leaky_relu_table(x_scale: float, x_zp: int, y_scale: float, y_zp: int, alpha: float) -> tuple[int, ...]:
+    """QLinearLeakyRelu's table: each input dequantized in float32 (scale times the difference),
+    the slope applied below zero, quantized as QuantizeLinear (float32 division, half to even)."""
+    f = np.float32
+    v = f(x_scale) * (np.arange(-128, 128) - x_zp).astype(f)
+    v = np.where(v >= 0, v, f(alpha) * v).astype(f)
+    q = np.rint(np.clip(v / f(y_scale), f(-128 - y_zp), f(127 - y_zp))).astype(np.int64) + y_zp
+    return tuple(int(t) for t in q)
+
+
 def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
     x, y = _same_shape(g, l, where)
+    if l.attrs.onnxruntime:
+        return Lookup(x.elements, onnx_leaky_relu_table(x.scale, x.zero_point, y.scale, y.zero_point, l.attrs.alpha),
+                      "leaky_relu")
     alpha = np.float32(l.attrs.alpha)
     reals = (np.float32(x.scale) / np.float32(y.scale), np.float32(np.float32(x.scale) * alpha) / np.float32(y.scale))
     if not all(np.isfinite(r) and abs(float(r)) < 2.0 ** 30 for r in reals):
@@ -1308,7 +1371,7 @@ LOWERINGS = {
 }
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | IntAdd | IntRescale
+          | Requantize | Quantize | Dequantize | TableSoftmax | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | ResizeLinear | IntAdd | IntRescale
           | Offset)
 
 

@@ -190,6 +190,7 @@ class Mean:
 @dataclass(frozen=True, slots=True)
 class Softmax:
     beta: float
+    onnxruntime: bool = False  # QLinearSoftmax's arithmetic (a float32 exponential table), not TFLite's
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +203,16 @@ class Resize:
     # the input row and column of every output row and column, when the model's rule is not
     # TFLite's (an ONNX Resize: its coordinate transformation and nearest mode, as its reader computed)
     sources: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # RESIZE_BILINEAR as an ONNX linear Resize runs it in float32 (a QDQ graph's DequantizeLinear,
+    # Resize, QuantizeLinear): per output row and column its two inputs and their float32 weights
+    # (lower, upper, weight of the upper, weight of the lower), as its reader computed them
+    blend: tuple[tuple[tuple[int, int, float, float], ...], tuple[tuple[int, int, float, float], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LeakyRelu:
     alpha: float  # the slope below zero
+    onnxruntime: bool = False  # QLinearLeakyRelu's table (float32 dequantize, slope, quantize half to even)
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,37 @@ def nearest_sources(out: int, length: int, scale, coord: str, rounding: str, rat
     return result
 
 
+def linear_sources(out: int, length: int, scale, coord: str) -> tuple[tuple[int, int, float, float], ...]:
+    """onnxruntime's linear Resize along an axis of ``length`` resized to ``out``: per output index
+    its two inputs and their weights, (lower, upper, weight of the upper, weight of the lower),
+    computed in float32 as it does (``scale``: the float32 output/input ratio): the coordinate
+    transformation, clamped to the axis, split at its integer part; an axis end takes both
+    inputs from one place, half each. An axis of scale 1 keeps its coordinates (no
+    transformation), as onnxruntime does."""
+    f = np.float32
+    result = []
+    for o in range(out):
+        x = f(o)
+        if scale == f(1.0):
+            v = x
+        elif coord == "half_pixel":
+            v = (x + f(0.5)) / scale - f(0.5)
+        elif coord == "asymmetric":
+            v = x / scale
+        elif coord == "pytorch_half_pixel":
+            v = (x + f(0.5)) / scale - f(0.5) if out > 1 else f(0.0)
+        elif coord == "tf_half_pixel_for_nn":
+            v = (x + f(0.5)) / scale
+        else:  # align_corners
+            v = f(0.0) if out == 1 else x * f(length - 1) / f(out - 1)
+        v = f(max(f(0.0), min(f(v), f(length - 1))))
+        lo = min(int(v), length - 1)
+        hi = min(lo + 1, length - 1)
+        d_lo, d_hi = (f(0.5), f(0.5)) if lo == hi else (f(abs(v - f(lo))), f(abs(v - f(hi))))
+        result.append((lo, hi, float(d_lo), float(d_hi)))
+    return tuple(result)
+
+
 def _round_away(v: float) -> int:
     """std::round: half away from zero."""
     return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
@@ -347,9 +378,11 @@ class OnnxGraphBuilder:
         mode = a.get("mode", "nearest")
         coord = a.get("coordinate_transformation_mode", "half_pixel")
         rounding = a.get("nearest_mode", "round_prefer_floor")
-        if mode != "nearest" or x.rank != 4:
+        if mode not in ("nearest", "linear") or x.rank != 4:
             raise UnsupportedOperator(f"{where}: Resize mode {mode} of a rank-{x.rank} activation (supported: "
-                                      f"nearest, rank 4)")
+                                      f"nearest, linear; rank 4)")
+        if mode == "linear" and (a.get("antialias", 0) or a.get("exclude_outside", 0)):
+            raise UnsupportedOperator(f"{where}: linear Resize with antialias or exclude_outside")
         if a.get("keep_aspect_ratio_policy", "stretch") != "stretch":
             raise UnsupportedOperator(f"{where}: Resize with keep_aspect_ratio_policy "
                                       f"{a['keep_aspect_ratio_policy']} (supported: stretch)")
@@ -374,13 +407,26 @@ class OnnxGraphBuilder:
         if sizes[:2] != list(shape[:2]):
             raise UnsupportedOperator(f"{where}: Resize of the batch or channel axis (sizes {sizes})")
         ratios = [Fraction(shape[k], sizes[k]) if names[3] else 1 / Fraction(float(scales[k])) for k in range(4)]
+        xt = self.tensors[x.tensor]
+        if mode == "linear":
+            quant, out_name = self.blended_output(i, node)
+            blend = tuple(linear_sources(sizes[k], shape[k], scales[k], coord) for k in (2, 3))
+            out = self.add_tensor(out_name, (xt.shape[0], sizes[2], sizes[3], xt.shape[3]), xt.dtype, quant)
+            self.add_layer("RESIZE_BILINEAR", [x.tensor], [out], Resize((sizes[2], sizes[3]), blend=blend), out_name)
+            self.values[out_name] = Value(out, 4)
+            return
         sources = tuple(tuple(nearest_sources(sizes[k], shape[k], scales[k], coord, rounding, ratios[k]))
                         for k in (2, 3))
-        xt = self.tensors[x.tensor]
         out = self.add_tensor(node.output[0], (xt.shape[0], sizes[2], sizes[3], xt.shape[3]), xt.dtype, xt.quant)
         self.add_layer("RESIZE_NEAREST_NEIGHBOR", [x.tensor], [out], Resize((sizes[2], sizes[3]), sources=sources),
                        node.output[0])
         self.values[node.output[0]] = Value(out, 4)
+
+    def blended_output(self, i: int, node) -> tuple:
+        """(quantization, value name) of a linear Resize's output: a graph whose values are
+        integers has none to blend into."""
+        raise UnsupportedOperator(f"{self.where(i)}: linear Resize in an integer graph (it blends values in "
+                                  f"float; supported in QDQ graphs)")
 
     def _moved(self, i: int, node, x: Value) -> tuple[str, tuple]:
         """(where, IR axis -> ONNX axis) of a value a data-movement node reads."""

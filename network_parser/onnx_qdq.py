@@ -19,17 +19,18 @@ import numpy as np
 import onnx
 
 from .errors import ModelFormatError, UnsupportedOperator
-from .ir import Elementwise, name_text, FullyConnected, Graph, Mean, NoAttrs, Pool2D, Quant, Source, Transpose
-from .onnx_common import OnnxGraphBuilder, Value, ir_layout
+from .ir import Elementwise, name_text, FullyConnected, Graph, LeakyRelu, Mean, NoAttrs, Pool2D, Quant, Softmax, Source, Transpose
+from .onnx_common import _IR_AXES, OnnxGraphBuilder, Value, _opset, ir_layout
 
-FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape")
+FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape",
+             "Softmax", "LeakyRelu")
 ACTIVATION_OPS = ("Relu", "Clip")
 # data movement on the quantized values themselves (the shared builder's handlers); the
 # QuantizeLinear after each requantizes where its scale is not the input's
 GLUE_OPS = ("Transpose", "Slice", "Split", "Concat", "GlobalMaxPool", "Resize", "Gather", "Squeeze", "Unsqueeze", "Expand")
 # QOperator format (quantize_static with QuantFormat.QOperator): the quantized ops themselves
 QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool",
-               "QLinearConcat")
+               "QLinearConcat", "QLinearSoftmax", "QLinearLeakyRelu")
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,17 @@ class QdqReader(OnnxGraphBuilder):
             self.float_outputs[out] = (v, self.tensors[v.tensor].quant)
         self.values[out] = v  # the float value is the int8 one, seen through its scale
 
+    def blended_output(self, i: int, node) -> tuple[Quant, str]:
+        """A linear Resize between DequantizeLinear and QuantizeLinear blends the dequantized values
+        in float32: its output takes the QuantizeLinear's quantization (onnxruntime keeps that
+        Resize in float; a QOperator graph's Resize on the quantized values runs its integer kernel)."""
+        j = self.single_consumer(node.output[0])
+        if j is None or self.nodes[j].op_type != "QuantizeLinear":
+            raise UnsupportedOperator(f"{self.where(i)}: a linear Resize of quantized values (supported: between "
+                                      f"DequantizeLinear and QuantizeLinear, as QDQ graphs have it)")
+        self.done.add(j)
+        return self.activation_quant(j, self.nodes[j]), self.nodes[j].output[0]
+
     def output_quant(self, i: int, node) -> tuple[Quant, str, str, list[int]]:
         """The QuantizeLinear after a float op (through a Relu or Clip): its quantization, the fused
         activation, the quantized value's name and the nodes taken."""
@@ -275,10 +287,35 @@ class QdqReader(OnnxGraphBuilder):
                 if isinstance(self.operand(i, node, k), QConst):
                     raise UnsupportedOperator(f"{self.where(i)}: QLinearConcat of a constant '{ins[k]}'")
             self._concat(i, node)
+        elif op in ("QLinearSoftmax", "QLinearLeakyRelu"):  # X, xs, xzp, ys, yzp
+            self.unary(i, node, self.operand(i, node, 0), self.quantized(i, node, 3), out)
         else:  # QLinearAveragePool / QLinearGlobalAveragePool: X, xs, xzp, ys, yzp
             if self.attrs(node).get("channels_last", 0):
                 raise UnsupportedOperator(f"{self.where(i)}: channels_last pooling")
             self.pool(i, node, self.operand(i, node, 0), self.quantized(i, node, 3), "NONE", out)
+
+    def unary(self, i: int, node, x, quant: Quant, out_name: str) -> None:
+        """Softmax / LeakyRelu (QDQ) and QLinearSoftmax / QLinearLeakyRelu (QOperator), with the
+        arithmetic of onnxruntime's kernels for them (which its QDQ fusion also runs)."""
+        if isinstance(x, QConst):
+            raise UnsupportedOperator(f"{self.where(i)}: {node.op_type} of a constant")
+        shape = self.tensors[x.tensor].shape
+        if node.op_type.endswith("LeakyRelu"):
+            alpha = float(self.attrs(node).get("alpha", 0.01))
+            return self.emit("LEAKY_RELU", [x.tensor], shape, quant, LeakyRelu(alpha, onnxruntime=True), out_name,
+                             x.rank)
+        a = self.attrs(node)
+        opset = int(a.get("opset", _opset(self.model))) if node.op_type == "QLinearSoftmax" else _opset(self.model)
+        axis = int(a.get("axis", -1 if opset >= 13 else 1)) % x.rank
+        inner = [d for k, d in enumerate(self.model_shape(x)) if k > axis]
+        # the IR reduces its last axis: the model's axis 1 (channels, per pixel: summed in the same
+        # order) or its only feature axis; before opset 13 the axis and all after it, which is that
+        # axis when the rest are ones
+        last = _IR_AXES[x.rank][-1] if x.rank in _IR_AXES else None
+        if axis != last or (opset < 13 and any(d != 1 for d in inner)) or x.flat_chw is not None:
+            raise UnsupportedOperator(f"{self.where(i)}: {node.op_type} over axis {axis} of a rank-{x.rank} activation "
+                                      f"(supported: the channel or feature axis)")
+        self.emit("SOFTMAX", [x.tensor], shape, quant, Softmax(1.0, onnxruntime=True), out_name, x.rank)
 
     def qlinear_bias(self, i: int, node, k: int, w: QConst) -> QConst | None:
         if len(node.input) <= k or not node.input[k]:
@@ -316,6 +353,10 @@ class QdqReader(OnnxGraphBuilder):
         elif op == "Add":
             self.add(i, [self.dq_consts.get(n) or self.value(n, i) for n in node.input[:2]], quant, activation,
                      out_name)
+        elif op in ("Softmax", "LeakyRelu"):
+            if activation != "NONE":
+                raise UnsupportedOperator(f"{self.where(i)}: {op} followed by an activation before its QuantizeLinear")
+            self.unary(i, node, self.value(node.input[0], i), quant, out_name)
         else:
             self.pool(i, node, self.value(node.input[0], i), quant, activation, out_name)
         self.done.update(taken)

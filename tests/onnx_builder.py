@@ -56,7 +56,8 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
     "mlp" (MatMul + Add layers), "pool" (average and max pooling, global average), "glue" (Transpose,
     Resize, Slice, Split, Concat, GlobalMaxPool, Expand between convolutions), "gather" (Gather,
     Squeeze, Unsqueeze between fully connected layers), "sequence" (MatMul and bias Add over a
-    rank-3 (1, S, D) input), "channel_add" (a constant per channel added, C equal to H), "branches" (a Concat of two
+    rank-3 (1, S, D) input), "upsample" (linear Resizes: scales up, down, sizes), "heads" (Softmax over
+    features and over channels per pixel, LeakyRelu), "channel_add" (a constant per channel added, C equal to H), "branches" (a Concat of two
     convolutions' outputs, each quantized with its own scale)."""
     b = _Builder(seed)
     if kind == "cnn":
@@ -116,6 +117,25 @@ def float_model(kind: str, seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, .
         x = b.op("Add", [x, b.const(b.rng.normal(0, 0.5, (8, 1, 1)), "per_channel")])
         out = b.conv(x, 8, 4, 1, relu=False)
         out_shape = [1, 4, 8, 6]
+    elif kind == "upsample":  # a decoder's linear Resize (float32 between DequantizeLinear and QuantizeLinear)
+        shape = (1, 4, 5, 6)
+        x = b.conv("input", 4, 8, 3)
+        roi = b.const(np.array([], np.float32), "roi")
+        x = b.op("Resize", [x, roi, b.const(np.array([1, 1, 2, 1.5]), "scales")], mode="linear")
+        x = b.op("Resize", [x, roi, b.const(np.array([1, 1, 0.5, 1]), "scales")], mode="linear",
+                 coordinate_transformation_mode="align_corners")
+        x = b.op("Resize", [x, roi, roi, b.ints([1, 8, 4, 7], "sizes")], mode="linear",
+                 coordinate_transformation_mode="asymmetric")
+        out = b.conv(x, 8, 4, 1, relu=False)
+        out_shape = [1, 4, 4, 7]
+    elif kind == "heads":  # a classifier's softmax, a detector's per-pixel softmax, LeakyRelu
+        shape = (1, 4, 6, 6)
+        x = b.op("LeakyRelu", [b.conv("input", 4, 8, 3, relu=False)], alpha=0.1)
+        y = b.op("Softmax", [b.conv(x, 8, 5, 1, relu=False)], axis=1)  # over channels, per pixel
+        x = b.op("Flatten", [b.op("GlobalAveragePool", [b.conv(y, 5, 8, 3)])], axis=1)
+        x = b.op("LeakyRelu", [b.gemm(x, 8, 6)], alpha=0.3)
+        out = b.op("Softmax", [x], axis=-1)
+        out_shape = [1, 6]
     elif kind == "branches":  # a Concat of two differently scaled branches
         shape = (1, 4, 8, 8)
         x = b.op("Concat", [b.conv("input", 4, 8, 3), b.conv("input", 4, 6, 3, relu=False)], axis=1)

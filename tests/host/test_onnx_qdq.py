@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deployer import golden
 from deployer.pipeline import Options, deploy
@@ -28,6 +30,9 @@ from tests.onnx_builder import quantized_model  # noqa: E402
 
 MODELS = [(kind, pc, act, "qdq") for kind in ("cnn", "mlp", "pool") for pc in (False, True) for act in ("int8", "uint8")]
 MODELS += [(kind, False, act, "qdq") for kind in ("glue", "branches", "gather", "sequence", "channel_add") for act in ("int8", "uint8")]  # data movement
+# onnxruntime's own arithmetic: float32 linear Resize, QLinearSoftmax's table, QLinearLeakyRelu's table
+MODELS += [(kind, pc, act, "qdq") for kind, pc in (("upsample", False), ("heads", True)) for act in ("int8", "uint8")]
+MODELS += [("heads", pc, "uint8", "qoperator") for pc in (False, True)]
 MODELS += [(kind, True, "uint8", "qoperator") for kind in ("cnn", "mlp", "pool")]
 # QOperator graphs' glue: QLinearConcat (inputs requantized by its lookup), data movement on the
 # quantized values, QLinearMatMul over a rank-3 input (per-column scales), QLinearAdd of a constant
@@ -75,3 +80,47 @@ def test_qdq_tiled_and_channels_last():
     outs, _ = run_engine(build_engine(dep), batch)
     for sample, ours in zip(batch, outs):
         assert np.array_equal(ours[0], reference(path, dep, sample))
+
+
+def _resize_graph(folder: Path, in_hw, out_hw, coord: str, channels: int, activations: str, seed: int) -> Path:
+    """input -> QuantizeLinear -> DequantizeLinear -> Resize (linear) -> QuantizeLinear -> DequantizeLinear,
+    the quantization of each side its own."""
+    import onnx
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(seed)
+    zt, zdt = (TensorProto.INT8, np.int8) if activations == "int8" else (TensorProto.UINT8, np.uint8)
+    lo, hi = np.iinfo(zdt).min, np.iinfo(zdt).max
+    inits = [helper.make_tensor("s0", TensorProto.FLOAT, [], [float(rng.uniform(0.005, 0.1))]),
+             helper.make_tensor("z0", zt, [], [int(rng.integers(lo, hi + 1))]),
+             helper.make_tensor("s1", TensorProto.FLOAT, [], [float(rng.uniform(0.005, 0.1))]),
+             helper.make_tensor("z1", zt, [], [int(rng.integers(lo, hi + 1))]),
+             helper.make_tensor("sizes", TensorProto.INT64, [4], [1, channels, *out_hw])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["q0"]),
+             helper.make_node("DequantizeLinear", ["q0", "s0", "z0"], ["d0"]),
+             helper.make_node("Resize", ["d0", "", "", "sizes"], ["r"], mode="linear",
+                              coordinate_transformation_mode=coord),
+             helper.make_node("QuantizeLinear", ["r", "s1", "z1"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["y"])]
+    graph = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, *in_hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, *out_hw])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"resize_{seed}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@settings(max_examples=30, deadline=None)
+@given(in_hw=st.tuples(st.integers(1, 9), st.integers(1, 9)), out_hw=st.tuples(st.integers(1, 13), st.integers(1, 13)),
+       coord=st.sampled_from(["half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn", "align_corners"]),
+       activations=st.sampled_from(["int8", "uint8"]), seed=st.integers(0, 2 ** 16))
+def test_linear_resize_equals_onnxruntime(in_hw, out_hw, coord, activations, seed):
+    """Any size up or down, every coordinate transformation: onnxruntime's float32 blend, element
+    for element (the executor; the engine's C is the model test's)."""
+    path = _resize_graph(FOLDER / "resize", in_hw, out_hw, coord, 3, activations, seed)
+    dep = deploy(path, Options())
+    assert [l.op for l in dep.graph.layers].count("RESIZE_BILINEAR") == 1
+    for sample in samples(dep, 2, seed):
+        gold, _ = golden.run(dep.graph, sample, dep.kernels)
+        assert np.array_equal(gold[0], reference(path, dep, sample))
