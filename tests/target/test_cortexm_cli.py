@@ -103,3 +103,15 @@ def test_deploy_records_the_elf(tmp_path):
     assert elf["flash_bytes"] > 0 and elf["sram_bytes"] > 0 and elf["toolchain"].startswith("arm-none-eabi-gcc")
     assert elf["sections"][".bss"] >= m["memory"]["arena_bytes"]
     assert elf["sram_bytes"] == sum(elf["sections"].get(s, 0) for s in (".data", ".bss", ".stack"))
+
+
+@pytest.mark.parametrize("kind,target", [("upsample", "cortex-m7"), ("heads", "cortex-m4")])
+def test_onnxruntime_float_kernels_on_the_board(tmp_path, kind, target):
+    """onnxruntime's float32 arithmetic (linear Resize, QLinearSoftmax's table) on the boards'
+    single-precision FPUs, against onnxruntime on the host."""
+    pytest.importorskip("onnxruntime")
+    from tests.onnx_builder import quantized_model
+    model = quantized_model(tmp_path, kind, kind == "heads", "int8")
+    code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "2")
+    assert code == 0, err
+    assert out.rstrip().endswith("bit-exact")
