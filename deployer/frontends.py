@@ -21,9 +21,7 @@ def _read_tflite(path: Path, options):
 
 def _read_onnx(path: Path, options):
     from network_parser.onnx_reader import read_onnx
-    if options.cut:
-        raise UsageError(f"{path}: --inputs, --outputs and --io cut .tflite models only")
-    return read_onnx(path, options.input_layout, options.output_layout, options.input_type)
+    return read_onnx(path, options.input_layout, options.output_layout, options.input_type, options.cut)
 
 
 def _read_safetensors(path: Path, options):

@@ -103,11 +103,84 @@ def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | 
     return session.run(None, feed)
 
 
+def _onnx_cut_values(model: Path, inputs: list[np.ndarray], graph):
+    """onnxruntime on the whole file (``inputs``: its own, as the engine lays them out), read at
+    a cut graph's edges: (the file's outputs, {tensor: value} for the file's edges and the cut's),
+    each in the IR's layout and stored type."""
+    from dataclasses import replace
+
+    from .test_vectors import to_engine_outputs, to_model_input
+    edges = graph.file_edges
+    whole = replace(graph, inputs=edges.inputs, outputs=edges.outputs, file_edges=None, source=edges.source)
+    feed = [to_model_input(whole, i, x) for i, x in enumerate(inputs)]
+    file_outs = to_engine_outputs(whole, run_onnxruntime(model, feed, [graph.tensors[o].name for o in edges.outputs]))
+    values = dict(zip(edges.inputs, inputs)) | dict(zip(edges.outputs, file_outs))
+    for t, name, rank in edges.named:
+        y = _onnx_value(model, feed, name, graph.tensors[t].quant)
+        if rank == 4:
+            y = y.transpose(0, 2, 3, 1)
+        elif rank == 3:
+            y = y.transpose(0, 2, 1)
+        values[t] = y.reshape(graph.tensors[t].shape)
+    return file_outs, values
+
+
+def _onnx_value(model: Path, feed: list[np.ndarray], name: str, quant) -> np.ndarray:
+    """The quantized value ``name`` of an ONNX graph as onnxruntime computes it inside the whole
+    graph, in the IR's int8 (a uint8 value less 128).
+
+    Asking onnxruntime for an inner value as a graph output changes what it computes: a quantized
+    op whose output is a graph output (or has a second reader) is not fused into its integer
+    kernel, and runs in float. So the graph is pruned to what ``name`` depends on and ends as
+    every quantized graph does, ``name`` read by one DequantizeLinear; its float output,
+    quantized back with the same parameters, is the stored value (exactly: |q - zp| <= 255)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    proto = onnx.load_model_from_string(read_model_file(model))
+    writer = {o: n for n in proto.graph.node for o in n.output}
+    kept, stack = set(), [name]
+    while stack:
+        node = writer.get(stack.pop())
+        if node is not None and id(node) not in kept:
+            kept.add(id(node))
+            stack.extend(node.input)
+    nodes = [n for n in proto.graph.node if id(n) in kept]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    del proto.graph.output[:]
+    # its stored type, from an unoptimized run (the value itself is not used)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    proto.graph.output.append(onnx.ValueInfoProto(name=name))
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+    plain = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    stored = plain.run(None, dict(zip(names, feed)))[0].dtype
+    if stored not in (np.int8, np.uint8):
+        raise ValueError(f"'{name}' holds {stored} values, not quantized ones")
+    shift = 128 if stored == np.uint8 else 0
+    zp, scale = quant.zero_point[0] + shift, np.float32(quant.scale[0])
+    del proto.graph.output[:]
+    probe = f"{name}/dequantized"
+    proto.graph.initializer.extend([
+        helper.make_tensor(f"{probe}/scale", TensorProto.FLOAT, [], [float(scale)]),
+        helper.make_tensor(f"{probe}/zero_point", TensorProto.UINT8 if shift else TensorProto.INT8, [], [zp])])
+    proto.graph.node.append(helper.make_node("DequantizeLinear", [name, f"{probe}/scale", f"{probe}/zero_point"], [probe]))
+    proto.graph.output.append(helper.make_tensor_value_info(probe, TensorProto.FLOAT, None))
+    session = ort.InferenceSession(proto.SerializeToString(), onnxruntime_options(), providers=["CPUExecutionProvider"])
+    y = session.run(None, dict(zip(names, feed)))[0]
+    return (np.rint(y / scale).astype(np.int64) + zp - shift).astype(np.int8)
+
+
 def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False, graph=None):
     """(name, outputs, tensors-or-None): LiteRT, or TFLite Micro for files LiteRT refuses; for
     an ONNX model onnxruntime (``graph``, the deployed IR, maps the layouts; no per-tensor values)."""
     if Path(model).suffix.lower() == ".onnx":
         from .test_vectors import to_engine_outputs, to_model_input
+        if graph.file_edges is not None:  # a cut graph: ``inputs`` are its file's
+            return "onnxruntime", *_onnx_cut_values(model, inputs, graph)
         outs = run_onnxruntime(model, [to_model_input(graph, i, x) for i, x in enumerate(inputs)],
                                [graph.tensors[o].name for o in graph.outputs])
         return "onnxruntime", to_engine_outputs(graph, outs), None

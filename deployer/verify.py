@@ -224,7 +224,10 @@ class Expected:
 def file_view(graph: Graph) -> Graph:
     """The graph with its model file's own inputs and outputs (itself when it is not cut)."""
     edges = graph.file_edges
-    return graph if edges is None else replace(graph, inputs=edges.inputs, outputs=edges.outputs, file_edges=None)
+    if edges is None:
+        return graph
+    return replace(graph, inputs=edges.inputs, outputs=edges.outputs, file_edges=None,
+                   source=edges.source if edges.source is not None else graph.source)
 
 
 def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) -> tuple[list, Expected]:
@@ -233,7 +236,7 @@ def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) ->
     the cut's tensors."""
     graph, samples, outputs, tensors, reference = dep.graph, [], [], [], None
     for sample in file_samples:
-        reference, _, values = run_reference(model, sample, preserve=True)
+        reference, _, values = run_reference(model, sample, preserve=True, graph=graph)
         if values is None:
             raise DeployError(f"{model}: {reference} keeps no intermediate tensors, so a cut graph cannot be "
                               f"checked against it")

@@ -337,6 +337,10 @@ class FileEdges:
     outputs: tuple[int, ...]
     # tensors the file does not hold (--io uint8's edges): (tensor, the file's tensor, what is added)
     derived: tuple[tuple[int, int, int], ...] = ()
+    # an ONNX graph's cut: the file's own edges as the reader laid them out, and each cut edge as
+    # the file names it, (tensor, value name, the value's rank in the file: its layout)
+    source: "Source | None" = None
+    named: tuple[tuple[int, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

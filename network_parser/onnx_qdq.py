@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from .cut import CutSpec
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import Elementwise, name_text, FullyConnected, Graph, LeakyRelu, Mean, NoAttrs, Pool2D, Quant, Softmax, Source, Transpose
+from .onnx_cut import cut_onnx
 from .onnx_common import _IR_AXES, OnnxGraphBuilder, Value, _opset, ir_layout
 
 FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape",
@@ -43,8 +45,11 @@ class QConst:
     axis: int
 
 
-def read_qdq(path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str) -> Graph:
-    return QdqReader(path, model, input_layout, output_layout).read()
+def read_qdq(path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str,
+             cut: CutSpec = CutSpec()) -> Graph:
+    reader = QdqReader(path, model, input_layout, output_layout)
+    graph = reader.read()
+    return cut_onnx(graph, path.name, reader.values, reader.integer_edges, cut) if cut else graph
 
 
 class QdqReader(OnnxGraphBuilder):
@@ -53,6 +58,7 @@ class QdqReader(OnnxGraphBuilder):
         self.float_inputs: dict[str, tuple[int, list[int]]] = {}  # graph input -> (tensor, dims)
         self.dq_consts: dict[str, QConst] = {}
         self.float_outputs: dict[str, tuple[Value, Quant]] = {}  # graph output -> its int8 value
+        self.integer_edges: dict[str, str] = {}  # float graph edge -> the quantized value beside it
 
     def read(self) -> Graph:
         for inp in self.g.input:
@@ -161,6 +167,7 @@ class QdqReader(OnnxGraphBuilder):
         if src not in self.float_inputs:
             raise UnsupportedOperator(f"{self.where(i)}: quantizes '{src}', which no supported op produces")
         t, dims = self.float_inputs[src]
+        self.integer_edges.setdefault(src, node.output[0])
         q = self.activation_quant(i, node)
         out = self.add_tensor(node.output[0], self.tensors[t].shape, "int8", q)
         self.add_layer("QUANTIZE", [t], [out], NoAttrs(), node.output[0])
@@ -175,6 +182,7 @@ class QdqReader(OnnxGraphBuilder):
         v = self.value(src, i)
         if out in self.graph_outputs:
             self.float_outputs[out] = (v, self.tensors[v.tensor].quant)
+            self.integer_edges[out] = src
         self.values[out] = v  # the float value is the int8 one, seen through its scale
 
     def blended_output(self, i: int, node) -> tuple[Quant, str]:

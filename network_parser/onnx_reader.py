@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .errors import ModelFormatError, UnsupportedOperator
+from .cut import CutSpec
+from .errors import ModelFormatError, UnsupportedOperator, UsageError
 from .ir import FullyConnected, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
 from .onnx_common import UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
 
@@ -44,15 +45,20 @@ INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
-              input_type: str | None = None) -> Graph:
+              input_type: str | None = None, cut: CutSpec = CutSpec()) -> Graph:
     """``input_type`` ("int8" | "uint8"): the range of an integer graph's input values; None
-    guesses from the graph (unsigned when its activations are)."""
+    guesses from the graph (unsigned when its activations are). ``cut``: the part of a quantized
+    (QDQ / QOperator) graph between the values it names."""
     path = Path(path)
     model = load_onnx(path)
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm")
            for n in model.graph.node):
         from .onnx_qdq import read_qdq
-        return read_qdq(path, model, input_layout, output_layout)
+        return read_qdq(path, model, input_layout, output_layout, cut)
+    if cut:
+        raise UsageError(f"{path}: --inputs, --outputs and --io cut .tflite models and quantized (QDQ, QOperator) "
+                         f"ONNX graphs; this integer graph's values are float-typed, with no stored integers to "
+                         f"cut at")
     return IntegerGraphReader(path, model, input_layout, output_layout, input_type).read()
 
 

@@ -124,3 +124,42 @@ def test_linear_resize_equals_onnxruntime(in_hw, out_hw, coord, activations, see
     for sample in samples(dep, 2, seed):
         gold, _ = golden.run(dep.graph, sample, dep.kernels)
         assert np.array_equal(gold[0], reference(path, dep, sample))
+
+
+CUTS = [("heads", True, "int8", "qdq", dict(io="int8")),
+        ("heads", False, "uint8", "qoperator", dict(io="int8")),
+        ("heads", True, "int8", "qdq", dict(inputs=("conv7_DequantizeLinear_Output",),
+                                            outputs=("flatten14_QuantizeLinear_Output",))),
+        ("upsample", False, "uint8", "qdq", dict(outputs=("resize9_QuantizeLinear_Output",)))]
+
+
+@pytest.mark.parametrize("kind,pc,activations,fmt,cut", CUTS, ids=["io-qdq", "io-qoperator", "middle", "head"])
+def test_cut_graphs_equal_onnxruntime_read_at_the_cut(kind, pc, activations, fmt, cut):
+    """--io int8 and --inputs / --outputs on quantized ONNX graphs: the engine runs the part between
+    the named values (channels last), against onnxruntime's values there inside the whole graph
+    (read without undoing its fusions: a fused op's output stays unfused when it is a graph output)."""
+    from deployer.verify import verification_samples
+    from network_parser.cut import CutSpec
+    path = model(kind, pc, activations, fmt)
+    dep = deploy(path, Options(cut=CutSpec(**cut)))
+    whole = deploy(path, Options())
+    assert dep.graph.file_edges is not None and len(dep.graph.layers) < len(whole.graph.layers)
+    assert all(dep.graph.tensors[t].dtype == "int8" for t in (*dep.graph.inputs, *dep.graph.outputs)
+               if t not in dep.graph.file_edges.inputs + dep.graph.file_edges.outputs)
+    batch, expected = verification_samples(dep, path, 3)
+    outs, _ = run_engine(build_engine(dep), batch)
+    for ours, want in zip(outs, expected.outputs):
+        assert all(np.array_equal(a, b.reshape(a.shape)) for a, b in zip(ours, want))
+
+
+@pytest.mark.parametrize("cut,message", [
+    (dict(outputs=("flatten14",)), "not an activation the engine stores"),
+    (dict(inputs=("conv7_Quantize",)), "names like it: 'conv7_QuantizeLinear_Output'"),
+    (dict(io="uint8"), "--io uint8 cuts .tflite models only"),
+    (dict(inputs=("softmax19_QuantizeLinear_Output",), outputs=("conv7_QuantizeLinear_Output",)),
+     "the cut's outputs depend on 'input', a model input not among --inputs")])
+def test_onnx_cut_errors_name_the_value(cut, message):
+    from network_parser.cut import CutSpec
+    from network_parser.errors import UsageError
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        deploy(model("heads", True, "int8"), Options(cut=CutSpec(**cut)))
