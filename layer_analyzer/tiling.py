@@ -182,7 +182,7 @@ def _widest_span(spans: tuple[tuple[int, int], ...], tile: int) -> int:
 
 # the kernel records that run tile by tile in L1 (geometry decides per layer: batch 1, dense, ...)
 TILED = (K.Conv, K.Pool, K.Add, K.Mul, K.IntAdd, K.MinMax, K.Prelu, K.FullyConnected, K.ResizeNearest,
-         K.ResizeBilinear, K.TransposeConv)
+         K.ResizeBilinear, K.ResizeLinear, K.TransposeConv)
 
 
 def geometry(kernel, layer: int) -> TileGeometry | None:
@@ -228,8 +228,8 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
             return TileGeometry(layer, "resize", len(kernel.rows), len(kernel.cols), kernel.channels, kernel.in_h,
                                 kernel.in_w, kernel.channels, rows=tuple((r, r) for r in kernel.rows),
                                 cols=tuple((c, c) for c in kernel.cols))
-        case K.ResizeBilinear(batch=1):  # each output blends its two rows and columns: the span between
-            rows, cols = (tuple((a, b) for a, b, _ in t) for t in (kernel.rows, kernel.cols))
+        case K.ResizeBilinear(batch=1) | K.ResizeLinear(batch=1):  # each output blends two rows and columns: the span
+            rows, cols = (tuple((a, b) for a, b, *_ in t) for t in (kernel.rows, kernel.cols))
             if not all(_non_decreasing([s[e] for s in spans]) for spans in (rows, cols) for e in (0, 1)):
                 return None
             return TileGeometry(layer, "bilinear", len(rows), len(cols), kernel.channels, kernel.in_h, kernel.in_w,

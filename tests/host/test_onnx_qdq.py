@@ -163,3 +163,18 @@ def test_onnx_cut_errors_name_the_value(cut, message):
     from network_parser.errors import UsageError
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         deploy(model("heads", True, "int8"), Options(cut=CutSpec(**cut)))
+
+
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_linear_resize_tiles(target):
+    """onnxruntime's float32 linear Resize tile by tile in L1 (each tile blends inside its input
+    window with the whole layer's tables), on the host and GAP8's emulated cluster."""
+    from deployer.verify import emulated_engine
+    path = model("upsample", False, "uint8")
+    dep = deploy(path, Options(l1=1024, target=target, patch="off"))
+    tiled = [type(dep.kernels[k]).__name__ for k in dep.tilings]
+    assert tiled.count("ResizeLinear") == 3
+    batch = samples(dep, 3, seed=7)
+    outs, _ = run_engine(emulated_engine(dep) if target == "gap8" else build_engine(dep), batch)
+    for sample, ours in zip(batch, outs):
+        assert np.array_equal(ours[0], reference(path, dep, sample))
