@@ -55,13 +55,25 @@ class Rendered:
     files: dict[str, str | bytes]  # file name -> text (or bytes: the L3 weight image)
 
 
+def state_layout(graph: Graph) -> tuple[dict[int, int], int]:
+    """Offsets of the variable tensors in the engine's state buffer (.bss, kept across
+    inferences), each 4-byte aligned, and its size."""
+    offsets, end = {}, 0
+    for t in graph.state():
+        offsets[t] = end
+        end += -(-graph.tensors[t].nbytes // 4) * 4
+    return offsets, end
+
+
 class _Symbols:
-    """C names for arena tensors and .rodata arrays, shared by every layer of one engine."""
+    """C names for arena tensors, state tensors and .rodata arrays, shared by every layer of one
+    engine."""
 
     def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset()):
         self.graph, self.macro, self.in_l3 = graph, macro, in_l3
         self.constants: list[dict] = []
         self._tensor_names: dict[int, str] = {}
+        self.state = {t: f"S{t}_{_short(graph.tensors[t].name)}" for t in graph.state()}
 
     def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
         """A .rodata array of ``values`` (or of what ``values()`` gives) named ``name``."""
@@ -81,6 +93,8 @@ class _Symbols:
                 self._tensor_names[t] = self.array(label, CTYPES[tt.dtype], tt.data, aligned=True)
             return self._tensor_names[t]
         qual = "" if writable else "const "
+        if t in self.state:
+            return f"({qual}{CTYPES[tt.dtype]} *)(state + {self.state[t]})"
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
 
 
@@ -114,7 +128,7 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
     return ctx
 
 
-def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool) -> dict:
+def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool, layer_inputs=()) -> dict:
     """Template values beyond the kernel record itself, per kernel kind."""
     match kern:
         case K.Conv() | K.FullyConnected() | K.TransposeConv():
@@ -138,6 +152,13 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
         case K.ResizeBilinear():
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
+        case K.Lstm():
+            w = [sym.tensor(t, f"op{k}_{name}") for t, name in
+                                 zip(layer_inputs[1:9], ("w_ii", "w_if", "w_ic", "w_io", "w_ri", "w_rf", "w_rc", "w_ro"))]
+            return dict(weights=w, input_bias=sym.array(f"op{k}_input_bias", "int32_t", np.array(kern.input_bias, np.int64)),
+                        recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
+                        h=sym.tensor(layer_inputs[13], f"op{k}_h", writable=True),
+                        c=sym.tensor(layer_inputs[14], f"op{k}_c", writable=True))
         case K.TableSoftmax():
             return dict(table=sym.array(f"op{k}_exp", "float", np.array(kern.table, np.float32)))
         case K.ResizeLinear():
@@ -469,7 +490,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                 _keep_functions(functions, [L["whole_dsp"]["fn"]])
         else:
             L["simd"] = None
-            L.update(_extra_context(kern, k, sym, data, lp.l3_weights))
+            L.update(_extra_context(kern, k, sym, data, lp.l3_weights, layer.inputs))
         L["tiling"] = None
         if k in tilings:
             slab = None
@@ -499,10 +520,15 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                      comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} "
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
+    state_offsets, state_bytes = state_layout(graph)
+    state = [dict(macro=sym.state[t], offset=off, comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} "
+                                                         f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}")
+             for t, off in state_offsets.items()]
     guards = dict(bytes=guard, regions=guard_regions(lives, offsets, guard, macro, patch)) if guard else None
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,
                debug_guards=bool(guard),
                arena_bytes=max(plan.arena.peak, 16), planner=plan.arena.method, tensors=tensors,
+               state=state, state_bytes=state_bytes,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                macs=plan.macs, l1_bytes=plan.options.l1 if tilings else None,
                l1_attribute=Code(backend.l1_attribute),

@@ -231,3 +231,83 @@ def sdhm16(a, b) -> np.ndarray:
 
 def shl16_saturating(x, shift: int) -> np.ndarray:
     return np.clip(_i64(x) << shift, I16_MIN, I16_MAX)
+
+
+# ---- gemmlowp FixedPoint<int16, IntegerBits>: the integer LSTM's gate activations ----------
+# Raw values are int16; gemmlowp's plain + and - wrap there (only its exp polynomial's last sum
+# saturates), its products are SaturatingRoundingDoublingHighMul on int16 and its 32-bit
+# constants are rounded to 16 bits (so exp(-16) is 0).
+
+def wrap16(x) -> np.ndarray:
+    return ((_i64(x) + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _const16(raw32: int) -> int:
+    """RescaleConstantInitializer: a Q0.31-style constant as its int16 value."""
+    return int(rdbpot(raw32, 16))
+
+
+def _pot16(x, exponent: int) -> np.ndarray:
+    """SaturatingRoundingMultiplyByPOT<exponent> on int16."""
+    x = _i64(x)
+    if exponent > 0:
+        threshold = (1 << (15 - exponent)) - 1
+        return np.where(x > threshold, I16_MAX, np.where(x < -threshold, I16_MIN, x << exponent))
+    return rdbpot(x, -exponent) if exponent < 0 else x
+
+
+def _exp_quarter16(a) -> np.ndarray:
+    """exp(x) for x in [-1/4, 0), Q0.15."""
+    constant_term, one_third = _const16(1895147668), _const16(715827883)
+    x = wrap16(_i64(a) + (1 << 12))
+    x2 = srdhm16(x, x)
+    x3 = srdhm16(x2, x)
+    x4 = srdhm16(x2, x2)
+    poly = _pot16(wrap16(srdhm16(wrap16(_pot16(x4, -2) + x3), one_third) + x2), -1)
+    return np.clip(constant_term + srdhm16(constant_term, wrap16(x + poly)), I16_MIN, I16_MAX)
+
+
+def exp_on_negative_values16(a, integer_bits: int) -> np.ndarray:
+    a = _i64(a)
+    fractional = 15 - integer_bits
+    quarter = 1 << (fractional - 2)
+    shifted = wrap16((a & (quarter - 1)) - quarter)
+    result = _exp_quarter16(_pot16(shifted, integer_bits))
+    remainder = wrap16(shifted - a)
+    for exponent, multiplier in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+                                 (2, 39332535), (3, 720401), (4, 242)):
+        if integer_bits > exponent:
+            bit = (remainder & (1 << (fractional + exponent))) != 0
+            result = np.where(bit, srdhm16(result, _const16(multiplier)), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (20 - integer_bits)), 0, result)
+    return np.where(a == 0, I16_MAX, result)
+
+
+def _newton16(a) -> np.ndarray:
+    """x ~ 1 / ((1 + a) / 2) in Q2.13 for a in Q0.15, three Newton-Raphson steps."""
+    half_denominator = _i64(a) + I16_MAX
+    half_denominator = np.where(half_denominator >= 0, (half_denominator + 1) // 2, -((-half_denominator + 1) // 2))
+    x = wrap16(_const16(1515870810) + srdhm16(half_denominator, _const16(-1010580540)))
+    for _ in range(3):
+        one_minus = wrap16((1 << 13) - srdhm16(half_denominator, x))
+        x = wrap16(x + _pot16(srdhm16(x, one_minus), 2))
+    return x
+
+
+def logistic16(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp logistic: Q(integer_bits) int16 in, Q0.15 out."""
+    a = _i64(a)
+    positive = a > 0
+    magnitude = np.where(positive, a, wrap16(-a))
+    on_positive = _pot16(_newton16(exp_on_negative_values16(wrap16(-magnitude), integer_bits)), 1)
+    return np.where(a == 0, _const16(1 << 30), np.where(positive, on_positive, wrap16(I16_MAX - on_positive)))
+
+
+def tanh16(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp tanh: Q(integer_bits) int16 in, Q0.15 out."""
+    a = _i64(a)
+    negative = a < 0
+    n = np.where(negative, a, wrap16(-a))
+    t = _pot16(wrap16(_newton16(exp_on_negative_values16(n, integer_bits + 1)) - (1 << 13)), 2)
+    return np.where(a == 0, 0, np.where(negative, wrap16(-t), t))

@@ -14,7 +14,7 @@ from network_parser.ir import Graph
 
 from . import fixedpoint as fx
 
-NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "float32": np.float32, "int32": np.int32, "int64": np.int64}
+NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "float32": np.float32, "int32": np.int32, "int64": np.int64}
 
 
 def int_requant(acc: np.ndarray, rq, lo: int, hi: int) -> np.ndarray:
@@ -281,6 +281,34 @@ def _resize_linear(k: K.ResizeLinear, x):
     return _quantize(K.Quantize(blend.size, k.out_scale, k.out_zero_point, True), blend.astype(f))
 
 
+def _lstm(k: K.Lstm, x, weights, h, c):
+    """LiteRT's integer LSTM step by step: (output, hidden state, cell state)."""
+    seq = x.reshape(k.steps, k.batch, k.n_input) if k.time_major else x.reshape(k.batch, k.steps, k.n_input).transpose(1, 0, 2)
+    h = h.reshape(k.batch, k.n_cell).astype(np.int64)
+    c = c.reshape(k.batch, k.n_cell).astype(np.int64)
+    w_in = [w.astype(np.int64) for w in weights[:4]]
+    w_rec = [w.astype(np.int64) for w in weights[4:]]
+    out = np.empty((k.steps, k.batch, k.n_cell), np.int64)
+    for step in range(k.steps):
+        xs = seq[step].astype(np.int64)
+        gates = []
+        for g in range(4):
+            acc = fx.mbqm(xs @ w_in[g].T + np.array(k.input_bias[g]), *k.input_scales[g])
+            gate = np.clip(acc, -32768, 32767)
+            acc = fx.mbqm(h @ w_rec[g].T + np.array(k.recurrent_bias[g]), *k.recurrent_scales[g])
+            gates.append(np.clip(acc + gate, -32768, 32767))
+        i, f, o = (fx.logistic16(gates[g], 3) for g in (0, 1, 3))
+        cell_gate = fx.tanh16(gates[2], 3)
+        c = fx.wrap16(fx.rdbpot(f * c, 15))
+        c = np.clip(c + fx.wrap16(fx.rdbpot(i * cell_gate, 30 - k.cell_shift)), -32768, 32767)
+        if k.cell_clip:
+            c = np.clip(c, -k.cell_clip, k.cell_clip)
+        h = np.clip(fx.mbqm(o * fx.tanh16(c, 15 - k.cell_shift), *k.hidden_scale) + k.hidden_zero_point, -128, 127)
+        out[step] = h
+    y = out if k.time_major else out.transpose(1, 0, 2)
+    return y.astype(np.int8), h.astype(np.int8), c.astype(np.int16)
+
+
 def _l2_norm(k: K.L2Norm, x):
     v = x.reshape(k.rows, k.depth).astype(np.int64) - k.input_zero_point
     out = np.empty_like(v)
@@ -422,15 +450,24 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _resize_linear(kernel, ins[0])
         case K.ResizeNearest():
             y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
+        case K.Lstm():  # the state tensors are updated in place
+            y, h, c = _lstm(kernel, ins[0], ins[1:9], ins[13], ins[14])
+            values[layer.inputs[13]], values[layer.inputs[14]] = h.reshape(ins[13].shape), c.reshape(ins[14].shape)
         case _:
             raise TypeError(kernel)
     return np.ascontiguousarray(y).reshape(out_t.shape).astype(NP_DTYPES[out_t.dtype])
 
 
-def run(graph: Graph, inputs: list[np.ndarray], kernels=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Run the graph; returns (outputs, the output of every layer in order)."""
+def run(graph: Graph, inputs: list[np.ndarray], kernels=None,
+        state: dict[int, np.ndarray] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Run the graph; returns (outputs, the output of every layer in order). ``state``: the
+    variable tensors' values, carried from the previous run and updated (None: one inference
+    from zero state, as after inference_reset_state())."""
     kernels = kernels or K.lower_graph(graph)
     values: dict[int, np.ndarray] = {}
+    for t in graph.state():
+        tt = graph.tensors[t]
+        values[t] = state[t] if state is not None and t in state else np.zeros(tt.shape, NP_DTYPES[tt.dtype])
     for t, x in zip(graph.inputs, inputs):
         values[t] = np.asarray(x).reshape(graph.tensors[t].shape)
     trace = []
@@ -438,4 +475,6 @@ def run(graph: Graph, inputs: list[np.ndarray], kernels=None) -> tuple[list[np.n
         y = run_kernel(kernel, layer, graph, values)
         values[layer.outputs[0]] = y
         trace.append(y)
+    if state is not None:
+        state.update({t: values[t] for t in graph.state()})
     return [values[o] for o in graph.outputs], trace

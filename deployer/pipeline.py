@@ -296,9 +296,11 @@ def measure(plan: Plan) -> Plan:
     code = code_estimate(plan.layers, plan.patch)
     scratch = l1_scratch(plan)
     arena = plan.arena.peak if plan.arena is not None else 0
-    sram = arena + scratch + (weights + code if backend.weights_in_sram else 0)
+    _, state = emit.state_layout(graph)
+    sram = arena + state + scratch + (weights + code if backend.weights_in_sram else 0)
     return plan.but(memory=Memory(
-        arena_bytes=arena, scratch_bytes=scratch, sram_bytes=sram, weights_bytes=weights, code_bytes_estimate=code,
+        arena_bytes=arena, scratch_bytes=scratch, state_bytes=state, sram_bytes=sram, weights_bytes=weights,
+        code_bytes_estimate=code,
         flash_bytes=weights + code, flash_sections=tuple({**sections, "code_estimate": code}.items()),
         l3_bytes=l3.bytes if l3 else 0, l3_weights_bytes=streamed, l3_arena_bytes=l3.bytes - streamed if l3 else 0))
 

@@ -140,16 +140,23 @@ def build_run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
         raise BuildError(f"cannot run {cmd[0]} ({e.strerror or e})") from None
 
 
-def samples_payload(graph: Graph, samples: list[list[np.ndarray]]) -> bytes:
-    """The engine's stdin (or input.bin): every sample's inputs, raw, one after the other."""
-    return b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[graph.tensors[t].dtype]).tobytes()
-                    for sample in samples for t, x in zip(graph.inputs, sample))
+def samples_payload(graph: Graph, samples: list[list[np.ndarray]], resets: frozenset[int] = frozenset()) -> bytes:
+    """The engine's stdin (or input.bin): every sample's inputs, raw, one after the other. A
+    graph with state takes one byte before each sample: 1 resets the state first (the samples
+    whose index is in ``resets``), 0 continues the stream."""
+    stateful = bool(graph.state())
+    return b"".join((bytes([n in resets]) if stateful else b"")
+                    + b"".join(np.ascontiguousarray(x, dtype=NP_DTYPES[graph.tensors[t].dtype]).tobytes()
+                               for t, x in zip(graph.inputs, sample))
+                    for n, sample in enumerate(samples))
 
 
-def run_engine(engine: Engine, samples: list[list[np.ndarray]]):
-    """Run every sample through the engine; returns (outputs per sample, traces per sample)."""
+def run_engine(engine: Engine, samples: list[list[np.ndarray]], resets: frozenset[int] = frozenset()):
+    """Run every sample through the engine, in order (an engine with state carries it from one
+    to the next; ``resets``: the samples it is reset before); returns (outputs per sample,
+    traces per sample)."""
     env = dict(os.environ, **dict(engine.env)) if engine.env else None
-    proc = subprocess.run([str(engine.exe)], input=samples_payload(engine.graph, samples), capture_output=True,
+    proc = subprocess.run([str(engine.exe)], input=samples_payload(engine.graph, samples, resets), capture_output=True,
                           timeout=600, env=env)
     if proc.returncode != 0:
         raise BuildError(f"engine exited with status {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}")

@@ -44,6 +44,9 @@ class Tensor:
     dtype: str
     quant: Quant | None = None
     data: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # state kept across inferences (a recurrent layer's hidden and cell state): outside the
+    # arena, zero at start and after inference_reset_state()
+    variable: bool = False
 
     @property
     def is_const(self) -> bool:
@@ -296,12 +299,24 @@ class StridedSlice:
 
 
 @dataclass(frozen=True, slots=True)
+class Lstm:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM in TFLite's integer form (int8 input and output, int8 weights,
+    int32 biases, int8 hidden and int16 cell state). Inputs: x, the eight input and recurrent
+    weights (input, forget, cell, output gates), the four gate biases, the hidden and the cell
+    state (variable tensors, updated in place)."""
+    cell_clip: float
+    proj_clip: float
+    time_major: bool
+    hidden: Quant  # the effective hidden scale intermediate: the gated tanh's quantization
+
+
+@dataclass(frozen=True, slots=True)
 class NoAttrs:
     """Ops fully described by their tensors (RESHAPE, RELU, QUANTIZE, ...)."""
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, Lstm, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,12 +372,18 @@ class Graph:
         return self.tensors[index]
 
     def activations(self) -> list[int]:
-        """Indices of every non-constant tensor a layer reads or writes, in first-use order."""
+        """Indices of every tensor of the arena (neither constant nor state) a layer reads or
+        writes, in first-use order."""
         seen: dict[int, None] = {}
         for t in self.inputs:
             seen.setdefault(t, None)
         for layer in self.layers:
             for t in (*layer.inputs, *layer.outputs):
-                if t >= 0 and not self.tensors[t].is_const:
+                if t >= 0 and not self.tensors[t].is_const and not self.tensors[t].variable:
                     seen.setdefault(t, None)
         return list(seen)
+
+    def state(self) -> list[int]:
+        """Indices of the variable tensors the layers keep across inferences, in first-use order."""
+        return list(dict.fromkeys(t for layer in self.layers for t in layer.inputs
+                                  if t >= 0 and self.tensors[t].variable))

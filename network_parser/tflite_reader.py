@@ -11,7 +11,7 @@ import tflite
 from .cut import CutSpec, OpEdges, cut_graph
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, GatherNd, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
-                 Graph, Layer, LeakyRelu, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
+                 Graph, Layer, LeakyRelu, Lstm, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
 
@@ -224,7 +224,6 @@ REFUSED = {
     "SUM": ("LiteRT's int8 kernel (float rescaling of the sum) departs from the integer arithmetic "
             "TFLite Micro runs, so no reference stands for both"),
     "ELU": "LiteRT's reference resolver has no ELU kernel to check against",
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": "recurrent layers with state kept across inferences are not built yet",
     "SVDF": "recurrent layers with state kept across inferences are not built yet",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "TFLite has only float and hybrid kernels for it",
     "WHILE": "control flow: the engine's schedule is static",
@@ -310,7 +309,7 @@ def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:
                                        f"{count * np.dtype(_NP_TYPES[dtype]).itemsize}")
             data = np.frombuffer(raw, dtype=_NP_TYPES[dtype]).reshape(shape).copy()
             data.setflags(write=False)
-    return Tensor(name, shape, dtype, quant, data)
+    return Tensor(name, shape, dtype, quant, data, bool(t.IsVariable()) and data is None)
 
 
 def _op_name(model, op, k: int, path) -> str:
@@ -353,13 +352,17 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         file_edges, notes = FileEdges(inputs, outputs), c.notes
         kept, inputs, outputs = c.ops, c.inputs, c.outputs
     layers = []
-    produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const}
+    produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const or t.variable}
     for k in kept:
         name = edges[k].name
         op = g.Operators(k)
         ins, outs = list(edges[k].inputs), list(edges[k].outputs)
         out_name = tensors[outs[0]].name if outs and outs[0] >= 0 else "?"
         where = f"{path.name}: op {k} {name} (output '{out_name}')"
+        if name == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+            layers.append(_lstm(op, k, tensors, ins, outs, where))
+            produced.update(outs)
+            continue
         if name not in _OPS:
             why = f": {REFUSED[name]}" if name in REFUSED else ""
             raise UnsupportedOperator(f"{where}: operator {name} is not supported{why}")
@@ -531,6 +534,60 @@ def _check_window(attrs, where: str) -> None:
             raise ModelFormatError(f"{where}: {field} {list(values)} must be positive")
     if getattr(attrs, "depth_multiplier", 1) < 1:
         raise ModelFormatError(f"{where}: depth multiplier {attrs.depth_multiplier} must be positive")
+
+
+# UNIDIRECTIONAL_SEQUENCE_LSTM's inputs by position (TFLite's lstm::full layout)
+_LSTM_WEIGHTS = range(1, 9)  # input to input/forget/cell/output gate, then recurrent to each
+_LSTM_PEEPHOLE, _LSTM_BIASES, _LSTM_PROJECTION = range(9, 12), range(12, 16), (16, 17)
+_LSTM_STATE, _LSTM_LAYER_NORM = (18, 19), range(20, 24)
+
+
+def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
+    """TFLite's integer LSTM (int8 activations and weights, int16 cell state): the full gate set,
+    no peephole, projection or layer normalization (refused by name)."""
+    o = _options(op, tflite.UnidirectionalSequenceLSTMOptions)
+    if len(ins) < 20 or len(outs) != 1:
+        raise ModelFormatError(f"{where}: {len(ins)} inputs and {len(outs)} outputs (an LSTM has 20 or 24 "
+                               f"inputs and one output)")
+    given = lambda i: i < len(ins) and ins[i] >= 0  # noqa: E731
+    x, y = tensors[ins[0]], tensors[outs[0]]
+    if x.dtype != "int8":
+        raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}; the LSTM runs TFLite's integer kernel "
+                                  f"(int8 input; float and hybrid LSTMs are not supported)")
+    missing = [i for i in (*_LSTM_WEIGHTS, *_LSTM_BIASES, *_LSTM_STATE) if not given(i)]
+    if missing == [1, 5, 12]:
+        raise UnsupportedOperator(f"{where}: a CIFG LSTM (no input gate) is not supported yet")
+    if missing:
+        raise ModelFormatError(f"{where}: inputs {missing} are omitted; the LSTM needs its gates' weights, biases "
+                               f"and both states")
+    for what, idx in (("peephole", _LSTM_PEEPHOLE), ("projection", _LSTM_PROJECTION),
+                      ("layer normalization", _LSTM_LAYER_NORM)):
+        if any(given(i) for i in idx):
+            raise UnsupportedOperator(f"{where}: an LSTM with {what} is not supported yet")
+    for i in (*_LSTM_WEIGHTS, *_LSTM_BIASES):
+        t = tensors[ins[i]]
+        want = "int8" if i in _LSTM_WEIGHTS else "int32"
+        if not t.is_const or t.dtype != want or t.quant is None or t.quant.per_channel:
+            raise UnsupportedOperator(f"{where}: '{t.name}' must be a constant {want} tensor with one scale (the "
+                                      f"integer LSTM's weights and biases)")
+    h, c = tensors[ins[18]], tensors[ins[19]]
+    if not (h.variable and c.variable) or h.dtype != "int8" or c.dtype != "int16" or h.quant is None or c.quant is None:
+        raise UnsupportedOperator(f"{where}: the hidden and cell state must be variable int8 and int16 tensors "
+                                  f"(got {h.dtype}{' variable' if h.variable else ''} and "
+                                  f"{c.dtype}{' variable' if c.variable else ''})")
+    if y.dtype != "int8" or y.quant is None or x.quant is None:
+        raise UnsupportedOperator(f"{where}: the LSTM's input and output must be quantized int8")
+    if o is not None and o.FusedActivationFunction() != tflite.ActivationFunctionType.TANH:
+        raise UnsupportedOperator(f"{where}: LSTM activation code {o.FusedActivationFunction()} (the integer "
+                                  f"kernel's is TANH)")
+    inter = op.IntermediatesAsNumpy().tolist() if op.IntermediatesLength() else []
+    if len(inter) != 5 or tensors[inter[4]].quant is None:
+        raise ModelFormatError(f"{where}: the integer LSTM needs its five intermediate tensors, the last one "
+                               f"quantized (the hidden scale)")
+    data_ins = tuple(ins[i] for i in (0, *_LSTM_WEIGHTS, *_LSTM_BIASES, *_LSTM_STATE))
+    attrs = Lstm(float(o.CellClip()) if o else 0.0, float(o.ProjClip()) if o else 0.0, bool(o.TimeMajor()) if o else False,
+                 tensors[inter[4]].quant)
+    return Layer(k, "UNIDIRECTIONAL_SEQUENCE_LSTM", data_ins, (outs[0],), attrs, y.name)
 
 
 def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> None:

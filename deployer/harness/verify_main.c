@@ -1,7 +1,9 @@
 /* Test harness for generated engines (not part of an engine): reads raw input
  * samples from stdin, runs one inference per sample and writes the raw outputs
  * to stdout. Built with -DINFERENCE_TRACE it first writes every layer's output
- * as a record: int32 layer index, uint32 byte count, the bytes. */
+ * as a record: int32 layer index, uint32 byte count, the bytes. An engine that
+ * keeps state across runs reads one byte before each sample: nonzero resets the
+ * state first (the samples are one stream otherwise). */
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,12 +34,28 @@ int main(void)
         return 2;
     }
     for (;;) {
+#if defined(INFERENCE_STATE_BYTES) && INFERENCE_STATE_BYTES > 0
+        unsigned char reset;
+        if (fread(&reset, 1, 1, stdin) != 1) {
+            return feof(stdin) ? 0 : 3;
+        }
+        if (reset) {
+            inference_reset_state();
+        }
+        for (int i = 0; i < INFERENCE_NUM_INPUTS; ++i) {
+            const unsigned n = inference_input_bytes(i);
+            if (fread(inference_get_input(i), 1, n, stdin) != n) {
+                return 3;
+            }
+        }
+#else
         for (int i = 0; i < INFERENCE_NUM_INPUTS; ++i) {
             const unsigned n = inference_input_bytes(i);
             if (fread(inference_get_input(i), 1, n, stdin) != n) {
                 return (i == 0 && feof(stdin)) ? 0 : 3;
             }
         }
+#endif
         if (inference_run() != 0) {
 #ifdef INFERENCE_GUARD_FAILED
             if (inference_guard_layer() >= 0) {
