@@ -7,7 +7,7 @@ from pathlib import Path
 from layer_analyzer import kernels as K
 from network_parser.ir import Graph, Tensor
 
-from .emit import c_identifier, guard_bytes
+from .emit import c_identifier, guard_bytes, state_layout
 from .language_model import manifest_section as language_model_section
 from .relaxations import BY_NAME
 
@@ -148,6 +148,8 @@ def build_manifest(plan) -> dict:
         "patch": patch_entry(patch),
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
+        "state": [dict(_tensor_info(graph.tensors[t]), offset=off, bytes=graph.tensors[t].nbytes)
+                  for t, off in state_layout(graph)[0].items()],
         "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(lp.kernel),
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],

@@ -17,7 +17,7 @@ from network_parser.errors import DeployError
 from solver.plan import Plan
 
 from . import build_cache
-from .verify import BuildError, build_run, compare, files_digest, parse_output, samples_payload, write_files
+from .verify import BuildError, build_run, compare, files_digest, parse_output, samples_payload, stream, write_files
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
 TIMEOUT_S = 600
@@ -243,7 +243,8 @@ def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expe
     ELF's memory (harness and stack included) beside the planner's estimates."""
     require_tools()
     elf = build_elf(dep)
-    outs, _ = parse_output(dep.graph, run(elf, samples_payload(dep.graph, samples)).output, len(samples), False)
+    samples, resets, expected = stream(dep, model, samples, expected)
+    outs, _ = parse_output(dep.graph, run(elf, samples_payload(dep.graph, samples, resets)).output, len(samples), False)
     result = compare(dep, model, samples, outs, expected)
     instructions, _ = instructions_per_inference(elf, samples_payload(dep.graph, samples[:1]))
     mem = elf_memory(elf.path)

@@ -11,25 +11,38 @@ from network_parser.side_files import read_model_file
 
 def run_litert(model: Path, inputs: list[np.ndarray], preserve: bool = False):
     """Outputs of LiteRT's BUILTIN_REF kernels, one thread; with ``preserve`` also every tensor."""
+    return run_litert_stream(model, [inputs], preserve=preserve)[0]
+
+
+def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: frozenset[int] = frozenset(),
+                      preserve: bool = False) -> list[tuple]:
+    """(outputs, tensors or None) per sample of a stream run by one LiteRT interpreter: a model's
+    variable tensors (a recurrent layer's state) carry from one invocation to the next, and
+    are zeroed (reset_all_variables) before the samples whose index is in ``resets``."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_content=read_model_file(model), num_threads=1,  # the bytes the readers checked
                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
                      experimental_preserve_all_tensors=preserve)
     it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], np.asarray(x).reshape(d["shape"]).astype(d["dtype"]))
-    it.invoke()
-    outs = [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
-    if not preserve:
-        return outs, None
-    tensors = {}
-    for d in it.get_tensor_details():
-        try:
-            tensors[d["index"]] = it.get_tensor(d["index"]).copy()
-        except ValueError:
-            pass
-    return outs, tensors
+    results = []
+    for n, inputs in enumerate(samples):
+        if n in resets:
+            it.reset_all_variables()
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], np.asarray(x).reshape(d["shape"]).astype(d["dtype"]))
+        it.invoke()
+        outs = [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+        tensors = None
+        if preserve:
+            tensors = {}
+            for d in it.get_tensor_details():
+                try:
+                    tensors[d["index"]] = it.get_tensor(d["index"]).copy()
+                except ValueError:
+                    pass
+        results.append((outs, tensors))
+    return results
 
 
 def run_tflm(model: Path, inputs: list[np.ndarray]):

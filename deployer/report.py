@@ -49,7 +49,9 @@ def summary_table(dep) -> str:
         f"arena ({p.method}): {m['arena_bytes']:,} B; lower bound {p.lower_bound:,} B ({p.status})",
         f"{'memory':<8} {'needed':>12} {'budget':>12}" + (f" {'ELF':>12}" if isinstance(elf, dict) else ""),
         f"{'SRAM':<8} {_kib(m['sram_bytes']):>12} {_kib(budgets['sram']):>12}{_elf_column(elf, 'sram_bytes', budgets['sram'])}"
-        + (f"   (arena {m['arena_bytes']:,} B + L1 tile buffer {m['scratch_bytes']:,} B)" if m["scratch_bytes"] else ""),
+        + "".join(f"   (arena {m['arena_bytes']:,} B" + (f" + L1 tile buffer {m['scratch_bytes']:,} B" if m["scratch_bytes"] else "")
+                  + (f" + state {m['state_bytes']:,} B kept across inferences" if m["state_bytes"] else "") + ")"
+                  for _ in [0] if m["scratch_bytes"] or m["state_bytes"]),
         f"{'flash':<8} {_kib(m['flash_bytes']):>12} {_kib(budgets['flash']):>12}{_elf_column(elf, 'flash_bytes', budgets['flash'])}"
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
         *_elf_lines(dep, elf),

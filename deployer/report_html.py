@@ -137,6 +137,8 @@ def _memory_rows(dep) -> list[dict]:
     used_l1 = max((t.l1_bytes for _, t in dep.tilings.values()), default=None)
     rows = [("SRAM", m.sram_bytes, o.sram, elf and elf["sram_bytes"]),
             ("flash", m.flash_bytes, o.flash, elf and elf["flash_bytes"])]
+    if m.state_bytes:
+        rows.insert(1, ("  state kept across inferences (.bss)", m.state_bytes, None, None))
     if dep.tilings:
         rows.append(("L1 (largest tile)", used_l1, o.l1, None))
     if dep.l3 is not None:

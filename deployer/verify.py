@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from network_parser.errors import DeployError
+from network_parser.errors import DeployError, UsageError
 from network_parser.ir import Graph
 
 from . import build_cache, golden
 from .golden import NP_DTYPES
 from solver.plan import Plan
-from .reference import run_reference
+from .reference import run_litert_stream, run_reference
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "verify_main.c"
 # float-cast-overflow is not part of gcc's "undefined" group: a float reaching an integer it does not fit
@@ -214,9 +214,25 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 def verify(dep: Plan, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False,
            expected: Expected | None = None) -> dict:
     """Compare the compiled engine with the reference interpreter (or ``expected``) on every sample."""
+    samples, resets, expected = stream(dep, model, samples, expected)
     with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
-        outs, _ = run_engine(host_engine(dep, Path(folder), sanitize=sanitize), samples)
+        outs, _ = run_engine(host_engine(dep, Path(folder), sanitize=sanitize), samples, resets)
     return compare(dep, model, samples, outs, expected)
+
+
+def stream(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected: Expected | None = None):
+    """(samples, resets, expected) as one engine instance runs them. A graph with state runs its
+    samples as one stream, then is reset and runs the first again (the first output must come
+    back); its reference runs the same stream in one interpreter. Other graphs: as given."""
+    if not dep.graph.state():
+        return samples, frozenset(), expected
+    if expected is not None:
+        raise UsageError("a model with state is checked on a stream of samples against its reference; the model's "
+                         "own test vectors and --expected files are not a stream")
+    samples, resets = [*samples, samples[0]], frozenset({len(samples)})
+    outs = [outputs for outputs, _ in run_litert_stream(model, samples, resets)]
+    note = f"{len(samples) - 1} consecutive inferences, then a reset and the first again"
+    return samples, resets, Expected(f"litert-builtin-ref ({note})", outs)
 
 
 @dataclass(frozen=True)
@@ -242,6 +258,9 @@ def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) ->
     inputs (``file_samples``), and the engine's inputs and outputs are the values it computed at
     the cut's tensors."""
     graph, samples, outputs, tensors, reference = dep.graph, [], [], [], None
+    if graph.state():
+        raise UsageError("a cut of a model with state is not verified: its reference runs the whole file per sample, "
+                         "not one stream")
     for sample in file_samples:
         reference, _, values = run_reference(model, sample, preserve=True, graph=graph)
         if values is None:

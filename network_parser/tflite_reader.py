@@ -211,6 +211,7 @@ _OPS = {
     "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
     "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
     "SPACE_TO_BATCH_ND": (_none, 1), "BATCH_TO_SPACE_ND": (_none, 1),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (_none, None),  # read by _lstm (its state and intermediates)
 }
 
 

@@ -115,3 +115,13 @@ def test_onnxruntime_float_kernels_on_the_board(tmp_path, kind, target):
     code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "2")
     assert code == 0, err
     assert out.rstrip().endswith("bit-exact")
+
+
+@pytest.mark.parametrize("rel,target", [("tflm/trained_lstm_int8.tflite", "cortex-m4"),
+                                        ("tflm/micro_speech_lstm.tflite", "cortex-m7")])
+def test_lstm_stream_on_the_board(rel, target):
+    """The integer LSTM's state carried over three inferences and reset before a fourth, on the
+    board, against LiteRT run as the same stream."""
+    code, out, err = run_clirunner("verify", shared_model(rel), "--target", target, "--qemu", "--seeds", "3")
+    assert code == 0, err
+    assert "then a reset" in out and out.rstrip().endswith("bit-exact")

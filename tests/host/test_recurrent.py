@@ -1,0 +1,67 @@
+"""Recurrent layers with state kept across inferences: both shared LSTM models (TFLite's integer
+LSTM, int16 cell state) against LiteRT run as one stream in one interpreter: consecutive
+inferences carry the state, inference_reset_state() starts a new stream."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from deployer import golden
+from deployer.pipeline import Options, deploy
+from deployer.reference import run_litert_stream
+from deployer.verify import build_engine, random_inputs, run_engine, verify
+from tests.models import shared_model
+
+LSTMS = ["tflm/trained_lstm_int8.tflite", "tflm/micro_speech_lstm.tflite"]
+
+
+def _stream(dep, count: int):
+    return [random_inputs(dep.graph, seed) for seed in range(count)]
+
+
+@pytest.mark.parametrize("rel", LSTMS)
+def test_lstm_layer_equals_litert_over_a_stream_and_after_a_reset(rel):
+    """The LSTM layer's output, every time step, of the golden executor and the C engine against
+    LiteRT's, over four inferences carrying the state, a reset, and two more."""
+    model = shared_model(rel)
+    dep = deploy(model, Options())
+    lstm = next(k for k, layer in enumerate(dep.graph.layers) if layer.op == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    samples, resets = _stream(dep, 6), frozenset({4})
+    ref = run_litert_stream(model, samples, resets, preserve=True)
+    _, traces = run_engine(build_engine(dep, trace=True), samples, resets)
+    state: dict = {}
+    for n, (sample, (_, tensors), trace) in enumerate(zip(samples, ref, traces)):
+        if n in resets:
+            state = {}
+        _, gold = golden.run(dep.graph, sample, dep.kernels, state)
+        want = tensors[dep.graph.layers[lstm].outputs[0]]
+        assert np.array_equal(gold[lstm], want), f"sample {n}: executor vs LiteRT"
+        assert np.array_equal(trace[lstm], want), f"sample {n}: engine vs LiteRT"
+    # the state did carry: a continued stream differs from a fresh start on the same input
+    fresh = run_litert_stream(model, [samples[1]], preserve=True)[0][1][dep.graph.layers[lstm].outputs[0]]
+    assert not np.array_equal(fresh, ref[1][1][dep.graph.layers[lstm].outputs[0]])
+
+
+@pytest.mark.parametrize("rel", LSTMS)
+def test_verify_runs_the_stream_and_the_state_stays_out_of_the_arena(rel, tmp_path):
+    model = shared_model(rel)
+    dep = deploy(model, Options())
+    result = verify(dep, model, _stream(dep, 3))
+    assert [o["max_abs_diff"] for o in result["outputs"]] == [0] and result["samples"] == 4
+    assert "then a reset" in result["reference"]
+    state = dep.graph.state()
+    assert len(state) == 2 and dep.memory.state_bytes == sum(-(-dep.graph.tensors[t].nbytes // 4) * 4 for t in state)
+    assert not set(state) & {lt.tensor for lt in dep.lives}, "state tensors must not be planned in the arena"
+    assert dep.memory.sram_bytes == dep.memory.arena_bytes + dep.memory.state_bytes
+    manifest = json.loads(dep.files["manifest.json"])
+    assert [s["dtype"] for s in manifest["state"]] == ["int8", "int16"]
+    api = dep.files["inference_api.h"]
+    assert f"#define INFERENCE_STATE_BYTES {dep.memory.state_bytes}" in api and "inference_reset_state(void)" in api
+
+
+def test_a_model_without_state_has_an_empty_reset():
+    dep = deploy(shared_model("mlperf_tiny/kws_ref_model.tflite"), Options())
+    assert dep.memory.state_bytes == 0 and "#define INFERENCE_STATE_BYTES 0" in dep.files["inference_api.h"]
+    assert "void inference_reset_state(void)" in next(v for k, v in dep.files.items() if k.endswith("_engine.c"))
