@@ -314,6 +314,19 @@ def _batch_matmul(kern, weight_bytes: int, use: str) -> Variant | None:
                    None, context, None)
 
 
+def _lstm(kern, weight_bytes: int, use: str) -> Variant | None:
+    """The integer LSTM's gate products four cells at a time: each input word sign-extended once
+    (SXTB16) for the four rows, each weight word at its use; the weights stay int8 as stored."""
+    if use != "whole" or not isinstance(kern, K.Lstm):
+        return None
+
+    def context(kern, k, sym, variant, in_place=False):
+        return dict(macro="lstm", portable_values=True)
+
+    return Variant("lstm_s8_s16_smlad", "smlad", "lstm", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context,
+                   None)
+
+
 def _offset_pair(offset: int) -> int:
     """An int8 offset in both halfwords of a word (SXTAB16's addend), as a C int32 literal."""
     off = offset & 0xFFFF
@@ -322,7 +335,8 @@ def _offset_pair(offset: int) -> int:
 
 RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)),
          VariantRule("smlad transpose conv", _transpose_conv, (K.TransposeConv,)),
-         VariantRule("smlad batch matmul", _batch_matmul, (K.BatchMatMul,)))
+         VariantRule("smlad batch matmul", _batch_matmul, (K.BatchMatMul,)),
+         VariantRule("smlad lstm", _lstm, (K.Lstm,)))
 
 
 # ---- the templates' values ---------------------------------------------------------------

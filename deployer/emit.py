@@ -485,6 +485,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         L["whole_dsp"] = None
         if variant.context is not None:
             L["simd"] = variant.context(kern, k, sym, variant, k in in_place)
+            if L["simd"].get("portable_values"):  # it reads the layer's arrays as the portable kernel lays them out
+                L.update(_extra_context(kern, k, sym, data, lp.l3_weights, layer.inputs))
             if variant.shares_whole and k not in tilings and not lp.in_stage and not lp.l3_weights:
                 L["whole_dsp"] = _dsp_whole(L, kern, k, variant, k in in_place, graph, env)
                 _keep_functions(functions, [L["whole_dsp"]["fn"]])
