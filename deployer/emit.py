@@ -523,8 +523,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
     state_offsets, state_bytes = state_layout(graph)
-    state = [dict(macro=sym.state[t], offset=off, comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} "
-                                                         f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}")
+    state = [dict(macro=sym.state[t], offset=off, bytes=graph.tensors[t].nbytes, fill=graph.tensors[t].state_fill,
+                  comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} {DTYPE_SHORT.get(graph.tensors[t].dtype)}")
              for t, off in state_offsets.items()]
     guards = dict(bytes=guard, regions=guard_regions(lives, offsets, guard, macro, patch)) if guard else None
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,

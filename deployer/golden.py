@@ -461,13 +461,13 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
 def run(graph: Graph, inputs: list[np.ndarray], kernels=None,
         state: dict[int, np.ndarray] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Run the graph; returns (outputs, the output of every layer in order). ``state``: the
-    variable tensors' values, carried from the previous run and updated (None: one inference
-    from zero state, as after inference_reset_state())."""
+    variable tensors' values, carried from the previous run and updated (None, or a tensor it
+    lacks: the state as inference_reset_state() leaves it)."""
     kernels = kernels or K.lower_graph(graph)
     values: dict[int, np.ndarray] = {}
     for t in graph.state():
         tt = graph.tensors[t]
-        values[t] = state[t] if state is not None and t in state else np.zeros(tt.shape, NP_DTYPES[tt.dtype])
+        values[t] = state[t] if state is not None and t in state else np.full(tt.shape, tt.state_fill, NP_DTYPES[tt.dtype])
     for t, x in zip(graph.inputs, inputs):
         values[t] = np.asarray(x).reshape(graph.tensors[t].shape)
     trace = []

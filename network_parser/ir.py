@@ -53,6 +53,12 @@ class Tensor:
         return self.data is not None
 
     @property
+    def state_fill(self) -> int:
+        """The stored value a variable tensor starts from and is reset to: the real value 0
+        (an int8 tensor's zero point: TFLite resets int8 variable tensors so)."""
+        return self.quant.zero_point[0] if self.dtype == "int8" and self.quant is not None else 0
+
+    @property
     def elements(self) -> int:
         return math.prod(self.shape)  # exact: numpy's int64 product wraps on absurd shapes
 

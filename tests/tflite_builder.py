@@ -51,7 +51,7 @@ import tflite as fb
 Op = fb.BuiltinOperator
 _ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 _PADDING = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
-_TYPES = {"int8": fb.TensorType.INT8, "uint8": fb.TensorType.UINT8, "int32": fb.TensorType.INT32,
+_TYPES = {"int8": fb.TensorType.INT8, "uint8": fb.TensorType.UINT8, "int16": fb.TensorType.INT16, "int32": fb.TensorType.INT32,
           "int64": fb.TensorType.INT64,
           "float32": fb.TensorType.FLOAT32}
 _CALIB = 8  # calibration samples per tensor (leading axis of every sample array)
@@ -69,6 +69,7 @@ class _Tensor:
     qdim: int = 0
     buffer: int = 0  # 0 = no data (activation)
     sim: np.ndarray | None = None  # calibration sample, shape (_CALIB, *shape), float64
+    variable: bool = False  # state kept across invocations (an LSTM's hidden and cell state)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class _Op:
     srcs: list  # activation inputs fed to fn
     fn: Callable
     act: str
+    intermediates: tuple = ()
 
 
 def _pair(v):
@@ -384,6 +386,57 @@ class ModelBuilder:
 
         return self._emit(self._name("batch_matmul"), Op.BATCH_MATMUL, 4, [x, y], [x, y], fn, out_shape,
                           options=_opts("BatchMatMulOptions", AdjX=bool(adj_x), AdjY=bool(adj_y)))
+
+    def lstm(self, x, units, time_major=False, cell_log2=-11, cell_clip=8.0, hidden_zero_point=None) -> int:
+        """UNIDIRECTIONAL_SEQUENCE_LSTM in TFLite's integer form: int8 weights (one scale each), int32
+        biases, variable int8 hidden and int16 cell state (scale 2^cell_log2), the output quantized
+        as the hidden state (scale 2^-7, a small zero point)."""
+        t = self._int8(x, rank=3)
+        n_in = t.shape[2]
+        steps, batch = (t.shape[0], t.shape[1]) if time_major else (t.shape[1], t.shape[0])
+        name = self._name("lstm")
+        xs = float(self._q(x)[0])
+        hq = (2.0 ** -7, int(self.rng.integers(-4, 5)) if hidden_zero_point is None else hidden_zero_point)
+        gates = []
+        for g in "ifco":
+            wi, si = self._weights((units, n_in), 1, n_in)
+            wr, sr = self._weights((units, units), 1, units)
+            bs = np.float32(xs) * si
+            bq = np.clip(np.round(self.rng.normal(1.0 if g == "f" else 0.0, 0.5, units) / bs[0]), -2**31 + 1, 2**31 - 1)
+            gates.append((wi, si, wr, sr, bq.astype(np.int32), bs))
+        w_in = [self._const(f"{name}/input_to_{g}", wi, "int8", si) for g, (wi, si, *_) in zip("ifco", gates)]
+        w_rec = [self._const(f"{name}/recurrent_to_{g}", wr, "int8", sr) for g, (_, _, wr, sr, _, _) in zip("ifco", gates)]
+        biases = [self._const(f"{name}/{g}_bias", bq, "int32", bs) for g, (*_, bq, bs) in zip("ifco", gates)]
+        h = self._add_tensor(_Tensor(f"{name}/hidden", (batch, units), "int8", np.array([hq[0]], np.float32),
+                                     np.array([hq[1]], np.int64), variable=True))
+        c = self._add_tensor(_Tensor(f"{name}/cell", (batch, units), "int16", np.array([2.0 ** cell_log2], np.float32),
+                                     np.zeros(1, np.int64), variable=True))
+        inter = [self._add_tensor(_Tensor(f"{name}/intermediate{i}", (0,), "float32")) for i in range(4)]
+        inter.append(self._add_tensor(_Tensor(f"{name}/hidden_scale", (0,), "int8", np.array([hq[0]], np.float32),
+                                              np.array([hq[1]], np.int64))))
+        floats = [(wi * si[0], wr * sr[0], bq * bs[0]) for wi, si, wr, sr, bq, bs in gates]
+
+        def run(v):  # the float LSTM, for the calibration of what follows
+            seq = v if not time_major else v.transpose(0, 2, 1, 3)  # (calib, batch, steps, in)
+            hs = np.zeros((len(v), batch, units))
+            cs = np.zeros_like(hs)
+            out = np.zeros((len(v), batch, steps, units))
+            for step in range(steps):
+                a = [seq[:, :, step] @ wi.T + hs @ wr.T + b for wi, wr, b in floats]
+                sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+                cs = np.clip(sig(a[1]) * cs + sig(a[0]) * np.tanh(a[2]), -cell_clip, cell_clip)
+                hs = sig(a[3]) * np.tanh(cs)
+                out[:, :, step] = hs
+            return out if not time_major else out.transpose(0, 2, 1, 3)
+
+        none = [-1, -1, -1]
+        inputs = [x, *w_in, *w_rec, *none, *biases, -1, -1, h, c, -1, -1, -1, -1]
+        opts = _opts("UnidirectionalSequenceLSTMOptions", FusedActivationFunction=fb.ActivationFunctionType.TANH,
+                     CellClip=float(cell_clip), ProjClip=0.0, TimeMajor=bool(time_major))
+        out = self._emit(name, Op.UNIDIRECTIONAL_SEQUENCE_LSTM, 1, inputs, [x], run, t.shape[:2] + (units,), quant=hq,
+                         options=opts)
+        self._ops[-1].intermediates = tuple(inter)
+        return out
 
     def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True) -> int:
         t = self._int8(x)
@@ -1017,6 +1070,8 @@ class ModelBuilder:
             fb.TensorAddName(b, name)
             if quant is not None:
                 fb.TensorAddQuantization(b, quant)
+            if t.variable:
+                fb.TensorAddIsVariable(b, True)
             tensors.append(fb.TensorEnd(b))
 
         # One OperatorCode per builtin, at the highest version any of its uses needs.
@@ -1029,11 +1084,14 @@ class ModelBuilder:
         for op in self._ops:
             ins = b.CreateNumpyVector(np.asarray(op.inputs, np.int32))
             outs = b.CreateNumpyVector(np.asarray(op.outputs, np.int32))
+            inter = b.CreateNumpyVector(np.asarray(op.intermediates, np.int32)) if op.intermediates else None
             opt = op.options[1](b) if op.options else None
             fb.OperatorStart(b)
             fb.OperatorAddOpcodeIndex(b, index[op.code])
             fb.OperatorAddInputs(b, ins)
             fb.OperatorAddOutputs(b, outs)
+            if inter is not None:
+                fb.OperatorAddIntermediates(b, inter)
             if opt is not None:
                 fb.OperatorAddBuiltinOptionsType(b, op.options[0])
                 fb.OperatorAddBuiltinOptions(b, opt)

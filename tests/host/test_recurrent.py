@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deployer import golden
 from deployer.pipeline import Options, deploy
@@ -65,3 +67,40 @@ def test_a_model_without_state_has_an_empty_reset():
     dep = deploy(shared_model("mlperf_tiny/kws_ref_model.tflite"), Options())
     assert dep.memory.state_bytes == 0 and "#define INFERENCE_STATE_BYTES 0" in dep.files["inference_api.h"]
     assert "void inference_reset_state(void)" in next(v for k, v in dep.files.items() if k.endswith("_engine.c"))
+
+
+def lstm_model(folder, seed: int, shape, units: int, time_major: bool, cell_log2: int, clip: float, zp: int,
+               stacked: int = 0):
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=seed)
+    y = b.lstm(b.input(shape), units, time_major=time_major, cell_log2=cell_log2, cell_clip=clip, hidden_zero_point=zp)
+    if stacked:
+        y = b.lstm(y, stacked, time_major=time_major)
+    b.output(y)
+    path = folder / f"lstm_{seed}.tflite"
+    b.save(path)
+    return path
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), batch=st.integers(1, 2), steps=st.integers(1, 6), n_input=st.integers(1, 11),
+       units=st.integers(1, 14), time_major=st.booleans(), cell_log2=st.sampled_from([-12, -11, -10]),
+       clip=st.sampled_from([0.0, 1.5, 8.0]), zp=st.integers(-6, 6), stacked=st.sampled_from([0, 0, 5]))
+def test_random_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, steps, n_input, units, time_major,
+                                                  cell_log2, clip, zp, stacked):
+    """Random integer LSTMs (batch- or time-major, any cell count, cell scale, clip and hidden zero
+    point, one or two layers): the executor and the engine against LiteRT over a stream with a
+    reset. The state starts as TFLite resets it: an int8 tensor at its zero point."""
+    shape = (steps, batch, n_input) if time_major else (batch, steps, n_input)
+    model = lstm_model(tmp_path_factory.mktemp("lstm"), seed, shape, units, time_major, cell_log2, clip, zp, stacked)
+    dep = deploy(model, Options())
+    samples, resets = _stream(dep, 3), frozenset({2})
+    ref = run_litert_stream(model, samples, resets)
+    outs, _ = run_engine(build_engine(dep), samples, resets)
+    state: dict = {}
+    for n, (sample, (want, _), ours) in enumerate(zip(samples, ref, outs)):
+        if n in resets:
+            state = {}
+        gold, _ = golden.run(dep.graph, sample, dep.kernels, state)
+        assert np.array_equal(gold[0], want[0]), f"sample {n}: executor vs LiteRT"
+        assert np.array_equal(ours[0], want[0]), f"sample {n}: engine vs LiteRT"
