@@ -125,3 +125,15 @@ def test_lstm_stream_on_the_board(rel, target):
     code, out, err = run_clirunner("verify", shared_model(rel), "--target", target, "--qemu", "--seeds", "3")
     assert code == 0, err
     assert "then a reset" in out and out.rstrip().endswith("bit-exact")
+
+
+@pytest.mark.parametrize("target,time_major", [("cortex-m4", False), ("cortex-m7", True)])
+def test_lstm_dsp_cell_and_input_tails_on_the_board(tmp_path, target, time_major):
+    """The SMLAD LSTM's four-cell passes with a cell tail (13 cells) and input tails (7 values;
+    5 cells of a second layer reading 13), batch 2, against LiteRT as one stream."""
+    from tests.host.test_recurrent import lstm_model
+    shape = (5, 2, 7) if time_major else (2, 5, 7)
+    model = lstm_model(tmp_path, 11, shape, 13, time_major, -11, 4.0, 3, stacked=5)
+    code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "3")
+    assert code == 0, err
+    assert out.rstrip().endswith("bit-exact")
