@@ -2,6 +2,7 @@
 onnxruntime for ONNX graphs."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -120,11 +121,9 @@ def _onnx_cut_values(model: Path, inputs: list[np.ndarray], graph):
     """onnxruntime on the whole file (``inputs``: its own, as the engine lays them out), read at
     a cut graph's edges: (the file's outputs, {tensor: value} for the file's edges and the cut's),
     each in the IR's layout and stored type."""
-    from dataclasses import replace
-
     from .test_vectors import to_engine_outputs, to_model_input
     edges = graph.file_edges
-    whole = replace(graph, inputs=edges.inputs, outputs=edges.outputs, file_edges=None, source=edges.source)
+    whole = graph.file_view()
     feed = [to_model_input(whole, i, x) for i, x in enumerate(inputs)]
     file_outs = to_engine_outputs(whole, run_onnxruntime(model, feed, [graph.tensors[o].name for o in edges.outputs]))
     values = dict(zip(edges.inputs, inputs)) | dict(zip(edges.outputs, file_outs))
@@ -147,11 +146,23 @@ def _onnx_value(model: Path, feed: list[np.ndarray], name: str, quant) -> np.nda
     kernel, and runs in float. So the graph is pruned to what ``name`` depends on and ends as
     every quantized graph does, ``name`` read by one DequantizeLinear; its float output,
     quantized back with the same parameters, is the stored value (exactly: |q - zp| <= 255)."""
+    stat = Path(model).stat()
+    session, names, zp, shift = _value_probe(str(model), stat.st_mtime_ns, stat.st_size, name, quant.scale[0],
+                                             quant.zero_point[0])
+    y = session.run(None, dict(zip(names, feed)))[0]
+    return (np.rint(y / np.float32(quant.scale[0])).astype(np.int64) + zp - shift).astype(np.int8)
+
+
+@functools.lru_cache(maxsize=64)
+def _value_probe(model: str, mtime_ns: int, size: int, name: str, scale: float, zero_point: int):
+    """(session, its input names, the DequantizeLinear's zero point, 128 for a uint8 value) of the
+    graph pruned to ``name`` and ending in a DequantizeLinear of it (per file version: a cut's
+    edges are read for every sample)."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    proto = onnx.load_model_from_string(read_model_file(model))
+    proto = onnx.load_model_from_string(read_model_file(Path(model)))
     writer = {o: n for n in proto.graph.node for o in n.output}
     kept, stack = set(), [name]
     while stack:
@@ -163,33 +174,36 @@ def _onnx_value(model: Path, feed: list[np.ndarray], name: str, quant) -> np.nda
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)
     del proto.graph.output[:]
-    # its stored type, from an unoptimized run (the value itself is not used)
+    # its stored type, from an unoptimized run on zeros (the value itself is not used)
+    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     proto.graph.output.append(onnx.ValueInfoProto(name=name))
-    names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
     plain = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    stored = plain.run(None, dict(zip(names, feed)))[0].dtype
+    feed = {i.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in i.shape],
+                             {"tensor(float)": np.float32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}.get(i.type, np.float32))
+            for i in plain.get_inputs()}
+    stored = plain.run(None, feed)[0].dtype
     if stored not in (np.int8, np.uint8):
         raise ValueError(f"'{name}' holds {stored} values, not quantized ones")
     shift = 128 if stored == np.uint8 else 0
-    zp, scale = quant.zero_point[0] + shift, np.float32(quant.scale[0])
+    zp = zero_point + shift
     del proto.graph.output[:]
     probe = f"{name}/dequantized"
     proto.graph.initializer.extend([
-        helper.make_tensor(f"{probe}/scale", TensorProto.FLOAT, [], [float(scale)]),
+        helper.make_tensor(f"{probe}/scale", TensorProto.FLOAT, [], [float(np.float32(scale))]),
         helper.make_tensor(f"{probe}/zero_point", TensorProto.UINT8 if shift else TensorProto.INT8, [], [zp])])
     proto.graph.node.append(helper.make_node("DequantizeLinear", [name, f"{probe}/scale", f"{probe}/zero_point"], [probe]))
     proto.graph.output.append(helper.make_tensor_value_info(probe, TensorProto.FLOAT, None))
     session = ort.InferenceSession(proto.SerializeToString(), onnxruntime_options(), providers=["CPUExecutionProvider"])
-    y = session.run(None, dict(zip(names, feed)))[0]
-    return (np.rint(y / scale).astype(np.int64) + zp - shift).astype(np.int8)
+    return session, names, zp, shift
 
 
 def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False, graph=None):
     """(name, outputs, tensors-or-None): LiteRT, or TFLite Micro for files LiteRT refuses; for
-    an ONNX model onnxruntime (``graph``, the deployed IR, maps the layouts; no per-tensor values)."""
+    an ONNX model onnxruntime (``graph``, the deployed IR, maps the layouts; per-tensor values
+    only at a cut graph's edges)."""
     if Path(model).suffix.lower() == ".onnx":
         from .test_vectors import to_engine_outputs, to_model_input
         if graph.file_edges is not None:  # a cut graph: ``inputs`` are its file's

@@ -246,11 +246,7 @@ class Expected:
 
 def file_view(graph: Graph) -> Graph:
     """The graph with its model file's own inputs and outputs (itself when it is not cut)."""
-    edges = graph.file_edges
-    if edges is None:
-        return graph
-    return replace(graph, inputs=edges.inputs, outputs=edges.outputs, file_edges=None,
-                   source=edges.source if edges.source is not None else graph.source)
+    return graph.file_view()
 
 
 def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) -> tuple[list, Expected]:

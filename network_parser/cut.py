@@ -12,6 +12,7 @@ import difflib
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .ir import Layer, NoAttrs, Quant, Tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +144,31 @@ def float_edges(graph) -> list[int]:
     ins = [t for t in graph.inputs if len(readers.get(t, [])) == 1 and _quantizes(edges(readers[t][0]), t, dtypes)]
     outs = [t for t in graph.outputs if t in writers and _dequantizes(edges(writers[t]), t, dtypes)]
     return ins + outs
+
+
+def unsigned_edges(tensors, layers, inputs, outputs, first: int):
+    """Each int8 graph input and output behind a uint8 tensor of its own (the same scale, the zero
+    point 128 higher) and a QUANTIZE that offsets the values by 128."""
+    tensors, layers, derived = list(tensors), list(layers), []
+
+    def twin(t: int) -> int:
+        src = tensors[t]
+        q = src.quant
+        tensors.append(Tensor(f"{src.name}/uint8", src.shape, "uint8", Quant(q.scale, (q.zero_point[0] + 128,), q.axis)))
+        derived.append((len(tensors) - 1, t, 128))
+        return len(tensors) - 1
+
+    new_in, new_out, head = [], [], []
+    for t in inputs:
+        if tensors[t].dtype == "int8" and not tensors[t].quant.per_channel:
+            u = twin(t)
+            head.append(Layer(first + len(head), "QUANTIZE", (u,), (t,), NoAttrs(), tensors[t].name))
+            t = u
+        new_in.append(t)
+    for t in outputs:
+        if tensors[t].dtype == "int8" and not tensors[t].quant.per_channel:
+            u = twin(t)
+            layers.append(Layer(first + len(head) + len(new_out), "QUANTIZE", (t,), (u,), NoAttrs(), tensors[u].name))
+            t = u
+        new_out.append(t)
+    return tuple(tensors), head + layers, tuple(new_in), tuple(new_out), tuple(derived)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 import numpy as np
@@ -388,6 +388,15 @@ class Graph:
                 if t >= 0 and not self.tensors[t].is_const and not self.tensors[t].variable:
                     seen.setdefault(t, None)
         return list(seen)
+
+    def file_view(self) -> "Graph":
+        """The graph with its model file's own inputs, outputs and their layouts (itself when it
+        is not cut): what a reference interpreter runs."""
+        edges = self.file_edges
+        if edges is None:
+            return self
+        return replace(self, inputs=edges.inputs, outputs=edges.outputs, file_edges=None,
+                       source=edges.source if edges.source is not None else self.source)
 
     def state(self) -> list[int]:
         """Indices of the variable tensors the layers keep across inferences, in first-use order."""

@@ -369,9 +369,11 @@ class OnnxGraphBuilder:
                 "Squeeze": self._squeeze, "Unsqueeze": self._squeeze, "Expand": self._expand}
 
     def _resize(self, i: int, node) -> None:
-        """Resize, mode nearest, of the height and width (opset 11 and later: scales or sizes
-        constant): each output row and column takes the input one onnxruntime's coordinate
-        transformation and nearest mode pick, computed as it does in float32."""
+        """Resize of the height and width (opset 11 and later: scales or sizes constant). Nearest:
+        each output row and column takes the input one onnxruntime's coordinate transformation
+        and nearest mode pick, computed as it does in float32. Linear (QDQ graphs): the two
+        inputs and float32 weights of each, blended as onnxruntime does (RESIZE_BILINEAR with
+        ``blend``)."""
         x = self.value(node.input[0], i)
         where, _ = self._moved(i, node, x)
         a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in self.attrs(node).items()}

@@ -314,7 +314,10 @@ class QdqReader(OnnxGraphBuilder):
                              x.rank)
         a = self.attrs(node)
         opset = int(a.get("opset", _opset(self.model))) if node.op_type == "QLinearSoftmax" else _opset(self.model)
-        axis = int(a.get("axis", -1 if opset >= 13 else 1)) % x.rank
+        axis = int(a.get("axis", -1 if opset >= 13 else 1))
+        if not -x.rank <= axis < x.rank:
+            raise ModelFormatError(f"{self.where(i)}: axis {axis} of a rank-{x.rank} activation")
+        axis %= x.rank
         inner = [d for k, d in enumerate(self.model_shape(x)) if k > axis]
         # the IR reduces its last axis: the model's axis 1 (channels, per pixel: summed in the same
         # order) or its only feature axis; before opset 13 the axis and all after it, which is that

@@ -8,7 +8,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from .cut import CutSpec, OpEdges, cut_graph
+from .cut import CutSpec, OpEdges, cut_graph, unsigned_edges
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, GatherNd, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Lstm, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
@@ -429,7 +429,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
             raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
                                       f"{tensors[i].dtype}; only int8, uint8 and float32 are supported")
     if cut.io == "uint8":  # the int8 edges as uint8 ones: value + 128, zero point + 128
-        tensors, layers, inputs, outputs, derived = _unsigned_edges(tensors, layers, inputs, outputs, len(edges))
+        tensors, layers, inputs, outputs, derived = unsigned_edges(tensors, layers, inputs, outputs, len(edges))
         file_edges = FileEdges(file_edges.inputs, file_edges.outputs, derived)
     name = name_text(path.stem)
     source = Source("tflite", notes=notes) if notes else None
@@ -472,34 +472,6 @@ def _pieces(op: str, attrs, x: Tensor, outs: list[Tensor], consts: list[Tensor],
         pieces.append(StridedSlice(begin, end, (1,) * rank, 0, 0, (1 << axis) if op == "UNPACK" else 0))
         start += size
     return pieces
-
-
-def _unsigned_edges(tensors, layers, inputs, outputs, first: int):
-    """Each int8 graph input and output behind a uint8 tensor of its own (the same scale, the zero
-    point 128 higher) and a QUANTIZE that offsets the values by 128."""
-    tensors, layers, derived = list(tensors), list(layers), []
-
-    def twin(t: int) -> int:
-        src = tensors[t]
-        q = src.quant
-        tensors.append(Tensor(f"{src.name}/uint8", src.shape, "uint8", Quant(q.scale, (q.zero_point[0] + 128,), q.axis)))
-        derived.append((len(tensors) - 1, t, 128))
-        return len(tensors) - 1
-
-    new_in, new_out, head = [], [], []
-    for t in inputs:
-        if tensors[t].dtype == "int8" and not tensors[t].quant.per_channel:
-            u = twin(t)
-            head.append(Layer(first + len(head), "QUANTIZE", (u,), (t,), NoAttrs(), tensors[t].name))
-            t = u
-        new_in.append(t)
-    for t in outputs:
-        if tensors[t].dtype == "int8" and not tensors[t].quant.per_channel:
-            u = twin(t)
-            layers.append(Layer(first + len(head) + len(new_out), "QUANTIZE", (t,), (u,), NoAttrs(), tensors[u].name))
-            t = u
-        new_out.append(t)
-    return tuple(tensors), head + layers, tuple(new_in), tuple(new_out), tuple(derived)
 
 
 def _padded_input(tensors: list, layers: list, k: int, x: int, attrs, where: str) -> list[int]:

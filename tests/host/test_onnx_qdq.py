@@ -128,12 +128,15 @@ def test_linear_resize_equals_onnxruntime(in_hw, out_hw, coord, activations, see
 
 CUTS = [("heads", True, "int8", "qdq", dict(io="int8")),
         ("heads", False, "uint8", "qoperator", dict(io="int8")),
+        ("heads", False, "uint8", "qoperator", dict(io="uint8")),
+        ("sequence", False, "int8", "qdq", dict(inputs=("relu5_QuantizeLinear_Output",))),  # rank-3 (1, S, D) edges
         ("heads", True, "int8", "qdq", dict(inputs=("conv7_DequantizeLinear_Output",),
                                             outputs=("flatten14_QuantizeLinear_Output",))),
         ("upsample", False, "uint8", "qdq", dict(outputs=("resize9_QuantizeLinear_Output",)))]
 
 
-@pytest.mark.parametrize("kind,pc,activations,fmt,cut", CUTS, ids=["io-qdq", "io-qoperator", "middle", "head"])
+@pytest.mark.parametrize("kind,pc,activations,fmt,cut", CUTS,
+                         ids=["io-qdq", "io-qoperator", "io-uint8", "sequence", "middle", "head"])
 def test_cut_graphs_equal_onnxruntime_read_at_the_cut(kind, pc, activations, fmt, cut):
     """--io int8 and --inputs / --outputs on quantized ONNX graphs: the engine runs the part between
     the named values (channels last), against onnxruntime's values there inside the whole graph
@@ -144,8 +147,12 @@ def test_cut_graphs_equal_onnxruntime_read_at_the_cut(kind, pc, activations, fmt
     dep = deploy(path, Options(cut=CutSpec(**cut)))
     whole = deploy(path, Options())
     assert dep.graph.file_edges is not None and len(dep.graph.layers) < len(whole.graph.layers)
-    assert all(dep.graph.tensors[t].dtype == "int8" for t in (*dep.graph.inputs, *dep.graph.outputs)
+    assert all(dep.graph.tensors[t].dtype == cut.get("io", "int8") for t in (*dep.graph.inputs, *dep.graph.outputs)
                if t not in dep.graph.file_edges.inputs + dep.graph.file_edges.outputs)
+    if not cut.get("inputs") and not cut.get("io"):  # the file's input kept as the reader laid it out
+        src, whole_src = dep.graph.source, whole.graph.source
+        assert (src.input_layout, src.input_perms, src.input_shapes) == \
+            (whole_src.input_layout, whole_src.input_perms, whole_src.input_shapes)
     batch, expected = verification_samples(dep, path, 3)
     outs, _ = run_engine(build_engine(dep), batch)
     for ours, want in zip(outs, expected.outputs):
@@ -155,7 +162,10 @@ def test_cut_graphs_equal_onnxruntime_read_at_the_cut(kind, pc, activations, fmt
 @pytest.mark.parametrize("cut,message", [
     (dict(outputs=("flatten14",)), "not an activation the engine stores"),
     (dict(inputs=("conv7_Quantize",)), "names like it: 'conv7_QuantizeLinear_Output'"),
-    (dict(io="uint8"), "--io uint8 cuts .tflite models only"),
+    (dict(inputs=("conv7_QuantizeLinear_Output", "conv7_DequantizeLinear_Output")), "the same value as"),
+    (dict(inputs=("conv7_QuantizeLinear_Output",), outputs=("conv7_QuantizeLinear_Output",)),
+     "is both an input and an output of the cut"),
+    (dict(inputs=("input_QuantizeLinear_Outpt",)), "names like it: 'input_QuantizeLinear_Output'"),
     (dict(inputs=("softmax19_QuantizeLinear_Output",), outputs=("conv7_QuantizeLinear_Output",)),
      "the cut's outputs depend on 'input', a model input not among --inputs")])
 def test_onnx_cut_errors_name_the_value(cut, message):
