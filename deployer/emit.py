@@ -94,7 +94,7 @@ class _Symbols:
             return self._tensor_names[t]
         qual = "" if writable else "const "
         if t in self.state:
-            return f"({qual}{CTYPES[tt.dtype]} *)(state + {self.state[t]})"
+            return f"({qual}{CTYPES[tt.dtype]} *)(state_buffer + {self.state[t]})"
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
 
 
@@ -159,6 +159,11 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                         recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
                         h=sym.tensor(layer_inputs[13], f"op{k}_h", writable=True),
                         c=sym.tensor(layer_inputs[14], f"op{k}_c", writable=True))
+        case K.Svdf():
+            return dict(wf=sym.tensor(layer_inputs[1], f"op{k}_weights_feature"),
+                        wt=sym.tensor(layer_inputs[2], f"op{k}_weights_time"),
+                        bias=sym.tensor(layer_inputs[3], f"op{k}_bias") if layer_inputs[3] >= 0 else None,
+                        state=sym.tensor(layer_inputs[4], f"op{k}_state", writable=True))
         case K.TableSoftmax():
             return dict(table=sym.array(f"op{k}_exp", "float", np.array(kern.table, np.float32)))
         case K.ResizeLinear():

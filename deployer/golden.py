@@ -309,6 +309,20 @@ def _lstm(k: K.Lstm, x, weights, h, c):
     return y.astype(np.int8), h.astype(np.int8), c.astype(np.int16)
 
 
+def _svdf(k: K.Svdf, x, wf, wt, bias, state):
+    """LiteRT's integer SVDF: (output, state)."""
+    s = np.concatenate([state.reshape(-1)[1:], state.reshape(-1)[:1]]).astype(np.int64)  # shifted left by one
+    s = s.reshape(k.batch, k.filters, k.memory)
+    feature = (x.reshape(k.batch, k.n_input).astype(np.int64) - k.input_zero_point) @ wf.astype(np.int64).T
+    s[:, :, -1] = np.clip(fx.mbqm(feature, *k.feature_scale), -32768, 32767)
+    # int32 sums, wrapping as the reference's do: per filter, over a unit's filters, with the bias
+    acc = fx.wrap32(fx.wrap32((s * wt.astype(np.int64)[None]).sum(-1)).reshape(k.batch, k.units, k.rank).sum(-1))
+    if bias is not None:
+        acc = fx.wrap32(acc + bias.astype(np.int64))
+    y = np.clip(fx.mbqm(acc, *k.output_scale) + k.output_zero_point, -128, 127)
+    return y.astype(np.int8), s.reshape(state.shape).astype(np.int16)
+
+
 def _l2_norm(k: K.L2Norm, x):
     v = x.reshape(k.rows, k.depth).astype(np.int64) - k.input_zero_point
     out = np.empty_like(v)
@@ -450,6 +464,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _resize_linear(kernel, ins[0])
         case K.ResizeNearest():
             y = ins[0][:, list(kernel.rows)][:, :, list(kernel.cols)]
+        case K.Svdf():  # its state tensor is updated in place
+            y, values[layer.inputs[4]] = _svdf(kernel, ins[0], ins[1], ins[2], ins[3], ins[4])
         case K.Lstm():  # the state tensors are updated in place
             y, h, c = _lstm(kernel, ins[0], ins[1:9], ins[13], ins[14])
             values[layer.inputs[13]], values[layer.inputs[14]] = h.reshape(ins[13].shape), c.reshape(ins[14].shape)

@@ -14,7 +14,7 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
-from .recurrent import Lstm, lower_lstm
+from .recurrent import Lstm, Svdf, lower_lstm, lower_svdf
 from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
@@ -1368,12 +1368,12 @@ LOWERINGS = {
     "GATHER": _gather, "GATHER_ND": _gather_nd, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
     "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "MIRROR_PAD": _mirror_pad, "SPACE_TO_BATCH_ND": _space_batch,
     "BATCH_TO_SPACE_ND": _space_batch, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
-    "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale, "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm,
+    "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale, "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm, "SVDF": lower_svdf,
 }
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
           | Requantize | Quantize | Dequantize | TableSoftmax | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | ResizeLinear | IntAdd | IntRescale
-          | Offset | Lstm)
+          | Offset | Lstm | Svdf)
 
 
 WEIGHTED = (Conv, TransposeConv, FullyConnected)  # kernels whose constant weights and bias are not data inputs
@@ -1382,7 +1382,7 @@ WEIGHTED = (Conv, TransposeConv, FullyConnected)  # kernels whose constant weigh
 def data_inputs(layer: Layer, kernel: Kernel) -> list[int]:
     """A layer's activation operands, in the order the kernels take them (an LSTM's: its input;
     its weights are constants and its state is not in the arena)."""
-    if isinstance(kernel, Lstm):
+    if isinstance(kernel, (Lstm, Svdf)):
         return [layer.inputs[0]]
     return [i for i in layer.inputs if i >= 0 and not (isinstance(kernel, WEIGHTED) and i in (kernel.weights, kernel.bias))]
 

@@ -77,3 +77,52 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
     hidden = float(f32(2.0) ** f32(-15) / f32(a.hidden.scale[0]) * f32(2.0) ** f32(-15))
     return Lstm(batch, steps, n_input, n_cell, a.time_major, input_scales, recurrent_scales, input_bias, recurrent_bias,
                 -int(round(log2)), clip, quantize_multiplier(hidden), a.hidden.zero_point[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Svdf:
+    """One SVDF invocation (one frame): the state (each filter's last ``memory`` int16 feature
+    values, oldest first) shifts left by one value; each filter's product with the input,
+    rescaled to the state's scale and saturated to int16, becomes its newest value; each filter's
+    time weights dotted with its history, the ``rank`` filters of a unit summed, the bias added,
+    rescaled to int8 (the output's range is the RELU)."""
+    batch: int
+    n_input: int
+    filters: int
+    memory: int
+    rank: int
+    input_zero_point: int
+    feature_scale: tuple[int, int]  # (multiplier, shift): input x feature weights -> the state
+    output_scale: tuple[int, int]  # state x time weights -> the output
+    output_zero_point: int
+
+    @property
+    def units(self) -> int:
+        return self.filters // self.rank
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.filters * (self.n_input + self.memory)
+
+
+def lower_svdf(g: Graph, layer: Layer, where: str) -> Svdf:
+    x, wf, wt = (g.tensors[i] for i in layer.inputs[:3])
+    state, y = g.tensors[layer.inputs[4]], g.tensors[layer.outputs[0]]
+    rank = layer.attrs.rank
+    if len(x.shape) != 2 or len(wf.shape) != 2 or len(wt.shape) != 2:
+        raise UnsupportedOperator(f"{where}: SVDF shapes input {list(x.shape)}, weights {list(wf.shape)} / "
+                                  f"{list(wt.shape)} (2-D each)")
+    batch, n_input = x.shape
+    filters, memory = wt.shape
+    if (wf.shape != (filters, n_input) or rank < 1 or filters % rank or state.elements != batch * filters * memory
+            or y.shape != (batch, filters // rank)
+            or (layer.inputs[3] >= 0 and g.tensors[layer.inputs[3]].shape != (filters // rank,))):
+        raise UnsupportedOperator(f"{where}: SVDF shapes do not agree (input {list(x.shape)}, rank {rank}, feature "
+                                  f"weights {list(wf.shape)}, time weights {list(wt.shape)}, state {list(state.shape)}, "
+                                  f"output {list(y.shape)})")
+    f32 = np.float32
+    # LiteRT's Prepare: each effective scale a float32 product and quotient, then decomposed
+    feature = float(f32(x.scale) * f32(wf.scale) / f32(state.scale))
+    output = float(f32(state.scale) * f32(wt.scale) / f32(y.scale))
+    return Svdf(batch, n_input, filters, memory, rank, x.zero_point, quantize_multiplier(feature),
+                quantize_multiplier(output), y.zero_point)

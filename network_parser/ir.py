@@ -317,12 +317,21 @@ class Lstm:
 
 
 @dataclass(frozen=True, slots=True)
+class Svdf:
+    """SVDF in TFLite's integer form. Inputs: x, the int8 feature weights, the int16 time weights,
+    the int32 bias (-1: none) and the int16 activation state (a variable tensor, updated in
+    place: each filter's last ``memory`` feature values)."""
+    rank: int
+    activation: str  # RELU: the integer kernel's output range is the clamp
+
+
+@dataclass(frozen=True, slots=True)
 class NoAttrs:
     """Ops fully described by their tensors (RESHAPE, RELU, QUANTIZE, ...)."""
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, Lstm, NoAttrs]
+              Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, Lstm, Svdf, NoAttrs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import tflite
 from .cut import CutSpec, OpEdges, cut_graph, unsigned_edges
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, GatherNd, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
-                 Graph, Layer, LeakyRelu, Lstm, Mean, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
+                 Graph, Layer, LeakyRelu, Lstm, Mean, Svdf, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
 
@@ -211,7 +211,7 @@ _OPS = {
     "DEPTH_TO_SPACE": (_block(tflite.DepthToSpaceOptions), None),
     "SPACE_TO_DEPTH": (_block(tflite.SpaceToDepthOptions), None), "TILE": (_none, 1), "BROADCAST_TO": (_none, 1),
     "SPACE_TO_BATCH_ND": (_none, 1), "BATCH_TO_SPACE_ND": (_none, 1),
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": (_none, None),  # read by _lstm (its state and intermediates)
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (_none, None), "SVDF": (_none, None),  # read by _RECURRENT's readers
 }
 
 
@@ -225,7 +225,6 @@ REFUSED = {
     "SUM": ("LiteRT's int8 kernel (float rescaling of the sum) departs from the integer arithmetic "
             "TFLite Micro runs, so no reference stands for both"),
     "ELU": "LiteRT's reference resolver has no ELU kernel to check against",
-    "SVDF": "recurrent layers with state kept across inferences are not built yet",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "TFLite has only float and hybrid kernels for it",
     "WHILE": "control flow: the engine's schedule is static",
     "IF": "control flow: the engine's schedule is static",
@@ -360,8 +359,8 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         ins, outs = list(edges[k].inputs), list(edges[k].outputs)
         out_name = tensors[outs[0]].name if outs and outs[0] >= 0 else "?"
         where = f"{path.name}: op {k} {name} (output '{out_name}')"
-        if name == "UNIDIRECTIONAL_SEQUENCE_LSTM":
-            layers.append(_lstm(op, k, tensors, ins, outs, where))
+        if name in _RECURRENT:  # state and intermediates of their own
+            layers.append(_RECURRENT[name](op, k, tensors, ins, outs, where))
             produced.update(outs)
             continue
         if name not in _OPS:
@@ -561,6 +560,35 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     attrs = Lstm(float(o.CellClip()) if o else 0.0, float(o.ProjClip()) if o else 0.0, bool(o.TimeMajor()) if o else False,
                  tensors[inter[4]].quant)
     return Layer(k, "UNIDIRECTIONAL_SEQUENCE_LSTM", data_ins, (outs[0],), attrs, y.name)
+
+
+def _svdf(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
+    """TFLite's integer SVDF: int8 input and output, int8 feature and int16 time weights, an int32
+    bias or none, a variable int16 activation state."""
+    o = _options(op, tflite.SVDFOptions, where)
+    if len(ins) != 5 or len(outs) != 1 or any(ins[i] < 0 for i in (0, 1, 2, 4)):
+        raise ModelFormatError(f"{where}: inputs {ins} (an SVDF takes input, feature weights, time weights, bias "
+                               f"or -1, and its state)")
+    x, wf, wt, state, y = (tensors[i] for i in (ins[0], ins[1], ins[2], ins[4], outs[0]))
+    if x.dtype != "int8":
+        raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}; the SVDF runs TFLite's integer kernel "
+                                  f"(int8 input; float and hybrid SVDFs are not supported)")
+    checks = ((wf, "int8", True), (wt, "int16", True), (state, "int16", False), (y, "int8", False))
+    for t, dtype, const in checks:
+        if t.dtype != dtype or t.quant is None or t.quant.per_channel or t.is_const != const:
+            raise UnsupportedOperator(f"{where}: '{t.name}' must be {'a constant' if const else 'an'} {dtype} tensor "
+                                      f"with one scale (the integer SVDF's)")
+    if ins[3] >= 0 and (tensors[ins[3]].dtype != "int32" or not tensors[ins[3]].is_const):
+        raise UnsupportedOperator(f"{where}: the bias must be a constant int32 tensor")
+    if not state.variable or state.zero_point != 0:
+        raise UnsupportedOperator(f"{where}: the state '{state.name}' must be a variable tensor with zero point 0")
+    if o.FusedActivationFunction() != tflite.ActivationFunctionType.RELU:
+        raise UnsupportedOperator(f"{where}: SVDF activation code {o.FusedActivationFunction()} (LiteRT's integer "
+                                  f"kernel takes RELU only)")
+    return Layer(k, "SVDF", tuple(ins), (outs[0],), Svdf(int(o.Rank()), "RELU"), y.name)
+
+
+_RECURRENT = {"UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm, "SVDF": _svdf}
 
 
 def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> None:

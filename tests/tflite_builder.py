@@ -438,6 +438,39 @@ class ModelBuilder:
         self._ops[-1].intermediates = tuple(inter)
         return out
 
+    def svdf(self, x, units, rank=1, memory=4, bias=True, activation="RELU") -> int:
+        """SVDF in TFLite's integer form: int8 feature weights, int16 time weights, int32 bias, a
+        variable int16 activation state (batch, memory * units * rank), int8 output."""
+        t = self._int8(x, rank=2)
+        batch, n_in = t.shape
+        filters = units * rank
+        name = self._name("svdf")
+        xs = float(self._q(x)[0])
+        wf, sf = self._weights((filters, n_in), 1, n_in)
+        feature = (t.sim - 0.0) @ (wf * sf[0]).T  # calibration: the feature products' range
+        state_scale = float(np.float32(max(np.abs(feature).max(), 1e-3) / 16384.0))
+        wt = self.rng.integers(-32767, 32768, (filters, memory)).astype(np.int16)
+        st = np.array([1.0 / (32767.0 * memory)], np.float32)
+        inputs = [x, self._const(f"{name}/weights_feature", wf, "int8", sf),
+                  self._const(f"{name}/weights_time", wt, "int16", st)]
+        if bias:
+            bscale = np.array([np.float32(state_scale) * st[0]], np.float32)
+            bq = self.rng.integers(-2000, 2000, units).astype(np.int32)
+            inputs.append(self._const(f"{name}/bias", bq, "int32", bscale))
+        else:
+            inputs.append(-1)
+        state = self._add_tensor(_Tensor(f"{name}/state", (batch, memory * filters), "int16",
+                                         np.array([state_scale], np.float32), np.zeros(1, np.int64), variable=True))
+        inputs.append(state)
+        wtf = wt.astype(np.float64) * float(st[0])
+
+        def run(v):  # one invocation from zero state: only the newest time slot holds the features
+            f = v @ (wf * sf[0]).T  # (calib, batch, filters)
+            y = (f * wtf[:, -1]).reshape(len(v), batch, units, rank).sum(-1)
+            return y
+        opts = _opts("SVDFOptions", Rank=int(rank), FusedActivationFunction=self._check_act(activation))
+        return self._emit(name, Op.SVDF, 3, inputs, [x], run, (batch, units), act=activation, options=opts)
+
     def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True) -> int:
         t = self._int8(x)
         in_f = t.shape[-1]

@@ -104,3 +104,48 @@ def test_random_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, 
         gold, _ = golden.run(dep.graph, sample, dep.kernels, state)
         assert np.array_equal(gold[0], want[0]), f"sample {n}: executor vs LiteRT"
         assert np.array_equal(ours[0], want[0]), f"sample {n}: engine vs LiteRT"
+
+
+def svdf_kws_model(folder, seed: int = 0):
+    """A streaming keyword spotter as TFLite's SVDF examples build it: one frame of 40 features
+    per inference, two SVDF layers carrying the history, a classifier."""
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=seed)
+    x = b.svdf(b.input((1, 40)), 32, rank=1, memory=10)
+    x = b.svdf(x, 16, rank=2, memory=6)
+    b.output(b.softmax(b.fully_connected(x, 4)))
+    path = folder / f"svdf_kws_{seed}.tflite"
+    b.save(path)
+    return path
+
+
+def test_svdf_keyword_spotter_streams_bit_exact(tmp_path):
+    model = svdf_kws_model(tmp_path)
+    dep = deploy(model, Options())
+    assert [layer.op for layer in dep.graph.layers][:2] == ["SVDF", "SVDF"] and len(dep.graph.state()) == 2
+    result = verify(dep, model, _stream(dep, 8))
+    assert [o["max_abs_diff"] for o in result["outputs"]] == [0] and result["samples"] == 9
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), batch=st.integers(1, 2), n_input=st.integers(1, 23), units=st.integers(1, 9),
+       rank=st.integers(1, 3), memory=st.integers(1, 9), bias=st.booleans())
+def test_random_svdfs_equal_litert_over_a_stream(tmp_path_factory, seed, batch, n_input, units, rank, memory, bias):
+    """Random integer SVDFs: the executor and the engine against LiteRT over six frames with a
+    reset before the fifth (the state's shift carries each filter's history)."""
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=seed)
+    b.output(b.svdf(b.input((batch, n_input)), units, rank=rank, memory=memory, bias=bias))
+    model = tmp_path_factory.mktemp("svdf") / "svdf.tflite"
+    b.save(model)
+    dep = deploy(model, Options())
+    samples, resets = _stream(dep, 6), frozenset({4})
+    ref = run_litert_stream(model, samples, resets)
+    outs, _ = run_engine(build_engine(dep), samples, resets)
+    state: dict = {}
+    for n, (sample, (want, _), ours) in enumerate(zip(samples, ref, outs)):
+        if n in resets:
+            state = {}
+        gold, _ = golden.run(dep.graph, sample, dep.kernels, state)
+        assert np.array_equal(gold[0], want[0]), f"frame {n}: executor vs LiteRT"
+        assert np.array_equal(ours[0], want[0]), f"frame {n}: engine vs LiteRT"
