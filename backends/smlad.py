@@ -327,6 +327,18 @@ def _lstm(kern, weight_bytes: int, use: str) -> Variant | None:
                    None)
 
 
+def _svdf(kern, weight_bytes: int, use: str) -> Variant | None:
+    """SVDF's feature products four filters at a time (the input word offset by its zero point
+    once, SXTAB16, for four rows) and its time products on int16 pairs, one SMLAD per two."""
+    if use != "whole" or not isinstance(kern, K.Svdf):
+        return None
+
+    def context(kern, k, sym, variant, in_place=False):
+        return dict(macro="svdf", portable_values=True, off2=_offset_pair(-kern.input_zero_point))
+
+    return Variant("svdf_s8_smlad", "smlad", "svdf", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context, None)
+
+
 def _offset_pair(offset: int) -> int:
     """An int8 offset in both halfwords of a word (SXTAB16's addend), as a C int32 literal."""
     off = offset & 0xFFFF
@@ -336,7 +348,7 @@ def _offset_pair(offset: int) -> int:
 RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)),
          VariantRule("smlad transpose conv", _transpose_conv, (K.TransposeConv,)),
          VariantRule("smlad batch matmul", _batch_matmul, (K.BatchMatMul,)),
-         VariantRule("smlad lstm", _lstm, (K.Lstm,)))
+         VariantRule("smlad lstm", _lstm, (K.Lstm,)), VariantRule("smlad svdf", _svdf, (K.Svdf,)))
 
 
 # ---- the templates' values ---------------------------------------------------------------

@@ -137,3 +137,19 @@ def test_lstm_dsp_cell_and_input_tails_on_the_board(tmp_path, target, time_major
     code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "3")
     assert code == 0, err
     assert out.rstrip().endswith("bit-exact")
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+def test_svdf_keyword_spotter_on_the_board(tmp_path, target):
+    """The SMLAD SVDF (filters 32 and 32: no filter tail; 40 and 32 inputs) streaming frames, and
+    a small one with a filter tail, odd memory and no bias, against LiteRT as one stream."""
+    from tests.host.test_recurrent import svdf_kws_model
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=5)
+    b.output(b.svdf(b.input((2, 11)), 3, rank=2, memory=5, bias=False))
+    small = tmp_path / "svdf_small.tflite"
+    b.save(small)
+    for model in (svdf_kws_model(tmp_path), small):
+        code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "5")
+        assert code == 0, err
+        assert out.rstrip().endswith("bit-exact")
