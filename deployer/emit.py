@@ -9,6 +9,7 @@ import numpy as np
 
 from backends import Backend
 from layer_analyzer import kernels as K
+from layer_analyzer import recurrent as R
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align, tile_windows
 from network_parser.ir import Graph, Tensor
@@ -153,12 +154,17 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             return dict(rows=sym.array(f"op{k}_rows", "int32_t", np.array(kern.rows, np.int32)),
                         cols=sym.array(f"op{k}_cols", "int32_t", np.array(kern.cols, np.int32)))
         case K.Lstm():
-            w = [sym.tensor(t, f"op{k}_{name}") for t, name in
-                                 zip(layer_inputs[1:9], ("w_ii", "w_if", "w_ic", "w_io", "w_ri", "w_rf", "w_rc", "w_ro"))]
-            return dict(weights=w, input_bias=sym.array(f"op{k}_input_bias", "int32_t", np.array(kern.input_bias, np.int64)),
-                        recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
-                        h=sym.tensor(layer_inputs[13], f"op{k}_h", writable=True),
-                        c=sym.tensor(layer_inputs[14], f"op{k}_c", writable=True))
+            def named(i, label):
+                return sym.tensor(layer_inputs[i], f"op{k}_{label}") if layer_inputs[i] >= 0 else None
+            gates = "ifco"
+            return dict(
+                w_in=[named(i, f"w_x{g}") for i, g in zip(R.LSTM_INPUT_WEIGHTS, gates)],
+                w_rec=[named(i, f"w_h{g}") for i, g in zip(R.LSTM_RECURRENT_WEIGHTS, gates)],
+                peephole=[named(R.LSTM_PEEPHOLE[g], f"w_c{gates[g]}") if g in R.LSTM_PEEPHOLE else None for g in range(4)],
+                input_bias=sym.array(f"op{k}_input_bias", "int32_t", np.array(kern.input_bias, np.int64)),
+                recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
+                h=sym.tensor(layer_inputs[R.LSTM_HIDDEN], f"op{k}_h", writable=True),
+                c=sym.tensor(layer_inputs[R.LSTM_CELL], f"op{k}_c", writable=True))
         case K.Svdf():
             return dict(wf=sym.tensor(layer_inputs[1], f"op{k}_weights_feature"),
                         wt=sym.tensor(layer_inputs[2], f"op{k}_weights_time"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from layer_analyzer import kernels as K
+from layer_analyzer import recurrent as R
 from network_parser.ir import Graph
 
 from . import fixedpoint as fx
@@ -281,28 +282,37 @@ def _resize_linear(k: K.ResizeLinear, x):
     return _quantize(K.Quantize(blend.size, k.out_scale, k.out_zero_point, True), blend.astype(f))
 
 
-def _lstm(k: K.Lstm, x, weights, h, c):
-    """LiteRT's integer LSTM step by step: (output, hidden state, cell state)."""
+def _lstm(k: K.Lstm, ins: list):
+    """LiteRT's integer LSTM step by step (``ins``: the layer's inputs at TFLite's positions):
+    (output, hidden state, cell state)."""
+    x = ins[0]
     seq = x.reshape(k.steps, k.batch, k.n_input) if k.time_major else x.reshape(k.batch, k.steps, k.n_input).transpose(1, 0, 2)
-    h = h.reshape(k.batch, k.n_cell).astype(np.int64)
-    c = c.reshape(k.batch, k.n_cell).astype(np.int64)
-    w_in = [w.astype(np.int64) for w in weights[:4]]
-    w_rec = [w.astype(np.int64) for w in weights[4:]]
-    out = np.empty((k.steps, k.batch, k.n_cell), np.int64)
+    h = ins[R.LSTM_HIDDEN].reshape(k.batch, k.n_output).astype(np.int64)
+    c = ins[R.LSTM_CELL].reshape(k.batch, k.n_cell).astype(np.int64)
+    w_in = [None if ins[i] is None else ins[i].astype(np.int64) for i in R.LSTM_INPUT_WEIGHTS]
+    w_rec = [None if ins[i] is None else ins[i].astype(np.int64) for i in R.LSTM_RECURRENT_WEIGHTS]
+    out = np.empty((k.steps, k.batch, k.n_output), np.int64)
+
+    def gate(g, step_x, cell):
+        acc = np.clip(fx.mbqm(step_x @ w_in[g].T + np.array(k.input_bias[g]), *k.input_scales[g]), -32768, 32767)
+        acc = np.clip(fx.mbqm(h @ w_rec[g].T + np.array(k.recurrent_bias[g]), *k.recurrent_scales[g]) + acc,
+                      -32768, 32767)
+        if k.peephole_scales is not None and k.peephole_scales[g] is not None:
+            weights = ins[R.LSTM_PEEPHOLE[g]].astype(np.int64)
+            acc = np.clip(fx.mbqm(weights * cell, *k.peephole_scales[g]) + acc, -32768, 32767)
+        return acc
+
     for step in range(k.steps):
         xs = seq[step].astype(np.int64)
-        gates = []
-        for g in range(4):
-            acc = fx.mbqm(xs @ w_in[g].T + np.array(k.input_bias[g]), *k.input_scales[g])
-            gate = np.clip(acc, -32768, 32767)
-            acc = fx.mbqm(h @ w_rec[g].T + np.array(k.recurrent_bias[g]), *k.recurrent_scales[g])
-            gates.append(np.clip(acc + gate, -32768, 32767))
-        i, f, o = (fx.logistic16(gates[g], 3) for g in (0, 1, 3))
-        cell_gate = fx.tanh16(gates[2], 3)
+        f = fx.logistic16(gate(1, xs, c), 3)
+        i = None if k.cifg else fx.logistic16(gate(0, xs, c), 3)
+        cell_gate = fx.tanh16(gate(2, xs, c), 3)
         c = fx.wrap16(fx.rdbpot(f * c, 15))
+        i = (32767 - f) if k.cifg else i
         c = np.clip(c + fx.wrap16(fx.rdbpot(i * cell_gate, 30 - k.cell_shift)), -32768, 32767)
         if k.cell_clip:
             c = np.clip(c, -k.cell_clip, k.cell_clip)
+        o = fx.logistic16(gate(3, xs, c), 3)
         h = np.clip(fx.mbqm(o * fx.tanh16(c, 15 - k.cell_shift), *k.hidden_scale) + k.hidden_zero_point, -128, 127)
         out[step] = h
     y = out if k.time_major else out.transpose(1, 0, 2)
@@ -467,8 +477,9 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
         case K.Svdf():  # its state tensor is updated in place
             y, values[layer.inputs[4]] = _svdf(kernel, ins[0], ins[1], ins[2], ins[3], ins[4])
         case K.Lstm():  # the state tensors are updated in place
-            y, h, c = _lstm(kernel, ins[0], ins[1:9], ins[13], ins[14])
-            values[layer.inputs[13]], values[layer.inputs[14]] = h.reshape(ins[13].shape), c.reshape(ins[14].shape)
+            y, h, c = _lstm(kernel, ins)
+            values[layer.inputs[R.LSTM_HIDDEN]] = h.reshape(ins[R.LSTM_HIDDEN].shape)
+            values[layer.inputs[R.LSTM_CELL]] = c.reshape(ins[R.LSTM_CELL].shape)
         case _:
             raise TypeError(kernel)
     return np.ascontiguousarray(y).reshape(out_t.shape).astype(NP_DTYPES[out_t.dtype])

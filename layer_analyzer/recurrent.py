@@ -16,50 +16,70 @@ from .requant import quantize_multiplier
 GATES = "ifco"  # input, forget, cell, output: the order of the weights and biases
 
 
+# UNIDIRECTIONAL_SEQUENCE_LSTM's inputs (TFLite's positions, as the IR keeps them)
+LSTM_INPUT_WEIGHTS, LSTM_RECURRENT_WEIGHTS = (1, 2, 3, 4), (5, 6, 7, 8)
+LSTM_PEEPHOLE = {0: 9, 1: 10, 3: 11}  # gate -> its peephole weights (the cell gate has none)
+LSTM_BIASES = (12, 13, 14, 15)  # (16, 17: a projection's weights and bias, refused by the reader)
+LSTM_HIDDEN, LSTM_CELL = 18, 19
+
+
 @dataclass(frozen=True, slots=True)
 class Lstm:
     """One UNIDIRECTIONAL_SEQUENCE_LSTM invocation: every time step of the input sequence, the
     hidden (int8) and cell (int16, scale 2^-cell_shift) state carried from step to step and to
     the next invocation. Per step and gate: the input's and the hidden state's products with
     the gate's weights, each plus its folded bias, rescaled to Q3.12 and summed saturating to
-    int16; gemmlowp's int16 logistic (tanh for the cell gate); the cell state forget * cell +
-    input * cell gate, clipped; the hidden state output * tanh(cell), rescaled to int8."""
+    int16 (with peepholes, the cell state times the gate's peephole weight too); gemmlowp's int16
+    logistic (tanh for the cell gate); the cell state forget * cell + input * cell gate (CIFG:
+    (1 - forget) for the input gate), clipped; the hidden state the gated tanh of the cell state,
+    rescaled to int8."""
     batch: int
     steps: int
     n_input: int
     n_cell: int
+    n_output: int  # the hidden state's size (n_cell: a projection is refused by the reader)
     time_major: bool
-    input_scales: tuple[tuple[int, int], ...]  # (multiplier, shift) per gate: input x weights -> Q3.12
-    recurrent_scales: tuple[tuple[int, int], ...]  # hidden state x weights -> Q3.12
-    input_bias: tuple[tuple[int, ...], ...]  # per gate: bias - input zero point * row sums
+    cifg: bool
+    input_scales: tuple[tuple[int, int] | None, ...]  # (multiplier, shift) per gate: input x weights -> Q3.12
+    recurrent_scales: tuple[tuple[int, int] | None, ...]  # hidden state x weights -> Q3.12
+    input_bias: tuple[tuple[int, ...], ...]  # per gate: bias - input zero point * row sums (CIFG: zeros)
     recurrent_bias: tuple[tuple[int, ...], ...]  # per gate: - hidden zero point * row sums
+    peephole_scales: tuple[tuple[int, int] | None, ...] | None  # per gate: cell x peephole weight -> Q3.12
     cell_shift: int  # the cell state's scale is 2^-cell_shift
     cell_clip: int  # 0: none
-    hidden_scale: tuple[int, int]  # output gate x tanh(cell) (Q0.15 x Q0.15) -> the hidden state
+    hidden_scale: tuple[int, int]  # output gate x tanh(cell) (Q0.15 x Q0.15) -> the gated hidden value
     hidden_zero_point: int
 
     @property
     def macs(self) -> int:
-        return self.batch * self.steps * 4 * self.n_cell * (self.n_input + self.n_cell)
+        gates = 3 if self.cifg else 4
+        return self.batch * self.steps * gates * self.n_cell * (self.n_input + self.n_output)
 
 
 def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
-    t = [g.tensors[i] for i in layer.inputs]
-    x, weights, biases, h, c = t[0], t[1:9], t[9:13], t[13], t[14]
-    y = g.tensors[layer.outputs[0]]
+    ins = layer.inputs
+    t = {i: g.tensors[v] for i, v in enumerate(ins) if v >= 0}
+    x, h, c, y = t[0], t[LSTM_HIDDEN], t[LSTM_CELL], g.tensors[layer.outputs[0]]
     a = layer.attrs
+    cifg = LSTM_INPUT_WEIGHTS[0] not in t
     if len(x.shape) != 3:
         raise UnsupportedOperator(f"{where}: LSTM input of shape {list(x.shape)} (a batch of sequences is 3-D)")
     steps, batch = (x.shape[0], x.shape[1]) if a.time_major else (x.shape[1], x.shape[0])
     n_input = x.shape[2]
-    n_cell = weights[0].shape[0]
-    shapes_ok = (all(w.shape == (n_cell, n_input) for w in weights[:4]) and all(w.shape == (n_cell, n_cell) for w in weights[4:])
-                 and all(b.shape == (n_cell,) for b in biases) and h.elements == batch * n_cell and c.elements == batch * n_cell
-                 and y.elements == batch * steps * n_cell)
+    n_cell = t[LSTM_INPUT_WEIGHTS[1]].shape[0]
+    n_output = n_cell  # the hidden state's size (a projection, which would set it, is refused by the reader)
+    gates = [g_ for g_ in range(4) if not (cifg and g_ == 0)]
+    shapes_ok = (all(t[LSTM_INPUT_WEIGHTS[g_]].shape == (n_cell, n_input) for g_ in gates)
+                 and all(t[LSTM_RECURRENT_WEIGHTS[g_]].shape == (n_cell, n_output) for g_ in gates)
+                 and all(t[LSTM_BIASES[g_]].shape == (n_cell,) for g_ in gates)
+                 and all(t[i].shape == (n_cell,) for i in LSTM_PEEPHOLE.values() if i in t)
+                 and h.elements == batch * n_output and c.elements == batch * n_cell
+                 and y.elements == batch * steps * n_output)
     if not shapes_ok:
         raise UnsupportedOperator(f"{where}: LSTM shapes do not agree (input {list(x.shape)}, weights "
-                                  f"{[list(w.shape) for w in weights]}, state {list(h.shape)} / {list(c.shape)}, output "
-                                  f"{list(y.shape)})")
+                                  f"{[list(t[i].shape) for i in (*LSTM_INPUT_WEIGHTS, *LSTM_RECURRENT_WEIGHTS) if i in t]}"
+                                  f", state {list(h.shape)} / {list(c.shape)}, output {list(y.shape)})")
+    peephole = LSTM_PEEPHOLE[1] in t  # the reader took all the gates' or none
     log2 = math.log2(c.scale)
     if log2 != round(log2):
         raise UnsupportedOperator(f"{where}: the cell state's scale {c.scale:g} is not a power of two (the integer "
@@ -68,15 +88,30 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
         raise UnsupportedOperator(f"{where}: the LSTM's output must share the hidden state's quantization")
     f32 = np.float32
     gate_scale = f32(2.0) ** f32(-12)  # Q3.12: the gate activations' input
-    input_scales = tuple(quantize_multiplier(float(f32(w.scale) * f32(x.scale) / gate_scale)) for w in weights[:4])
-    recurrent_scales = tuple(quantize_multiplier(float(f32(w.scale) * f32(h.scale) / gate_scale)) for w in weights[4:])
-    input_bias = tuple(tuple(int(v) for v in b.data.astype(np.int64) - x.zero_point * w.data.astype(np.int64).sum(1))
-                       for w, b in zip(weights[:4], biases))
-    recurrent_bias = tuple(tuple(int(v) for v in -h.zero_point * w.data.astype(np.int64).sum(1)) for w in weights[4:])
+    zeros = tuple(0 for _ in range(n_cell))
+
+    def per_gate(fn):
+        return tuple(fn(g_) if g_ in gates else None for g_ in range(4))
+    input_scales = per_gate(lambda g_: quantize_multiplier(float(f32(t[LSTM_INPUT_WEIGHTS[g_]].scale) * f32(x.scale)
+                                                                 / gate_scale)))
+    recurrent_scales = per_gate(lambda g_: quantize_multiplier(float(f32(t[LSTM_RECURRENT_WEIGHTS[g_]].scale)
+                                                                     * f32(h.scale) / gate_scale)))
+    input_bias = tuple(zeros if g_ not in gates else
+                       tuple(int(v) for v in t[LSTM_BIASES[g_]].data.astype(np.int64)
+                             - x.zero_point * t[LSTM_INPUT_WEIGHTS[g_]].data.astype(np.int64).sum(1)) for g_ in range(4))
+    recurrent_bias = tuple(zeros if g_ not in gates else
+                           tuple(int(v) for v in -h.zero_point * t[LSTM_RECURRENT_WEIGHTS[g_]].data.astype(np.int64).sum(1))
+                           for g_ in range(4))
+    cell_pot = f32(2.0) ** f32(round(log2))
+    peephole_scales = None
+    if peephole:
+        peephole_scales = tuple(quantize_multiplier(float(cell_pot * f32(t[LSTM_PEEPHOLE[g_]].scale) / gate_scale))
+                                if g_ in LSTM_PEEPHOLE and LSTM_PEEPHOLE[g_] in t else None for g_ in range(4))
     clip = int(min(max(f32(a.cell_clip) / f32(c.scale), f32(-32768.0)), f32(32767.0))) if a.cell_clip > 0 else 0
     hidden = float(f32(2.0) ** f32(-15) / f32(a.hidden.scale[0]) * f32(2.0) ** f32(-15))
-    return Lstm(batch, steps, n_input, n_cell, a.time_major, input_scales, recurrent_scales, input_bias, recurrent_bias,
-                -int(round(log2)), clip, quantize_multiplier(hidden), a.hidden.zero_point[0])
+    return Lstm(batch, steps, n_input, n_cell, n_output, a.time_major, cifg, input_scales, recurrent_scales, input_bias,
+                recurrent_bias, peephole_scales, -int(round(log2)), clip, quantize_multiplier(hidden),
+                a.hidden.zero_point[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -307,9 +307,10 @@ class StridedSlice:
 @dataclass(frozen=True, slots=True)
 class Lstm:
     """UNIDIRECTIONAL_SEQUENCE_LSTM in TFLite's integer form (int8 input and output, int8 weights,
-    int32 biases, int8 hidden and int16 cell state). Inputs: x, the eight input and recurrent
-    weights (input, forget, cell, output gates), the four gate biases, the hidden and the cell
-    state (variable tensors, updated in place)."""
+    int32 biases, int8 hidden and int16 cell state). Inputs at TFLite's positions (-1: omitted):
+    x; the input and recurrent weights of the input, forget, cell and output gates (1-8); the
+    int16 peephole weights (9-11); the gate biases (12-15); the projection weights and bias
+    (16, 17); the output (hidden) and the cell state (18, 19: variable tensors, updated in place)."""
     cell_clip: float
     proj_clip: float
     time_major: bool

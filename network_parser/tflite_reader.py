@@ -510,13 +510,13 @@ def _check_window(attrs, where: str) -> None:
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM's inputs by position (TFLite's lstm::full layout)
 _LSTM_WEIGHTS = range(1, 9)  # input to input/forget/cell/output gate, then recurrent to each
-_LSTM_PEEPHOLE, _LSTM_BIASES, _LSTM_PROJECTION = range(9, 12), range(12, 16), (16, 17)
+_LSTM_PEEPHOLE, _LSTM_BIASES = range(9, 12), range(12, 16)  # 16, 17: a projection's
 _LSTM_STATE, _LSTM_LAYER_NORM = (18, 19), range(20, 24)
 
 
 def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
-    """TFLite's integer LSTM (int8 activations and weights, int16 cell state): the full gate set,
-    no peephole, projection or layer normalization (refused by name)."""
+    """TFLite's integer LSTM (int8 activations and weights, int16 cell state), with or without an
+    input gate (CIFG) and peephole weights; a projection and layer normalization refused by name."""
     o = _options(op, tflite.UnidirectionalSequenceLSTMOptions)
     if len(ins) < 20 or len(outs) != 1:
         raise ModelFormatError(f"{where}: {len(ins)} inputs and {len(outs)} outputs (an LSTM has 20 or 24 "
@@ -526,19 +526,27 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     if x.dtype != "int8":
         raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}; the LSTM runs TFLite's integer kernel "
                                   f"(int8 input; float and hybrid LSTMs are not supported)")
-    missing = [i for i in (*_LSTM_WEIGHTS, *_LSTM_BIASES, *_LSTM_STATE) if not given(i)]
-    if missing == [1, 5, 12]:
-        raise UnsupportedOperator(f"{where}: a CIFG LSTM (no input gate) is not supported yet")
-    if missing:
-        raise ModelFormatError(f"{where}: inputs {missing} are omitted; the LSTM needs its gates' weights, biases "
-                               f"and both states")
-    for what, idx in (("peephole", _LSTM_PEEPHOLE), ("projection", _LSTM_PROJECTION),
-                      ("layer normalization", _LSTM_LAYER_NORM)):
-        if any(given(i) for i in idx):
-            raise UnsupportedOperator(f"{where}: an LSTM with {what} is not supported yet")
-    for i in (*_LSTM_WEIGHTS, *_LSTM_BIASES):
+    cifg = not given(1)  # coupled input and forget gates: no input gate of its own
+    required = [i for i in (*_LSTM_WEIGHTS, *_LSTM_BIASES, *_LSTM_STATE) if not (cifg and i in (1, 5, 9, 12))]
+    missing = [i for i in required if not given(i)]
+    if missing or (cifg and (given(5) or given(9) or given(12))):
+        raise ModelFormatError(f"{where}: inputs {missing or [i for i in (5, 9, 12) if given(i)]} are omitted or "
+                               f"given alone; the LSTM needs its gates' weights, biases and both states (a CIFG "
+                               f"LSTM omits the input gate's weights and bias together)")
+    peephole = [i for i in _LSTM_PEEPHOLE if given(i)]
+    if peephole and peephole != [i for i in _LSTM_PEEPHOLE if not (cifg and i == 9)]:
+        raise ModelFormatError(f"{where}: peephole weights {peephole} (all of the gates' or none)")
+    if any(given(i) for i in _LSTM_LAYER_NORM):
+        raise UnsupportedOperator(f"{where}: an LSTM with layer normalization is not supported yet")
+    if given(16) or given(17):
+        raise UnsupportedOperator(f"{where}: an LSTM with a projection is not supported yet (its output is not "
+                                  f"yet equal to LiteRT's on every value)")
+    kinds = {**{i: "int8" for i in _LSTM_WEIGHTS}, **{i: "int32" for i in _LSTM_BIASES},
+             **{i: "int16" for i in _LSTM_PEEPHOLE}}
+    for i, want in kinds.items():
+        if not given(i):
+            continue
         t = tensors[ins[i]]
-        want = "int8" if i in _LSTM_WEIGHTS else "int32"
         if not t.is_const or t.dtype != want or t.quant is None or t.quant.per_channel:
             raise UnsupportedOperator(f"{where}: '{t.name}' must be a constant {want} tensor with one scale (the "
                                       f"integer LSTM's weights and biases)")
@@ -556,7 +564,7 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     if len(inter) != 5 or tensors[inter[4]].quant is None:
         raise ModelFormatError(f"{where}: the integer LSTM needs its five intermediate tensors, the last one "
                                f"quantized (the hidden scale)")
-    data_ins = tuple(ins[i] for i in (0, *_LSTM_WEIGHTS, *_LSTM_BIASES, *_LSTM_STATE))
+    data_ins = tuple(ins[i] if given(i) else -1 for i in range(20))  # TFLite's positions; -1: omitted
     attrs = Lstm(float(o.CellClip()) if o else 0.0, float(o.ProjClip()) if o else 0.0, bool(o.TimeMajor()) if o else False,
                  tensors[inter[4]].quant)
     return Layer(k, "UNIDIRECTIONAL_SEQUENCE_LSTM", data_ins, (outs[0],), attrs, y.name)

@@ -387,53 +387,78 @@ class ModelBuilder:
         return self._emit(self._name("batch_matmul"), Op.BATCH_MATMUL, 4, [x, y], [x, y], fn, out_shape,
                           options=_opts("BatchMatMulOptions", AdjX=bool(adj_x), AdjY=bool(adj_y)))
 
-    def lstm(self, x, units, time_major=False, cell_log2=-11, cell_clip=8.0, hidden_zero_point=None) -> int:
+    def lstm(self, x, units, time_major=False, cell_log2=-11, cell_clip=8.0, hidden_zero_point=None, cifg=False,
+             peephole=False, projection=None, projection_clip=0.0) -> int:
         """UNIDIRECTIONAL_SEQUENCE_LSTM in TFLite's integer form: int8 weights (one scale each), int32
         biases, variable int8 hidden and int16 cell state (scale 2^cell_log2), the output quantized
-        as the hidden state (scale 2^-7, a small zero point)."""
+        as the hidden state (scale 2^-7, a small zero point). ``cifg``: no input gate (coupled to
+        the forget gate); ``peephole``: int16 cell-to-gate weights; ``projection``: the hidden
+        state's size, projected from the gated cells (its own quantization, scale 2^-6)."""
         t = self._int8(x, rank=3)
         n_in = t.shape[2]
         steps, batch = (t.shape[0], t.shape[1]) if time_major else (t.shape[1], t.shape[0])
+        n_out = projection or units
         name = self._name("lstm")
         xs = float(self._q(x)[0])
-        hq = (2.0 ** -7, int(self.rng.integers(-4, 5)) if hidden_zero_point is None else hidden_zero_point)
+        zp = int(self.rng.integers(-4, 5)) if hidden_zero_point is None else hidden_zero_point
+        hq = (2.0 ** -7, zp)  # the gated hidden value's (intermediate 4)
+        oq = (2.0 ** -6, int(self.rng.integers(-4, 5))) if projection else hq  # the hidden state's and the output's
         gates = []
         for g in "ifco":
             wi, si = self._weights((units, n_in), 1, n_in)
-            wr, sr = self._weights((units, units), 1, units)
+            wr, sr = self._weights((units, n_out), 1, n_out)
             bs = np.float32(xs) * si
             bq = np.clip(np.round(self.rng.normal(1.0 if g == "f" else 0.0, 0.5, units) / bs[0]), -2**31 + 1, 2**31 - 1)
             gates.append((wi, si, wr, sr, bq.astype(np.int32), bs))
-        w_in = [self._const(f"{name}/input_to_{g}", wi, "int8", si) for g, (wi, si, *_) in zip("ifco", gates)]
-        w_rec = [self._const(f"{name}/recurrent_to_{g}", wr, "int8", sr) for g, (_, _, wr, sr, _, _) in zip("ifco", gates)]
-        biases = [self._const(f"{name}/{g}_bias", bq, "int32", bs) for g, (*_, bq, bs) in zip("ifco", gates)]
-        h = self._add_tensor(_Tensor(f"{name}/hidden", (batch, units), "int8", np.array([hq[0]], np.float32),
-                                     np.array([hq[1]], np.int64), variable=True))
+        first = 1 if cifg else 0
+        w_in = [-1] * first + [self._const(f"{name}/input_to_{g}", wi, "int8", si)
+                               for g, (wi, si, *_) in list(zip("ifco", gates))[first:]]
+        w_rec = [-1] * first + [self._const(f"{name}/recurrent_to_{g}", wr, "int8", sr)
+                                for g, (_, _, wr, sr, _, _) in list(zip("ifco", gates))[first:]]
+        biases = [-1] * first + [self._const(f"{name}/{g}_bias", bq, "int32", bs)
+                                 for g, (*_, bq, bs) in list(zip("ifco", gates))[first:]]
+        peep = [-1, -1, -1]
+        if peephole:
+            peep = [-1 if cifg and g == "i" else self._const(
+                f"{name}/cell_to_{g}", self.rng.integers(-20000, 20001, units).astype(np.int16), "int16",
+                np.array([self.rng.uniform(0.2, 1.0) / 32768], np.float32)) for g in "ifo"]
+        proj = [-1, -1]
+        if projection:
+            wp, sp = self._weights((n_out, units), 1, units)
+            pbs = np.float32(hq[0]) * sp
+            proj = [self._const(f"{name}/projection", wp, "int8", sp),
+                    self._const(f"{name}/projection_bias", self.rng.integers(-500, 500, n_out).astype(np.int32), "int32", pbs)]
+        h = self._add_tensor(_Tensor(f"{name}/hidden", (batch, n_out), "int8", np.array([oq[0]], np.float32),
+                                     np.array([oq[1]], np.int64), variable=True))
         c = self._add_tensor(_Tensor(f"{name}/cell", (batch, units), "int16", np.array([2.0 ** cell_log2], np.float32),
                                      np.zeros(1, np.int64), variable=True))
         inter = [self._add_tensor(_Tensor(f"{name}/intermediate{i}", (0,), "float32")) for i in range(4)]
         inter.append(self._add_tensor(_Tensor(f"{name}/hidden_scale", (0,), "int8", np.array([hq[0]], np.float32),
                                               np.array([hq[1]], np.int64))))
         floats = [(wi * si[0], wr * sr[0], bq * bs[0]) for wi, si, wr, sr, bq, bs in gates]
+        wpf = proj and projection and (self._tensors[proj[0]], )
 
         def run(v):  # the float LSTM, for the calibration of what follows
             seq = v if not time_major else v.transpose(0, 2, 1, 3)  # (calib, batch, steps, in)
-            hs = np.zeros((len(v), batch, units))
-            cs = np.zeros_like(hs)
-            out = np.zeros((len(v), batch, steps, units))
+            hs = np.zeros((len(v), batch, n_out))
+            cs = np.zeros((len(v), batch, units))
+            out = np.zeros((len(v), batch, steps, n_out))
+            sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
             for step in range(steps):
                 a = [seq[:, :, step] @ wi.T + hs @ wr.T + b for wi, wr, b in floats]
-                sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
-                cs = np.clip(sig(a[1]) * cs + sig(a[0]) * np.tanh(a[2]), -cell_clip, cell_clip)
+                i = 1 - sig(a[1]) if cifg else sig(a[0])
+                cs = np.clip(sig(a[1]) * cs + i * np.tanh(a[2]), -cell_clip, cell_clip)
                 hs = sig(a[3]) * np.tanh(cs)
+                if projection:
+                    hs = np.clip(hs, -1, 1) @ (wp * sp[0]).T
                 out[:, :, step] = hs
             return out if not time_major else out.transpose(0, 2, 1, 3)
 
-        none = [-1, -1, -1]
-        inputs = [x, *w_in, *w_rec, *none, *biases, -1, -1, h, c, -1, -1, -1, -1]
+        del wpf
+        inputs = [x, *w_in, *w_rec, *peep, *biases, *proj, h, c, -1, -1, -1, -1]
         opts = _opts("UnidirectionalSequenceLSTMOptions", FusedActivationFunction=fb.ActivationFunctionType.TANH,
-                     CellClip=float(cell_clip), ProjClip=0.0, TimeMajor=bool(time_major))
-        out = self._emit(name, Op.UNIDIRECTIONAL_SEQUENCE_LSTM, 1, inputs, [x], run, t.shape[:2] + (units,), quant=hq,
+                     CellClip=float(cell_clip), ProjClip=float(projection_clip), TimeMajor=bool(time_major))
+        out = self._emit(name, Op.UNIDIRECTIONAL_SEQUENCE_LSTM, 1, inputs, [x], run, t.shape[:2] + (n_out,), quant=oq,
                          options=opts)
         self._ops[-1].intermediates = tuple(inter)
         return out
