@@ -293,6 +293,23 @@ def softmax(mb, rng, log=False):
     return mb.log_softmax(x) if log else mb.softmax(x, float(rng.choice([1.0, 0.5, 2.0])))
 
 
+def lstm(mb, rng):
+    """An integer LSTM (verify runs it as a stream with a reset)."""
+    time_major = bool(rng.random() < 0.3)
+    batch, steps, n_in = int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 12))
+    x = _input(mb, rng, (steps, batch, n_in) if time_major else (batch, steps, n_in))
+    return mb.lstm(x, int(rng.integers(1, 14)), time_major=time_major, cell_log2=int(rng.choice([-12, -11, -10])),
+                   cell_clip=float(rng.choice([0.0, 2.0, 8.0])), cifg=bool(rng.random() < 0.3),
+                   peephole=bool(rng.random() < 0.3))
+
+
+def svdf(mb, rng):
+    """An integer SVDF (verify runs it as a stream with a reset)."""
+    x = _input(mb, rng, (int(rng.integers(1, 3)), int(rng.integers(1, 24))))
+    return mb.svdf(x, int(rng.integers(1, 9)), rank=int(rng.integers(1, 4)), memory=int(rng.integers(1, 10)),
+                   bias=bool(rng.random() < 0.7))
+
+
 # operator -> case(builder, rng) adding its layers to the builder and returning the output(s)
 CASES: dict[str, Callable] = {
     "CONV_2D": conv, "DEPTHWISE_CONV_2D": lambda mb, rng: conv(mb, rng, True), "FULLY_CONNECTED": fully_connected,
@@ -319,7 +336,7 @@ CASES: dict[str, Callable] = {
     "SPACE_TO_BATCH_ND": lambda mb, rng: space_batch(mb, rng, "space_to_batch_nd"),
     "BATCH_TO_SPACE_ND": lambda mb, rng: space_batch(mb, rng, "batch_to_space_nd"), "REDUCE_MAX": lambda mb, rng: reduce(mb, rng, "max"),
     "REDUCE_MIN": lambda mb, rng: reduce(mb, rng, "min"), "ARG_MAX": lambda mb, rng: arg(mb, rng, "max"),
-    "ARG_MIN": lambda mb, rng: arg(mb, rng, "min"),
+    "ARG_MIN": lambda mb, rng: arg(mb, rng, "min"), "UNIDIRECTIONAL_SEQUENCE_LSTM": lstm, "SVDF": svdf,
 }
 
 

@@ -411,8 +411,10 @@ CASES = [
          "op 0 CONV_2D (output 'conv2d_0/out'): unknown padding 7"),
     Case("options missing", ".tflite", _tflite(_no_options), "ModelFormatError",
          "op 1 MAX_POOL_2D (output 'max_pool_0/out'): no Pool2DOptions"),
-    Case("unsupported operator", ".tflite", _tflite(_opcode(tb.Op.UNIDIRECTIONAL_SEQUENCE_LSTM)),
-         "UnsupportedOperator", "op 1 UNIDIRECTIONAL_SEQUENCE_LSTM (output 'max_pool_0/out')"),
+    Case("unsupported operator", ".tflite", _tflite(_opcode(tb.Op.SQUARE)),
+         "UnsupportedOperator", "op 1 SQUARE (output 'max_pool_0/out')"),
+    Case("recurrent op without its inputs", ".tflite", _tflite(_opcode(tb.Op.UNIDIRECTIONAL_SEQUENCE_LSTM)),
+         "ModelFormatError", "op 1 UNIDIRECTIONAL_SEQUENCE_LSTM (output 'max_pool_0/out')"),
     # found by the fuzzers (tests/fuzz), kept as regressions
     Case("weights without quantization", ".tflite", _tflite(_no_quant), "ModelFormatError",
          "op 3 FULLY_CONNECTED (output 'fully_connected_0/out'): int8 tensor 7 'fully_connected_0/weights' has no "

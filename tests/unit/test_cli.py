@@ -180,10 +180,16 @@ def test_unsupported_operator(run, tmp_path):
     assert_no_output(tmp_path / "out", before)
 
 
-def test_unsupported_lstm_model(tmp_path):
-    model = shared("tflm/trained_lstm_int8.tflite")
+def test_lstm_model_deploys_and_an_unsupported_form_is_one_line(tmp_path):
+    code, _, err = run_clirunner(shared("tflm/trained_lstm_int8.tflite"), "-o", tmp_path / "lstm")
+    assert code == 0, err
+    mb = ModelBuilder(0)
+    mb.output(mb.lstm(mb.input((1, 4, 6)), 8, projection=5))
+    model = tmp_path / "projection.tflite"
+    mb.save(model)
     code, _, err = run_clirunner(model, "-o", tmp_path / "out")
-    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in assert_one_line_error(code, err, "UnsupportedOperator")
+    line = assert_one_line_error(code, err, "UnsupportedOperator")
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in line and "projection" in line
     assert not (tmp_path / "out").exists()
 
 

@@ -104,16 +104,16 @@ def test_person_detect_quantized_dimension_on_1d_tensors():
 
 
 @pytest.mark.parametrize("rel", LSTM_MODELS)
-def test_lstm_models_unsupported(rel):
-    path = shared(rel)
-    sg = tflite.Model.GetRootAs(path.read_bytes(), 0).Subgraphs(0)
-    out_name = sg.Tensors(int(sg.Operators(0).Outputs(0))).Name().decode()
-    with pytest.raises(UnsupportedOperator) as err:
-        read_tflite(path)
-    msg = str(err.value)
-    assert msg.startswith("UnsupportedOperator: ")
-    for part in ("UNIDIRECTIONAL_SEQUENCE_LSTM", "op 0", f"'{out_name}'", path.name):
-        assert part in msg
+def test_lstm_models_read_with_their_state(rel):
+    """The integer LSTM keeps TFLite's input positions; its hidden (int8) and cell (int16) state
+    are variable tensors, outside the arena's activations."""
+    graph = read_tflite(shared(rel))
+    lstm = graph.layers[0]
+    assert lstm.op == "UNIDIRECTIONAL_SEQUENCE_LSTM" and len(lstm.inputs) == 20
+    state = graph.state()
+    assert state == [lstm.inputs[18], lstm.inputs[19]]
+    assert [graph.tensors[t].dtype for t in state] == ["int8", "int16"]
+    assert all(graph.tensors[t].variable for t in state) and not set(state) & set(graph.activations())
 
 
 def test_small_builder_model_roundtrip(tmp_path):
