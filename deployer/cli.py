@@ -415,7 +415,7 @@ def _samples(model: Path, dep, inputs, expected_files, seeds: int):
             return [sample], None
         outs = _load_arrays(expected_files, [graph.tensors[t] for t in graph.outputs], "--expected")
         return [sample], Expected("--expected files", [[to_engine_output(graph, j, y) for j, y in enumerate(outs)]])
-    vectors = find_vectors(model, graph)
+    vectors = find_vectors(model, graph) if not graph.state() else None  # a model with state runs a stream
     if vectors is not None:
         sample = [to_engine_input(graph, i, x) for i, x in enumerate(vectors.inputs)]
         return [sample], Expected(vectors.description, [[to_engine_output(graph, j, y)
@@ -500,8 +500,9 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
                        f"elements x {result['samples']} inputs vs {result['reference']}")
         if per_layer:
             d = result["first_divergence"]
+            scope = " (its first inference, from the reset state)" if dep.graph.state() else ""
             if d["layer"] is None:
-                say("every layer matches")
+                say(f"every layer matches{scope}")
             else:
                 say(f"first divergence: op {d['layer']} {d['op']} '{display(d['name'])}': C vs golden "
                            f"{d['c_vs_golden']:g}, C vs reference {d['c_vs_reference']}, "

@@ -654,6 +654,16 @@ def portable_requant_bytes(kern) -> int:
     return 0
 
 
+def _recurrent_constants(kern) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(section, the layer's input positions) of the constants a recurrent layer's engine holds as
+    they are stored: an LSTM's weights and peepholes (its biases are folded, see the caller), an
+    SVDF's feature and time weights and its bias."""
+    if isinstance(kern, K.Lstm):
+        return (("weights", (*R.LSTM_INPUT_WEIGHTS, *R.LSTM_RECURRENT_WEIGHTS)),
+                ("parameters", tuple(R.LSTM_PEEPHOLE.values())))
+    return ("weights", (1, 2)), ("biases", (3,))
+
+
 def constant_sections(graph: Graph, layers) -> dict:
     """Bytes of .rodata the engine holds, by kind: weights (in their variant's layout), biases and
     the other constants (requantization arrays, lookup tables, constant operands) of ``layers``
@@ -662,6 +672,16 @@ def constant_sections(graph: Graph, layers) -> dict:
     sections = dict(weights=0, biases=0, parameters=0)
     for layer, lp in zip(graph.layers, layers):
         kern = lp.kernel
+        if isinstance(kern, (K.Lstm, K.Svdf)):  # recurrent layers: weights as stored, their own biases
+            for kind, positions in _recurrent_constants(kern):
+                for i in positions:
+                    t = layer.inputs[i]
+                    if t >= 0 and t not in seen:
+                        seen.add(t)
+                        sections[kind] += graph.tensors[t].nbytes
+            if isinstance(kern, K.Lstm):  # the gates' folded biases, the input's and the hidden state's
+                sections["biases"] += 2 * 4 * 4 * kern.n_cell
+            continue
         own = lp.variant.lane_bytes if lp.variant is not None else None
         if own is not None:  # a variant laying out its own weights and per-channel arrays: per layer
             sections["weights"] += lp.variant.weight_bytes

@@ -422,8 +422,9 @@ def split_patches(plan: Plan, sram_target: int | None) -> Plan:
         if options.patch != "auto":
             patch = forced_plan(plan.graph, plan.kernels, lives, parse_patch(options.patch))
         else:
-            choice = split_choice(plan, sram_target, lives)
-            if choice.end is not None and choice.unsplit_peak > sram_target:
+            arena_target = sram_target - emit.state_layout(plan.graph)[1]  # SRAM beside the state kept across runs
+            choice = split_choice(plan, arena_target, lives)
+            if choice.end is not None and choice.unsplit_peak > arena_target:
                 patch = make_plan(plan.graph, plan.kernels, choice)
     stage = set(patch.layers) if patch else set()
     return plan.but(patch=patch).with_layers(lambda lp: replace(lp, in_stage=lp.index in stage))
@@ -554,7 +555,8 @@ def stream_from_l3(plan: Plan, lives, sram_target: int | None):
         return None
     scratch = l1_scratch(plan)
     placement = place(graph, plan.kernels, lives, plan.tilings,
-                      sram=None if sram_target is None else sram_target - scratch, flash=options.flash,
+                      sram=None if sram_target is None else sram_target - scratch - emit.state_layout(graph)[1],
+                      flash=options.flash,
                       code_bytes=code_estimate(plan.layers, plan.patch),
                       resident_bytes=sum(emit.constant_sections(graph, plan.layers).values()),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)

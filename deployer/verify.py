@@ -227,12 +227,24 @@ def stream(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected: Ex
     if not dep.graph.state():
         return samples, frozenset(), expected
     if expected is not None:
-        raise UsageError("a model with state is checked on a stream of samples against its reference; the model's "
-                         "own test vectors and --expected files are not a stream")
-    samples, resets = [*samples, samples[0]], frozenset({len(samples)})
+        if expected.resets:  # already a stream (a cut graph's, read off the whole file's)
+            return samples, expected.resets, expected
+        raise UsageError("a model with state is checked on a stream of samples against its reference; --expected "
+                         "files are not a stream (pass --input without them)")
+    samples, resets = stream_order(samples)
     outs = [outputs for outputs, _ in run_litert_stream(model, samples, resets)]
-    note = f"{len(samples) - 1} consecutive inferences, then a reset and the first again"
-    return samples, resets, Expected(f"litert-builtin-ref ({note})", outs)
+    return samples, resets, Expected(stream_reference(samples, resets), outs, None, resets)
+
+
+def stream_order(samples: list) -> tuple[list, frozenset[int]]:
+    """A model with state runs its samples as one stream, then is reset and runs the first again
+    (its output must come back); one sample runs twice first, so that a carried state is used."""
+    samples = samples * 2 if len(samples) == 1 else list(samples)
+    return [*samples, samples[0]], frozenset({len(samples)})
+
+
+def stream_reference(samples: list, resets: frozenset[int]) -> str:
+    return (f"litert-builtin-ref ({min(resets)} consecutive inferences, then a reset and the first again)")
 
 
 @dataclass(frozen=True)
@@ -242,6 +254,7 @@ class Expected:
     reference: str
     outputs: list[list[np.ndarray]]
     tensors: list[dict] | None = None
+    resets: frozenset[int] = frozenset()  # a stream's (a model with state): the samples it is reset before
 
 
 def file_view(graph: Graph) -> Graph:
@@ -254,11 +267,16 @@ def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) ->
     inputs (``file_samples``), and the engine's inputs and outputs are the values it computed at
     the cut's tensors."""
     graph, samples, outputs, tensors, reference = dep.graph, [], [], [], None
-    if graph.state():
-        raise UsageError("a cut of a model with state is not verified: its reference runs the whole file per sample, "
-                         "not one stream")
+    resets = frozenset()
+    if graph.state():  # one stream through the whole file (a TFLite model: LiteRT keeps every tensor)
+        file_samples, resets = stream_order(file_samples)
+        runs = iter(run_litert_stream(model, file_samples, resets, preserve=True))
+        reference = stream_reference(file_samples, resets)
     for sample in file_samples:
-        reference, _, values = run_reference(model, sample, preserve=True, graph=graph)
+        if resets:
+            values = next(runs)[1]
+        else:
+            reference, _, values = run_reference(model, sample, preserve=True, graph=graph)
         if values is None:
             raise DeployError(f"{model}: {reference} keeps no intermediate tensors, so a cut graph cannot be "
                               f"checked against it")
@@ -267,7 +285,7 @@ def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) ->
         samples.append([values[t].reshape(graph.tensors[t].shape) for t in graph.inputs])
         outputs.append([values[t] for t in graph.outputs])
         tensors.append(values)
-    return samples, Expected(f"{reference} (the whole model, read at the cut)", outputs, tensors)
+    return samples, Expected(f"{reference} (the whole model, read at the cut)", outputs, tensors, resets)
 
 
 def verification_samples(dep: Plan, model: Path, seeds: int) -> tuple[list, Expected | None]:

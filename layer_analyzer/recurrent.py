@@ -1,6 +1,6 @@
-"""Recurrent layers with state kept across inferences: TFLite's integer LSTM lowered to the
-constants its step needs, computed as LiteRT's kernel prepares them (float32 effective scales,
-each gate's zero points folded into its bias)."""
+"""Recurrent layers with state kept across inferences: TFLite's integer LSTM and SVDF lowered to
+the constants their steps need, computed as LiteRT's kernels prepare them (float32 effective
+scales; an LSTM gate's zero points folded into its bias)."""
 from __future__ import annotations
 
 import math
@@ -12,9 +12,6 @@ from network_parser.errors import UnsupportedOperator
 from network_parser.ir import Graph, Layer
 
 from .requant import quantize_multiplier
-
-GATES = "ifco"  # input, forget, cell, output: the order of the weights and biases
-
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM's inputs (TFLite's positions, as the IR keeps them)
 LSTM_INPUT_WEIGHTS, LSTM_RECURRENT_WEIGHTS = (1, 2, 3, 4), (5, 6, 7, 8)
@@ -81,9 +78,9 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
                                   f", state {list(h.shape)} / {list(c.shape)}, output {list(y.shape)})")
     peephole = LSTM_PEEPHOLE[1] in t  # the reader took all the gates' or none
     log2 = math.log2(c.scale)
-    if log2 != round(log2):
-        raise UnsupportedOperator(f"{where}: the cell state's scale {c.scale:g} is not a power of two (the integer "
-                                  f"LSTM's cell arithmetic needs one)")
+    if log2 != round(log2) or not -15 <= log2 <= -9:
+        raise UnsupportedOperator(f"{where}: the cell state's scale {c.scale:g} (LiteRT's integer LSTM takes a power of "
+                                  f"two from 2^-15 to 2^-9: its tanh of the cell takes 0 to 6 integer bits)")
     if (y.scale, y.zero_point) != (h.scale, h.zero_point):
         raise UnsupportedOperator(f"{where}: the LSTM's output must share the hidden state's quantization")
     f32 = np.float32
@@ -120,7 +117,7 @@ class Svdf:
     values, oldest first) shifts left by one value; each filter's product with the input,
     rescaled to the state's scale and saturated to int16, becomes its newest value; each filter's
     time weights dotted with its history, the ``rank`` filters of a unit summed, the bias added,
-    rescaled to int8 (the output's range is the RELU)."""
+    rescaled to int8 (clamped to its range: with the output zero point at -128, the RELU)."""
     batch: int
     n_input: int
     filters: int

@@ -312,7 +312,6 @@ class Lstm:
     int16 peephole weights (9-11); the gate biases (12-15); the projection weights and bias
     (16, 17); the output (hidden) and the cell state (18, 19: variable tensors, updated in place)."""
     cell_clip: float
-    proj_clip: float
     time_major: bool
     hidden: Quant  # the effective hidden scale intermediate: the gated tanh's quantization
 
@@ -322,8 +321,7 @@ class Svdf:
     """SVDF in TFLite's integer form. Inputs: x, the int8 feature weights, the int16 time weights,
     the int32 bias (-1: none) and the int16 activation state (a variable tensor, updated in
     place: each filter's last ``memory`` feature values)."""
-    rank: int
-    activation: str  # RELU: the integer kernel's output range is the clamp
+    rank: int  # (its fused activation is RELU, as LiteRT's integer kernel requires: the output clamp)
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,7 +348,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
     kept, file_edges, notes = range(len(edges)), None, ()
     if cut:
         c = cut_graph(path.name, [t.name for t in tensors], [t.dtype for t in tensors],
-                      {i for i, t in enumerate(tensors) if t.is_const}, edges, inputs, outputs, cut)
+                      {i for i, t in enumerate(tensors) if t.is_const or t.variable}, edges, inputs, outputs, cut)
         file_edges, notes = FileEdges(inputs, outputs), c.notes
         kept, inputs, outputs = c.ops, c.inputs, c.outputs
     layers = []
@@ -565,8 +565,7 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise ModelFormatError(f"{where}: the integer LSTM needs its five intermediate tensors, the last one "
                                f"quantized (the hidden scale)")
     data_ins = tuple(ins[i] if given(i) else -1 for i in range(20))  # TFLite's positions; -1: omitted
-    attrs = Lstm(float(o.CellClip()) if o else 0.0, float(o.ProjClip()) if o else 0.0, bool(o.TimeMajor()) if o else False,
-                 tensors[inter[4]].quant)
+    attrs = Lstm(float(o.CellClip()) if o else 0.0, bool(o.TimeMajor()) if o else False, tensors[inter[4]].quant)
     return Layer(k, "UNIDIRECTIONAL_SEQUENCE_LSTM", data_ins, (outs[0],), attrs, y.name)
 
 
@@ -578,9 +577,10 @@ def _svdf(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise ModelFormatError(f"{where}: inputs {ins} (an SVDF takes input, feature weights, time weights, bias "
                                f"or -1, and its state)")
     x, wf, wt, state, y = (tensors[i] for i in (ins[0], ins[1], ins[2], ins[4], outs[0]))
-    if x.dtype != "int8":
-        raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}; the SVDF runs TFLite's integer kernel "
-                                  f"(int8 input; float and hybrid SVDFs are not supported)")
+    if x.dtype != "int8" or x.quant is None:
+        raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}{'' if x.quant else ' without quantization'}; "
+                                  f"the SVDF runs TFLite's integer kernel (quantized int8 input; float and hybrid "
+                                  f"SVDFs are not supported)")
     checks = ((wf, "int8", True), (wt, "int16", True), (state, "int16", False), (y, "int8", False))
     for t, dtype, const in checks:
         if t.dtype != dtype or t.quant is None or t.quant.per_channel or t.is_const != const:
@@ -593,7 +593,7 @@ def _svdf(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     if o.FusedActivationFunction() != tflite.ActivationFunctionType.RELU:
         raise UnsupportedOperator(f"{where}: SVDF activation code {o.FusedActivationFunction()} (LiteRT's integer "
                                   f"kernel takes RELU only)")
-    return Layer(k, "SVDF", tuple(ins), (outs[0],), Svdf(int(o.Rank()), "RELU"), y.name)
+    return Layer(k, "SVDF", tuple(ins), (outs[0],), Svdf(int(o.Rank())), y.name)
 
 
 _RECURRENT = {"UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm, "SVDF": _svdf}

@@ -29,7 +29,7 @@ class Memory:
     carved out of SRAM, and weights and code on parts that run from L2."""
     arena_bytes: int = 0
     scratch_bytes: int = 0  # L1 tile buffer in SRAM (parts without a scratchpad or TCM)
-    state_bytes: int = 0  # kept across inferences outside the arena (.bss): a language model's KV cache
+    state_bytes: int = 0  # kept across inferences outside the arena (.bss): a KV cache, recurrent layers' state
     sram_bytes: int = 0
     weights_bytes: int = 0  # .rodata in the kernels' layouts
     code_bytes_estimate: int = 0

@@ -85,7 +85,7 @@ def lstm_model(folder, seed: int, shape, units: int, time_major: bool, cell_log2
 
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), batch=st.integers(1, 2), steps=st.integers(1, 6), n_input=st.integers(1, 11),
-       units=st.integers(1, 14), time_major=st.booleans(), cell_log2=st.sampled_from([-12, -11, -10]),
+       units=st.integers(1, 14), time_major=st.booleans(), cell_log2=st.sampled_from([-15, -12, -11, -10, -9]),
        clip=st.sampled_from([0.0, 1.5, 8.0]), zp=st.integers(-6, 6), stacked=st.sampled_from([0, 0, 5]),
        cifg=st.booleans(), peephole=st.booleans())
 def test_random_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, steps, n_input, units, time_major,
@@ -170,3 +170,80 @@ def test_unsupported_recurrent_forms_are_refused_by_name(tmp_path, kind, message
     b.save(path)
     with pytest.raises(UnsupportedOperator, match=message):
         deploy(path, Options())
+
+
+def _builder_lstm(tmp_path, edit=None, **kw):
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=2)
+    b.output(b.lstm(b.input((1, 4, 6)), 8, **kw))
+    if edit:
+        edit(b, b._ops[-1])
+    path = tmp_path / "lstm.tflite"
+    b.save(path)
+    return path
+
+
+@pytest.mark.parametrize("name,kw,edit,error,message", [
+    ("cell scale", dict(cell_log2=-8), None, "UnsupportedOperator", "a power of two from 2"),
+    ("partial CIFG", {}, lambda b, op: op.inputs.__setitem__(5, -1), "ModelFormatError", "omitted or given alone"),
+    ("partial peepholes", dict(peephole=True), lambda b, op: op.inputs.__setitem__(10, -1), "ModelFormatError",
+     "all of the gates' or none"),
+    ("layer norm", {}, lambda b, op: op.inputs.__setitem__(21, op.inputs[13]), "UnsupportedOperator",
+     "layer normalization is not supported yet"),
+])
+def test_lstm_forms_the_reference_does_not_run_are_refused(tmp_path, name, kw, edit, error, message):
+    from network_parser import errors
+    with pytest.raises(getattr(errors, error), match=message):
+        deploy(_builder_lstm(tmp_path, edit, **kw), Options())
+
+
+def test_svdf_without_relu_is_refused(tmp_path):
+    from network_parser.errors import UnsupportedOperator
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=1)
+    b.output(b.svdf(b.input((1, 8)), 4, activation="NONE"))
+    path = tmp_path / "svdf.tflite"
+    b.save(path)
+    with pytest.raises(UnsupportedOperator, match="takes RELU only"):
+        deploy(path, Options())
+
+
+def test_one_sample_still_streams_through_the_state():
+    """One sample runs twice before the reset (a state carried once), then again after it."""
+    model = shared_model(LSTMS[0])
+    dep = deploy(model, Options())
+    result = verify(dep, model, _stream(dep, 1))
+    assert result["samples"] == 3 and [o["max_abs_diff"] for o in result["outputs"]] == [0]
+
+
+def test_a_cut_of_a_model_with_state_streams_the_whole_file():
+    """--outputs at the LSTM's output: the engine runs the LSTM alone, against LiteRT's values there
+    over the stream through the whole model (its state carried, then reset)."""
+    from deployer.verify import verification_samples
+    from network_parser.cut import CutSpec
+    model = shared_model(LSTMS[0])
+    probe = deploy(model, Options())
+    name = probe.graph.tensors[probe.graph.layers[0].outputs[0]].name
+    dep = deploy(model, Options(cut=CutSpec(outputs=(name,))))
+    assert [layer.op for layer in dep.graph.layers] == ["UNIDIRECTIONAL_SEQUENCE_LSTM"]
+    samples, expected = verification_samples(dep, model, 3)
+    assert expected.resets == frozenset({3})
+    result = verify(dep, model, samples, expected=expected)
+    assert [o["max_abs_diff"] for o in result["outputs"]] == [0] and result["samples"] == 4
+
+
+@pytest.mark.parametrize("kind", ["lstm", "svdf"])
+def test_recurrent_layers_on_gap8_emulation(tmp_path, kind):
+    from deployer.verify import emulated_engine
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=3)
+    x = b.input((1, 5, 9) if kind == "lstm" else (2, 12))
+    b.output(b.lstm(x, 7) if kind == "lstm" else b.svdf(x, 5, rank=2, memory=3))
+    model = tmp_path / f"{kind}.tflite"
+    b.save(model)
+    dep = deploy(model, Options(target="gap8"))
+    samples, resets = _stream(dep, 3), frozenset({2})
+    ref = run_litert_stream(model, samples, resets)
+    outs, _ = run_engine(emulated_engine(dep), samples, resets)
+    for n, (ours, (want, _)) in enumerate(zip(outs, ref)):
+        assert np.array_equal(ours[0], want[0]), f"sample {n}"
