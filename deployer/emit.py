@@ -161,6 +161,9 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                 w_in=[named(i, f"w_x{g}") for i, g in zip(R.LSTM_INPUT_WEIGHTS, gates)],
                 w_rec=[named(i, f"w_h{g}") for i, g in zip(R.LSTM_RECURRENT_WEIGHTS, gates)],
                 peephole=[named(R.LSTM_PEEPHOLE[g], f"w_c{gates[g]}") if g in R.LSTM_PEEPHOLE else None for g in range(4)],
+                projection=named(R.LSTM_PROJECTION, "w_projection"),
+                projection_bias=sym.array(f"op{k}_projection_bias", "int32_t", np.array(kern.projection_bias, np.int64))
+                if kern.projection_bias is not None else None,
                 input_bias=sym.array(f"op{k}_input_bias", "int32_t", np.array(kern.input_bias, np.int64)),
                 recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
                 h=sym.tensor(layer_inputs[R.LSTM_HIDDEN], f"op{k}_h", writable=True),
@@ -618,10 +621,15 @@ def stack_need(buffer_bytes: int, tiled: bool = False, buffer: str = "im2col col
 
 
 def network_stack_need(layers: list[dict]) -> dict:
-    """A network's: the DSP kernels' im2col column is a layer's stack buffer."""
+    """A network's: the DSP kernels' im2col column, or a projected LSTM's gated values, is a
+    layer's stack buffer."""
     column = max((L["simd"]["row"] for L in layers if L.get("simd") and L["simd"].get("macro") == "im2col"),
                  default=0)
-    return stack_need(column, any(L.get("tiling") or L.get("patch") for L in layers))
+    gated = max((L["k"].n_cell for L in layers if isinstance(L["k"], K.Lstm) and L["k"].projection_scale), default=0)
+    tiled = any(L.get("tiling") or L.get("patch") for L in layers)
+    if gated > column:
+        return stack_need(gated, tiled, "projected LSTM's gated values")
+    return stack_need(column, tiled)
 
 
 QEMU_BOARD_MEMORY = 4 * 1024 * 1024  # mps2 boards: 4 MiB of SSRAM as flash, 4 MiB as RAM
@@ -656,10 +664,10 @@ def portable_requant_bytes(kern) -> int:
 
 def _recurrent_constants(kern) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(section, the layer's input positions) of the constants a recurrent layer's engine holds as
-    they are stored: an LSTM's weights and peepholes (its biases are folded, see the caller), an
+    they are stored: an LSTM's weights, projection and peepholes (its biases are folded, see the caller), an
     SVDF's feature and time weights and its bias."""
     if isinstance(kern, K.Lstm):
-        return (("weights", (*R.LSTM_INPUT_WEIGHTS, *R.LSTM_RECURRENT_WEIGHTS)),
+        return (("weights", (*R.LSTM_INPUT_WEIGHTS, *R.LSTM_RECURRENT_WEIGHTS, R.LSTM_PROJECTION)),
                 ("parameters", tuple(R.LSTM_PEEPHOLE.values())))
     return ("weights", (1, 2)), ("biases", (3,))
 
@@ -679,8 +687,8 @@ def constant_sections(graph: Graph, layers) -> dict:
                     if t >= 0 and t not in seen:
                         seen.add(t)
                         sections[kind] += graph.tensors[t].nbytes
-            if isinstance(kern, K.Lstm):  # the gates' folded biases, the input's and the hidden state's
-                sections["biases"] += 2 * 4 * 4 * kern.n_cell
+            if isinstance(kern, K.Lstm):  # the gates' folded biases (the input's, the hidden state's), the projection's
+                sections["biases"] += 2 * 4 * 4 * kern.n_cell + 4 * len(kern.projection_bias or ())
             continue
         own = lp.variant.lane_bytes if lp.variant is not None else None
         if own is not None:  # a variant laying out its own weights and per-channel arrays: per layer

@@ -313,7 +313,15 @@ def _lstm(k: K.Lstm, ins: list):
         if k.cell_clip:
             c = np.clip(c, -k.cell_clip, k.cell_clip)
         o = fx.logistic16(gate(3, xs, c), 3)
-        h = np.clip(fx.mbqm(o * fx.tanh16(c, 15 - k.cell_shift), *k.hidden_scale) + k.hidden_zero_point, -128, 127)
+        raw = fx.mbqm(o * fx.tanh16(c, 15 - k.cell_shift), *k.hidden_scale)
+        if k.projection_scale is None:
+            h = np.clip(raw + k.hidden_zero_point, -128, 127)
+        else:  # the gated values less the hidden zero point, saturated; the bias folds it back in
+            gated = np.clip(raw - k.hidden_zero_point, -128, 127)
+            acc = gated @ ins[R.LSTM_PROJECTION].astype(np.int64).T + np.array(k.projection_bias)
+            h = np.clip(fx.mbqm(acc, *k.projection_scale) + k.output_zero_point, -128, 127)
+            if k.projection_clip:
+                h = np.clip(h, -k.projection_clip, k.projection_clip)
         out[step] = h
     y = out if k.time_major else out.transpose(1, 0, 2)
     return y.astype(np.int8), h.astype(np.int8), c.astype(np.int16)

@@ -16,7 +16,7 @@ from .requant import quantize_multiplier
 # UNIDIRECTIONAL_SEQUENCE_LSTM's inputs (TFLite's positions, as the IR keeps them)
 LSTM_INPUT_WEIGHTS, LSTM_RECURRENT_WEIGHTS = (1, 2, 3, 4), (5, 6, 7, 8)
 LSTM_PEEPHOLE = {0: 9, 1: 10, 3: 11}  # gate -> its peephole weights (the cell gate has none)
-LSTM_BIASES = (12, 13, 14, 15)  # (16, 17: a projection's weights and bias, refused by the reader)
+LSTM_BIASES, LSTM_PROJECTION, LSTM_PROJECTION_BIAS = (12, 13, 14, 15), 16, 17
 LSTM_HIDDEN, LSTM_CELL = 18, 19
 
 
@@ -28,13 +28,13 @@ class Lstm:
     the gate's weights, each plus its folded bias, rescaled to Q3.12 and summed saturating to
     int16 (with peepholes, the cell state times the gate's peephole weight too); gemmlowp's int16
     logistic (tanh for the cell gate); the cell state forget * cell + input * cell gate (CIFG:
-    (1 - forget) for the input gate), clipped; the hidden state the gated tanh of the cell state,
-    rescaled to int8."""
+    (1 - forget) for the input gate), clipped; the gated tanh of the cell state rescaled to int8:
+    the hidden state, or (with a projection) its product with the projection weights."""
     batch: int
     steps: int
     n_input: int
     n_cell: int
-    n_output: int  # the hidden state's size (n_cell: a projection is refused by the reader)
+    n_output: int  # the hidden state's size: n_cell, or the projection's
     time_major: bool
     cifg: bool
     input_scales: tuple[tuple[int, int] | None, ...]  # (multiplier, shift) per gate: input x weights -> Q3.12
@@ -46,11 +46,18 @@ class Lstm:
     cell_clip: int  # 0: none
     hidden_scale: tuple[int, int]  # output gate x tanh(cell) (Q0.15 x Q0.15) -> the gated hidden value
     hidden_zero_point: int
+    projection_scale: tuple[int, int] | None = None  # gated hidden x projection weights -> the hidden state
+    projection_bias: tuple[int, ...] | None = None  # bias + hidden zero point * row sums (see lower_lstm)
+    projection_clip: int = 0  # 0: none
+    output_zero_point: int = 0  # the hidden state's (and the output's), with a projection
 
     @property
     def macs(self) -> int:
         gates = 3 if self.cifg else 4
-        return self.batch * self.steps * gates * self.n_cell * (self.n_input + self.n_output)
+        per_step = gates * self.n_cell * (self.n_input + self.n_output)
+        if self.projection_scale is not None:
+            per_step += self.n_cell * self.n_output
+        return self.batch * self.steps * per_step
 
 
 def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
@@ -64,12 +71,15 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
     steps, batch = (x.shape[0], x.shape[1]) if a.time_major else (x.shape[1], x.shape[0])
     n_input = x.shape[2]
     n_cell = t[LSTM_INPUT_WEIGHTS[1]].shape[0]
-    n_output = n_cell  # the hidden state's size (a projection, which would set it, is refused by the reader)
+    projection = t.get(LSTM_PROJECTION)
+    n_output = projection.shape[0] if projection is not None else n_cell
     gates = [g_ for g_ in range(4) if not (cifg and g_ == 0)]
     shapes_ok = (all(t[LSTM_INPUT_WEIGHTS[g_]].shape == (n_cell, n_input) for g_ in gates)
                  and all(t[LSTM_RECURRENT_WEIGHTS[g_]].shape == (n_cell, n_output) for g_ in gates)
                  and all(t[LSTM_BIASES[g_]].shape == (n_cell,) for g_ in gates)
                  and all(t[i].shape == (n_cell,) for i in LSTM_PEEPHOLE.values() if i in t)
+                 and (projection is None or projection.shape == (n_output, n_cell))
+                 and (LSTM_PROJECTION_BIAS not in t or t[LSTM_PROJECTION_BIAS].shape == (n_output,))
                  and h.elements == batch * n_output and c.elements == batch * n_cell
                  and y.elements == batch * steps * n_output)
     if not shapes_ok:
@@ -106,9 +116,19 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
                                 if g_ in LSTM_PEEPHOLE and LSTM_PEEPHOLE[g_] in t else None for g_ in range(4))
     clip = int(min(max(f32(a.cell_clip) / f32(c.scale), f32(-32768.0)), f32(32767.0))) if a.cell_clip > 0 else 0
     hidden = float(f32(2.0) ** f32(-15) / f32(a.hidden.scale[0]) * f32(2.0) ** f32(-15))
+    projection_scale = projection_bias = None
+    projection_clip = 0
+    if projection is not None:
+        projection_scale = quantize_multiplier(float(f32(projection.scale) * f32(a.hidden.scale[0]) / f32(h.scale)))
+        bias = t[LSTM_PROJECTION_BIAS].data.astype(np.int64) if LSTM_PROJECTION_BIAS in t else 0
+        # LiteRT stores the gated values less the hidden zero point (saturated) and folds the zero
+        # point back in with the projection's bias: measured against its outputs, value by value
+        projection_bias = tuple(int(v) for v in bias + a.hidden.zero_point[0] * projection.data.astype(np.int64).sum(1))
+        if a.proj_clip > 0:
+            projection_clip = int(min(max(f32(a.proj_clip) / f32(y.scale), f32(-128.0)), f32(127.0)))
     return Lstm(batch, steps, n_input, n_cell, n_output, a.time_major, cifg, input_scales, recurrent_scales, input_bias,
                 recurrent_bias, peephole_scales, -int(round(log2)), clip, quantize_multiplier(hidden),
-                a.hidden.zero_point[0])
+                a.hidden.zero_point[0], projection_scale, projection_bias, projection_clip, h.zero_point)
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,6 +312,7 @@ class Lstm:
     int16 peephole weights (9-11); the gate biases (12-15); the projection weights and bias
     (16, 17); the output (hidden) and the cell state (18, 19: variable tensors, updated in place)."""
     cell_clip: float
+    proj_clip: float
     time_major: bool
     hidden: Quant  # the effective hidden scale intermediate: the gated tanh's quantization
 

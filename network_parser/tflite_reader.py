@@ -510,13 +510,13 @@ def _check_window(attrs, where: str) -> None:
 
 # UNIDIRECTIONAL_SEQUENCE_LSTM's inputs by position (TFLite's lstm::full layout)
 _LSTM_WEIGHTS = range(1, 9)  # input to input/forget/cell/output gate, then recurrent to each
-_LSTM_PEEPHOLE, _LSTM_BIASES = range(9, 12), range(12, 16)  # 16, 17: a projection's
+_LSTM_PEEPHOLE, _LSTM_BIASES = range(9, 12), range(12, 16)  # 16, 17: the projection's weights and bias
 _LSTM_STATE, _LSTM_LAYER_NORM = (18, 19), range(20, 24)
 
 
 def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
     """TFLite's integer LSTM (int8 activations and weights, int16 cell state), with or without an
-    input gate (CIFG) and peephole weights; a projection and layer normalization refused by name."""
+    input gate (CIFG), peephole weights or a projection; layer normalization refused by name."""
     o = _options(op, tflite.UnidirectionalSequenceLSTMOptions)
     if len(ins) < 20 or len(outs) != 1:
         raise ModelFormatError(f"{where}: {len(ins)} inputs and {len(outs)} outputs (an LSTM has 20 or 24 "
@@ -538,10 +538,12 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise ModelFormatError(f"{where}: peephole weights {peephole} (all of the gates' or none)")
     if any(given(i) for i in _LSTM_LAYER_NORM):
         raise UnsupportedOperator(f"{where}: an LSTM with layer normalization is not supported yet")
-    if given(16) or given(17):
-        raise UnsupportedOperator(f"{where}: an LSTM with a projection is not supported yet (its output is not "
-                                  f"yet equal to LiteRT's on every value)")
-    kinds = {**{i: "int8" for i in _LSTM_WEIGHTS}, **{i: "int32" for i in _LSTM_BIASES},
+    if given(17) and not given(16):
+        raise ModelFormatError(f"{where}: a projection bias without projection weights")
+    if given(16) and peephole:
+        raise UnsupportedOperator(f"{where}: an LSTM with both peepholes and a projection (LiteRT's integer kernel "
+                                  f"walks the peephole weights by the projection's size)")
+    kinds = {**{i: "int8" for i in (*_LSTM_WEIGHTS, 16)}, **{i: "int32" for i in (*_LSTM_BIASES, 17)},
              **{i: "int16" for i in _LSTM_PEEPHOLE}}
     for i, want in kinds.items():
         if not given(i):
@@ -565,7 +567,8 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise ModelFormatError(f"{where}: the integer LSTM needs its five intermediate tensors, the last one "
                                f"quantized (the hidden scale)")
     data_ins = tuple(ins[i] if given(i) else -1 for i in range(20))  # TFLite's positions; -1: omitted
-    attrs = Lstm(float(o.CellClip()) if o else 0.0, bool(o.TimeMajor()) if o else False, tensors[inter[4]].quant)
+    attrs = Lstm(float(o.CellClip()) if o else 0.0, float(o.ProjClip()) if o else 0.0, bool(o.TimeMajor()) if o else False,
+                 tensors[inter[4]].quant)
     return Layer(k, "UNIDIRECTIONAL_SEQUENCE_LSTM", data_ins, (outs[0],), attrs, y.name)
 
 

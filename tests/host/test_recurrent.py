@@ -70,11 +70,11 @@ def test_a_model_without_state_has_an_empty_reset():
 
 
 def lstm_model(folder, seed: int, shape, units: int, time_major: bool, cell_log2: int, clip: float, zp: int,
-               stacked: int = 0, cifg: bool = False, peephole: bool = False):
+               stacked: int = 0, cifg: bool = False, peephole: bool = False, projection: int | None = None):
     from tests.tflite_builder import ModelBuilder
     b = ModelBuilder(seed=seed)
     y = b.lstm(b.input(shape), units, time_major=time_major, cell_log2=cell_log2, cell_clip=clip, hidden_zero_point=zp,
-               cifg=cifg, peephole=peephole)
+               cifg=cifg, peephole=peephole, projection=projection, projection_clip=0.5 if projection == 3 else 0.0)
     if stacked:
         y = b.lstm(y, stacked, time_major=time_major)
     b.output(y)
@@ -87,16 +87,17 @@ def lstm_model(folder, seed: int, shape, units: int, time_major: bool, cell_log2
 @given(seed=st.integers(0, 2 ** 16), batch=st.integers(1, 2), steps=st.integers(1, 6), n_input=st.integers(1, 11),
        units=st.integers(1, 14), time_major=st.booleans(), cell_log2=st.sampled_from([-15, -12, -11, -10, -9]),
        clip=st.sampled_from([0.0, 1.5, 8.0]), zp=st.integers(-6, 6), stacked=st.sampled_from([0, 0, 5]),
-       cifg=st.booleans(), peephole=st.booleans())
+       cifg=st.booleans(), extra=st.sampled_from(["", "peephole", "projection", "clipped projection"]))
 def test_random_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, steps, n_input, units, time_major,
-                                                  cell_log2, clip, zp, stacked, cifg, peephole):
+                                                  cell_log2, clip, zp, stacked, cifg, extra):
     """Random integer LSTMs (batch- or time-major, any cell count, cell scale, clip and hidden zero
-    point, with or without an input gate (CIFG) and peepholes, one or two layers): the executor
-    and the engine against LiteRT over a stream with a reset. The state starts as TFLite resets
-    it: an int8 tensor at its zero point."""
+    point, with or without an input gate (CIFG), with peepholes or a projection (clipped or not),
+    one or two layers): the executor and the engine against LiteRT over a stream with a reset.
+    The state starts as TFLite resets it: an int8 tensor at its zero point."""
     shape = (steps, batch, n_input) if time_major else (batch, steps, n_input)
+    projection = {"projection": 6, "clipped projection": 3}.get(extra)
     model = lstm_model(tmp_path_factory.mktemp("lstm"), seed, shape, units, time_major, cell_log2, clip, zp, stacked,
-                       cifg, peephole)
+                       cifg, extra == "peephole", projection)
     dep = deploy(model, Options())
     samples, resets = _stream(dep, 3), frozenset({2})
     ref = run_litert_stream(model, samples, resets)
@@ -155,13 +156,13 @@ def test_random_svdfs_equal_litert_over_a_stream(tmp_path_factory, seed, batch, 
         assert np.array_equal(ours[0], want[0]), f"frame {n}: engine vs LiteRT"
 
 
-@pytest.mark.parametrize("kind,message", [("projection", "with a projection is not supported yet"),
+@pytest.mark.parametrize("kind,message", [("peephole and projection", "both peepholes and a projection"),
                                           ("bidirectional", "TFLite has only float and hybrid kernels")])
 def test_unsupported_recurrent_forms_are_refused_by_name(tmp_path, kind, message):
     from network_parser.errors import UnsupportedOperator
     from tests.tflite_builder import ModelBuilder
     b = ModelBuilder(seed=1)
-    y = b.lstm(b.input((1, 4, 6)), 8, projection=5)
+    y = b.lstm(b.input((1, 4, 6)), 8, projection=5, peephole=True)
     if kind == "bidirectional":  # the same op under BIDIRECTIONAL_SEQUENCE_LSTM's code
         import tflite
         b._ops[-1].code = tflite.BuiltinOperator.BIDIRECTIONAL_SEQUENCE_LSTM

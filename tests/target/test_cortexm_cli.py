@@ -127,15 +127,16 @@ def test_lstm_stream_on_the_board(rel, target):
     assert "then a reset" in out and out.rstrip().endswith("bit-exact")
 
 
-@pytest.mark.parametrize("target,time_major,cifg,peephole", [("cortex-m4", False, False, True),
-                                                              ("cortex-m7", True, True, False)])
-def test_lstm_dsp_cell_and_input_tails_on_the_board(tmp_path, target, time_major, cifg, peephole):
+@pytest.mark.parametrize("target,time_major,cifg,peephole,projection", [("cortex-m4", False, False, True, None),
+                                                                         ("cortex-m7", True, True, False, 6)])
+def test_lstm_dsp_cell_and_input_tails_on_the_board(tmp_path, target, time_major, cifg, peephole, projection):
     """The SMLAD LSTM's four-cell passes with a cell tail (13 cells) and input tails (7 values;
-    5 cells of a second layer reading 13), batch 2, with peepholes or without an input gate,
-    against LiteRT as one stream."""
+    5 cells of a second layer reading 13 or 6), batch 2, with peepholes, or without an input gate
+    and with a projection, against LiteRT as one stream."""
     from tests.host.test_recurrent import lstm_model
     shape = (5, 2, 7) if time_major else (2, 5, 7)
-    model = lstm_model(tmp_path, 11, shape, 13, time_major, -11, 4.0, 3, stacked=5, cifg=cifg, peephole=peephole)
+    model = lstm_model(tmp_path, 11, shape, 13, time_major, -11, 4.0, 3, stacked=5, cifg=cifg, peephole=peephole,
+                       projection=projection)
     code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "3")
     assert code == 0, err
     assert out.rstrip().endswith("bit-exact")

@@ -184,12 +184,12 @@ def test_lstm_model_deploys_and_an_unsupported_form_is_one_line(tmp_path):
     code, _, err = run_clirunner(shared("tflm/trained_lstm_int8.tflite"), "-o", tmp_path / "lstm")
     assert code == 0, err
     mb = ModelBuilder(0)
-    mb.output(mb.lstm(mb.input((1, 4, 6)), 8, projection=5))
-    model = tmp_path / "projection.tflite"
+    mb.output(mb.lstm(mb.input((1, 4, 6)), 8, projection=5, peephole=True))
+    model = tmp_path / "peephole_projection.tflite"
     mb.save(model)
     code, _, err = run_clirunner(model, "-o", tmp_path / "out")
     line = assert_one_line_error(code, err, "UnsupportedOperator")
-    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in line and "projection" in line
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in line and "peepholes and a projection" in line
     assert not (tmp_path / "out").exists()
 
 
