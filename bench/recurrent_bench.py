@@ -42,6 +42,9 @@ def built(folder: Path) -> list[tuple[str, Path]]:
              lambda b: b.softmax(b.fully_connected(b.svdf(b.svdf(b.input((1, 40)), 32, memory=10), 16, rank=2,
                                                             memory=6), 4))),
         save("LSTM 40 -> 64 cells, 25 steps", lambda b: b.lstm(b.input((1, 25, 40)), 64)),
+        save("LSTM 40 -> 64 cells projected to 32, 25 steps", lambda b: b.lstm(b.input((1, 25, 40)), 64, projection=32)),
+        save("CIFG LSTM with peepholes 40 -> 64 cells, 25 steps",
+             lambda b: b.lstm(b.input((1, 25, 40)), 64, cifg=True, peephole=True)),
         save("SVDF 64 -> 128 filters, memory 16", lambda b: b.svdf(b.input((1, 64)), 128, memory=16)),
     ]
 

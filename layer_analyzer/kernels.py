@@ -1390,7 +1390,9 @@ def data_inputs(layer: Layer, kernel: Kernel) -> list[int]:
 def lower(graph: Graph, layer: Layer) -> Kernel:
     where = _where(graph, layer)
     try:
-        return LOWERINGS[layer.op](graph, layer, where)
+        # float32 rescales of absurd scales overflow: quantize_multiplier refuses what is not finite
+        with np.errstate(over="ignore", invalid="ignore"):
+            return LOWERINGS[layer.op](graph, layer, where)
     except ValueError as e:  # parameters the int8 kernel cannot represent
         raise UnsupportedOperator(f"{where}: {e}") from None
 

@@ -27,6 +27,8 @@ def round_away(x: float) -> int:
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
     """QuantizeMultiplier: real = m * 2^(shift - 31) with m in [2^30, 2^31)."""
+    if not math.isfinite(real):  # scales whose float32 products overflow (a ValueError: the caller names the op)
+        raise ValueError(f"rescale factor {real:g} is not a finite number")
     if real == 0.0:
         return 0, 0
     q, shift = math.frexp(real)

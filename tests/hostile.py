@@ -196,6 +196,16 @@ def _opcode(code: int) -> Callable:
     return tamper
 
 
+def _swish() -> tb.ModelBuilder:
+    mb = tb.ModelBuilder(seed=1)
+    mb.output(mb.hard_swish(mb.input((1, 8))))  # tensors 0 input, 1 output; op 0
+    return mb
+
+
+def _huge_input_scale(mb):  # HARD_SWISH's input scale so large that its float32 rescale overflows
+    mb._tensors[0].scale = mb._tensors[0].scale * 0 + 3.4e38
+
+
 def _no_quant(mb):
     mb._tensors[7].scale = mb._tensors[7].zero_point = None
 
@@ -391,6 +401,8 @@ CASES = [
     Case("tensor written twice", ".tflite", _tflite(_op_io(3, outputs=[6])), "ModelFormatError",
          "op 3 FULLY_CONNECTED (output 'reshape_0/out'): writes tensor 6 'reshape_0/out', which a graph input, a "
          "constant or an earlier op already holds"),
+    Case("rescale overflowing float32", ".tflite", _tflite(_huge_input_scale, _swish), "UnsupportedOperator",
+         "op 0 HARD_SWISH (output 'hard_swish_0/out'): rescale factor inf is not a finite number"),
     Case("omitted required input", ".tflite", _tflite(_op_io(3, inputs=[-1, 7, 8])), "ModelFormatError",
          "op 3 FULLY_CONNECTED (output 'fully_connected_0/out'): inputs [-1, 7, 8], FULLY_CONNECTED needs at least 2"),
     Case("per-channel scales of the wrong length", ".tflite", _tflite(_scale(1, [0.1, 0.2, 0.3])),

@@ -17,6 +17,8 @@ class Finding:
 
 
 FIXED = [
+    Finding("tflite", "atheris", "OverflowError in requant.round_away: a rescale whose float32 product overflowed",
+            "a rescale factor that is not finite is refused, naming the op", "rescale overflowing float32"),
     Finding("tflite", "atheris", "AttributeError in tflite_reader._pool: no Pool2DOptions table",
             "ops whose options are required name the missing table", "options missing"),
     Finding("tflite", "atheris", "AttributeError in kernels._fc: int8 weights without quantization",
