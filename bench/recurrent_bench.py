@@ -8,7 +8,9 @@ each checked bit-exact against LiteRT over a stream of inferences with a reset),
 Models: the two shared LSTM models, and models the project's builder makes (an SVDF keyword
 spotter, a larger LSTM, a larger SVDF). TFLite Micro + CMSIS-NN cannot be built for the QEMU
 board here (no CMSIS-NN sources offline), so its instruction counts are not in the table; its
-arena is TFLite Micro's own interpreter's (the Python tflite_micro package, reference kernels)."""
+arena is TFLite Micro's own interpreter's (the Python tflite_micro package, reference kernels);
+"refused": its LSTM kernel takes the full set of gate tensors only (no CIFG, peepholes or
+projection)."""
 from __future__ import annotations
 
 import argparse
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
         print(f"{'model':<64} {'arena':>8} {'state':>7} {'ours':>8} {'TFLM arena':>11} {'(tensors)':>10} {'ours/TFLM':>10}")
         for name, arena, state, tflm in memory_rows:
             ours = arena + state
-            t = f"{tflm[0]:>11,} {tflm[1]:>10,} {ours / tflm[0]:>10.2f}" if tflm else f"{'-':>11} {'-':>10} {'-':>10}"
+            t = f"{tflm[0]:>11,} {tflm[1]:>10,} {ours / tflm[0]:>10.2f}" if tflm else f"{'refused':>11} {'-':>10} {'-':>10}"
             print(f"{name:<64} {arena:>8,} {state:>7,} {ours:>8,} {t}")
     if bad:
         print(f"{bad} engines were not bit-exact")
