@@ -500,11 +500,14 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
                        f"elements x {result['samples']} inputs vs {result['reference']}")
         if per_layer:
             d = result["first_divergence"]
-            scope = " (its first inference, from the reset state)" if dep.graph.state() else ""
+            scope = ""
+            if dep.graph.state():
+                scope = " (its first inference, from the reset state)" if on_qemu else " (over a stream of three, reset before the third)"
             if d["layer"] is None:
                 say(f"every layer matches{scope}")
             else:
-                say(f"first divergence: op {d['layer']} {d['op']} '{display(d['name'])}': C vs golden "
+                at = f" at inference {d['inference']}" if "inference" in d else ""
+                say(f"first divergence{at}: op {d['layer']} {d['op']} '{display(d['name'])}': C vs golden "
                            f"{d['c_vs_golden']:g}, C vs reference {d['c_vs_reference']}, "
                            f"golden vs reference {d['golden_vs_reference']}")
         if on_qemu:

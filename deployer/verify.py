@@ -327,7 +327,11 @@ def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: li
                      tensors: dict | None = None) -> dict:
     """Per-layer comparison of the C engine, the golden executor and (where it keeps them) the reference.
     ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here.
-    ``tensors``: the reference's tensors of this sample when they are known (a cut graph's)."""
+    ``tensors``: the reference's tensors of this sample when they are known (a cut graph's). A model
+    with state run here is compared over its stream (``sample`` twice, a reset, once more): the
+    first inference and layer that differ (``inference``)."""
+    if dep.graph.state() and trace is None and tensors is None and Path(model).suffix.lower() != ".onnx":
+        return _stream_divergence(dep, model, sample)
     if trace is None:
         with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
             traces = run_engine(host_engine(dep, Path(folder), trace=True), [sample])[1]
@@ -340,7 +344,30 @@ def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: li
         reference, tensors = "numpy executor", None
     else:
         reference, _, tensors = run_reference(model, sample, preserve=True)
-    for k, (layer, c_out, g_out) in enumerate(zip(dep.graph.layers, traces[0], gold)):
+    return _layer_divergence(dep, traces[0], gold, tensors, reference) or dict(layer=None, reference=reference)
+
+
+def _stream_divergence(dep: Plan, model: Path, sample: list[np.ndarray]) -> dict:
+    """first_divergence over a model with state's stream: engine, golden executor (its state
+    carried) and LiteRT (one interpreter), inference by inference."""
+    samples, resets = stream_order([sample])
+    with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
+        traces = run_engine(host_engine(dep, Path(folder), trace=True), samples, resets)[1]
+    reference = stream_reference(samples, resets)
+    state: dict = {}
+    for n, (x, trace, (_, tensors)) in enumerate(zip(samples, traces, run_litert_stream(model, samples, resets,
+                                                                                      preserve=True))):
+        if n in resets:
+            state = {}
+        _, gold = golden.run(dep.graph, x, dep.kernels, state)
+        found = _layer_divergence(dep, trace, gold, tensors, reference)
+        if found:
+            return dict(found, inference=n)
+    return dict(layer=None, reference=reference)
+
+
+def _layer_divergence(dep: Plan, trace: list, gold: list, tensors: dict | None, reference: str) -> dict | None:
+    for k, (layer, c_out, g_out) in enumerate(zip(dep.graph.layers, trace, gold)):
         if c_out is None:  # the engine never holds this output whole (L3, patch buffers)
             continue
         ref = None if tensors is None else tensors.get(layer.outputs[0])
@@ -352,4 +379,4 @@ def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: li
             return dict(layer=k, op=layer.op, name=layer.name, c_vs_golden=vs_gold,
                         c_vs_reference=vs_ref, golden_vs_reference=gold_vs_ref,
                         elements=int(c_out.size), reference=reference)
-    return dict(layer=None, reference=reference)
+    return None

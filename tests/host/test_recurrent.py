@@ -248,3 +248,24 @@ def test_recurrent_layers_on_gap8_emulation(tmp_path, kind):
     outs, _ = run_engine(emulated_engine(dep), samples, resets)
     for n, (ours, (want, _)) in enumerate(zip(outs, ref)):
         assert np.array_equal(ours[0], want[0]), f"sample {n}"
+
+
+def test_per_layer_comparison_follows_the_stream(monkeypatch):
+    """--per-layer on a model with state compares every inference of its stream: a golden executor
+    wrong only once a state is carried is caught at the second inference."""
+    from deployer import verify as V
+    model = shared_model(LSTMS[0])
+    dep = deploy(model, Options())
+    sample = _stream(dep, 1)[0]
+    assert V.first_divergence(dep, model, sample)["layer"] is None
+    real = golden._lstm
+
+    def carried_state_off_by_one(k, ins):
+        y, h, c = real(k, ins)
+        if np.any(ins[18] != dep.graph.tensors[dep.graph.layers[0].inputs[18]].state_fill):
+            y = y.copy()
+            y.reshape(-1)[0] ^= 1
+        return y, h, c
+    monkeypatch.setattr(golden, "_lstm", carried_state_off_by_one)
+    found = V.first_divergence(dep, model, sample)
+    assert found["layer"] == 0 and found["inference"] == 1 and found["c_vs_golden"] > 0
