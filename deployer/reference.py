@@ -19,13 +19,20 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
                       preserve: bool = False) -> list[tuple]:
     """(outputs, tensors or None) per sample of a stream run by one LiteRT interpreter: a model's
     variable tensors (a recurrent layer's state) carry from one invocation to the next, and
-    are zeroed (reset_all_variables) before the samples whose index is in ``resets``."""
+    are reset (reset_all_variables) before the samples whose index is in ``resets``. A file LiteRT
+    refuses (a quantized dimension it does not take) runs on TFLite Micro's interpreter the same
+    way (its reset()), without per-tensor values."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_content=read_model_file(model), num_threads=1,  # the bytes the readers checked
                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
                      experimental_preserve_all_tensors=preserve)
-    it.allocate_tensors()
+    try:
+        it.allocate_tensors()
+    except (ValueError, RuntimeError) as e:
+        if "quantized_dimension" not in str(e):
+            raise
+        return _tflm_stream(model, samples, resets)
     results = []
     for n, inputs in enumerate(samples):
         if n in resets:
@@ -48,6 +55,12 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
 
 def run_tflm(model: Path, inputs: list[np.ndarray]):
     """Outputs of the TFLite Micro interpreter (its reference kernels)."""
+    return _tflm_stream(model, [inputs])[0]
+
+
+def _tflm_stream(model: Path, samples: list[list[np.ndarray]], resets: frozenset[int] = frozenset()) -> list[tuple]:
+    """(outputs, None) per sample of a stream run by one TFLite Micro interpreter (reset() before
+    the samples in ``resets``)."""
     import tflite
     from tflite_micro import runtime
 
@@ -55,11 +68,16 @@ def run_tflm(model: Path, inputs: list[np.ndarray]):
     n_outputs = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0).OutputsLength()
     # Its default arena (10x the file size) is too small for small files with large activations.
     it = runtime.Interpreter.from_bytes(buf, arena_size=max(10 * len(buf), 4 << 20))
-    for i, x in enumerate(inputs):
-        d = it.get_input_details(i)
-        it.set_input(np.asarray(x).reshape(d["shape"]).astype(d["dtype"]), i)
-    it.invoke()
-    return [it.get_output(i).copy() for i in range(n_outputs)], None
+    results = []
+    for n, inputs in enumerate(samples):
+        if n in resets:
+            it.reset()
+        for i, x in enumerate(inputs):
+            d = it.get_input_details(i)
+            it.set_input(np.asarray(x).reshape(d["shape"]).astype(d["dtype"]), i)
+        it.invoke()
+        results.append(([it.get_output(i).copy() for i in range(n_outputs)], None))
+    return results
 
 
 def onnxruntime_options():
