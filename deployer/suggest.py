@@ -39,7 +39,7 @@ HYPOTHETICAL_L1, HYPOTHETICAL_L3 = 32 * 1024, 8 * 1024 * 1024  # external memory
 class Signature:
     inventory: Inventory
     macs: int | None  # None when the readers cannot lower the model
-    conv_kinds: dict  # kind -> (layers, MACs): regular, pointwise, depthwise, fully connected
+    conv_kinds: dict  # kind -> (layers, MACs): regular, pointwise, depthwise, fully connected, recurrent
     unsupported: str | None = None  # why deploy stops on this model
 
 
@@ -50,6 +50,8 @@ def _conv_kind(kern) -> str | None:
         return "pointwise" if (kern.k_h, kern.k_w) == (1, 1) else "regular"
     if isinstance(kern, K.FullyConnected):
         return "fully connected"
+    if isinstance(kern, (K.Lstm, K.Svdf)):
+        return "recurrent"
     return None
 
 
@@ -487,7 +489,7 @@ def suggestion_text(s: Suggestion) -> str:
     if sig.macs is not None:
         kinds = ", ".join(f"{k} {n} ({100 * macs / max(sig.macs, 1):.0f}% of MACs)"
                           for k, (n, macs) in sig.conv_kinds.items())
-        lines += [f"  compute       {kinds or 'no convolution or fully connected layer'}",
+        lines += [f"  compute       {kinds or 'no convolution, fully connected or recurrent layer'}",
                   f"  MACs          {sig.macs:,}"]
     lines += [f"  parameters    {inv.parameters:,} ({inv.parameter_bytes:,} B)"]
     lines += [f"  {kind:<13} {display(p.name)} {'x'.join(map(str, p.shape)) or 'scalar'} {p.dtype}"
@@ -506,8 +508,9 @@ def suggestion_text(s: Suggestion) -> str:
     lines += ["", f"estimate  {'needed':>12} {'budget':>12}",
               *(f"  {name:<7} {_kib(need):>12} {_kib(budget):>12}   {state or ''}".rstrip()
                 for name, need, budget, state in needs),
-              f"  (arena {m['arena_bytes']:,} B by {p.method}, {p.status}; weights {m['weights_bytes']:,} B + code "
-              f"estimate {m['code_bytes_estimate']:,} B)",
+              f"  (arena {m['arena_bytes']:,} B by {p.method}, {p.status}"
+              + (f" + state {m['state_bytes']:,} B kept across inferences" if m["state_bytes"] else "")
+              + f"; weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
               f"  floor   {floor_text(floor(s.deployment))}", "",
               "recommendations (each saving measured by planning the alternative)"]
     for r in s.recommendations:

@@ -269,3 +269,10 @@ def test_per_layer_comparison_follows_the_stream(monkeypatch):
     monkeypatch.setattr(golden, "_lstm", carried_state_off_by_one)
     found = V.first_divergence(dep, model, sample)
     assert found["layer"] == 0 and found["inference"] == 1 and found["c_vs_golden"] > 0
+
+
+def test_suggest_counts_recurrent_compute_and_the_state():
+    from tests.unit.test_cli import run_clirunner
+    code, out, err = run_clirunner("suggest", shared_model(LSTMS[1]))
+    assert code == 0, err
+    assert "recurrent 1 (100% of MACs)" in out and "+ state 240 B kept across inferences" in out
