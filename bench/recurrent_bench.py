@@ -51,9 +51,10 @@ def built(folder: Path) -> list[tuple[str, Path]]:
     ]
 
 
-def tflm_arena(model: Path) -> tuple[int, int] | None:
+def tflm_arena(model: Path) -> tuple[int, int] | str:
     """(arena total, of which tensors) of TFLite Micro's interpreter for ``model``, from its own
-    allocation report (printed by its C++ code, so read from a child process's output)."""
+    allocation report (printed by its C++ code, so read from a child process's output); else
+    "refused" (its kernels would not prepare the model) or "failed"."""
     code = (f"import numpy as np; from tflite_micro import runtime; "
             f"it = runtime.Interpreter.from_file({str(model)!r}, arena_size=1 << 22); "
             f"d = it.get_input_details(0); it.set_input(np.zeros(d['shape'], d['dtype']), 0); it.invoke(); "
@@ -61,11 +62,13 @@ def tflm_arena(model: Path) -> tuple[int, int] | None:
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         out = proc.stdout + proc.stderr  # its logging goes to either, depending on where it writes
+        if proc.returncode and "failed to prepare" in out:
+            return "refused"
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return "failed"
     total = re.search(r"Arena allocation total (\d+) bytes", out)
     head = re.search(r"Arena allocation head (\d+) bytes", out)
-    return (int(total.group(1)), int(head.group(1))) if total and head else None
+    return (int(total.group(1)), int(head.group(1))) if total and head else "failed"
 
 
 def main(argv=None) -> int:
@@ -100,7 +103,8 @@ def main(argv=None) -> int:
         print(f"{'model':<64} {'arena':>8} {'state':>7} {'ours':>8} {'TFLM arena':>11} {'(tensors)':>10} {'ours/TFLM':>10}")
         for name, arena, state, tflm in memory_rows:
             ours = arena + state
-            t = f"{tflm[0]:>11,} {tflm[1]:>10,} {ours / tflm[0]:>10.2f}" if tflm else f"{'refused':>11} {'-':>10} {'-':>10}"
+            t = f"{tflm[0]:>11,} {tflm[1]:>10,} {ours / tflm[0]:>10.2f}" if isinstance(tflm, tuple) else \
+                f"{tflm:>11} {'-':>10} {'-':>10}"
             print(f"{name:<64} {arena:>8,} {state:>7,} {ours:>8,} {t}")
     if bad:
         print(f"{bad} engines were not bit-exact")

@@ -628,7 +628,7 @@ def network_stack_need(layers: list[dict]) -> dict:
     gated = max((L["k"].n_cell for L in layers if isinstance(L["k"], K.Lstm) and L["k"].projection_scale), default=0)
     tiled = any(L.get("tiling") or L.get("patch") for L in layers)
     if gated > column:
-        return stack_need(gated, tiled, "projected LSTM's gated values")
+        return stack_need(gated, tiled, "gated values of a projected LSTM")
     return stack_need(column, tiled)
 
 

@@ -12,27 +12,38 @@ from network_parser.side_files import read_model_file
 
 def run_litert(model: Path, inputs: list[np.ndarray], preserve: bool = False):
     """Outputs of LiteRT's BUILTIN_REF kernels, one thread; with ``preserve`` also every tensor."""
-    return run_litert_stream(model, [inputs], preserve=preserve)[0]
+    return _litert_stream(model, [inputs], frozenset(), preserve)[0]
+
+
+class Runs(list):
+    """(outputs, tensors or None) per sample of a stream, and the interpreter that ran it."""
+    interpreter = "litert-builtin-ref"
 
 
 def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: frozenset[int] = frozenset(),
-                      preserve: bool = False) -> list[tuple]:
+                      preserve: bool = False) -> Runs:
     """(outputs, tensors or None) per sample of a stream run by one LiteRT interpreter: a model's
     variable tensors (a recurrent layer's state) carry from one invocation to the next, and
     are reset (reset_all_variables) before the samples whose index is in ``resets``. A file LiteRT
     refuses (a quantized dimension it does not take) runs on TFLite Micro's interpreter the same
-    way (its reset()), without per-tensor values."""
+    way (its reset()), without per-tensor values (``Runs.interpreter`` says which)."""
+    try:
+        return _litert_stream(model, samples, resets, preserve)
+    except (ValueError, RuntimeError) as e:
+        if "quantized_dimension" not in str(e):
+            raise
+    runs = Runs(_tflm_stream(model, samples, resets))
+    runs.interpreter = "tflite-micro"
+    return runs
+
+
+def _litert_stream(model: Path, samples, resets, preserve: bool) -> Runs:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_content=read_model_file(model), num_threads=1,  # the bytes the readers checked
                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
                      experimental_preserve_all_tensors=preserve)
-    try:
-        it.allocate_tensors()
-    except (ValueError, RuntimeError) as e:
-        if "quantized_dimension" not in str(e):
-            raise
-        return _tflm_stream(model, samples, resets)
+    it.allocate_tensors()
     results = []
     for n, inputs in enumerate(samples):
         if n in resets:
@@ -50,7 +61,7 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
                 except ValueError:
                     pass
         results.append((outs, tensors))
-    return results
+    return Runs(results)
 
 
 def run_tflm(model: Path, inputs: list[np.ndarray]):

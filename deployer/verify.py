@@ -232,8 +232,8 @@ def stream(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected: Ex
         raise UsageError("a model with state is checked on a stream of samples against its reference; --expected "
                          "files are not a stream (pass --input without them)")
     samples, resets = stream_order(samples)
-    outs = [outputs for outputs, _ in run_litert_stream(model, samples, resets)]
-    return samples, resets, Expected(stream_reference(samples, resets), outs, None, resets)
+    runs = run_litert_stream(model, samples, resets)
+    return samples, resets, Expected(stream_reference(runs, resets), [outputs for outputs, _ in runs], None, resets)
 
 
 def stream_order(samples: list) -> tuple[list, frozenset[int]]:
@@ -243,8 +243,8 @@ def stream_order(samples: list) -> tuple[list, frozenset[int]]:
     return [*samples, samples[0]], frozenset({len(samples)})
 
 
-def stream_reference(samples: list, resets: frozenset[int]) -> str:
-    return (f"litert-builtin-ref ({min(resets)} consecutive inferences, then a reset and the first again)")
+def stream_reference(runs, resets: frozenset[int]) -> str:
+    return f"{runs.interpreter} ({min(resets)} consecutive inferences, then a reset and the first again)"
 
 
 @dataclass(frozen=True)
@@ -270,8 +270,8 @@ def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) ->
     resets = frozenset()
     if graph.state():  # one stream through the whole file (a TFLite model: LiteRT keeps every tensor)
         file_samples, resets = stream_order(file_samples)
-        runs = iter(run_litert_stream(model, file_samples, resets, preserve=True))
-        reference = stream_reference(file_samples, resets)
+        stream_runs = run_litert_stream(model, file_samples, resets, preserve=True)
+        runs, reference = iter(stream_runs), stream_reference(stream_runs, resets)
     for sample in file_samples:
         if resets:
             values = next(runs)[1]
@@ -329,7 +329,7 @@ def first_divergence(dep: Plan, model: Path, sample: list[np.ndarray], trace: li
     ``trace``: the engine's per-layer outputs when it ran elsewhere (QEMU); default: built and run here.
     ``tensors``: the reference's tensors of this sample when they are known (a cut graph's). A model
     with state run here is compared over its stream (``sample`` twice, a reset, once more): the
-    first inference and layer that differ (``inference``)."""
+    first inference (counted from 1) and layer that differ (``inference``)."""
     if dep.graph.state() and trace is None and tensors is None and Path(model).suffix.lower() != ".onnx":
         return _stream_divergence(dep, model, sample)
     if trace is None:
@@ -353,16 +353,18 @@ def _stream_divergence(dep: Plan, model: Path, sample: list[np.ndarray]) -> dict
     samples, resets = stream_order([sample])
     with tempfile.TemporaryDirectory(prefix="deploy-verify-") as folder:
         traces = run_engine(host_engine(dep, Path(folder), trace=True), samples, resets)[1]
-    reference = stream_reference(samples, resets)
+    runs = run_litert_stream(model, samples, resets, preserve=True)
+    reference = stream_reference(runs, resets)
+    if runs.interpreter != "litert-builtin-ref":
+        reference += ", which keeps no per-tensor values: the C engine against the golden executor"
     state: dict = {}
-    for n, (x, trace, (_, tensors)) in enumerate(zip(samples, traces, run_litert_stream(model, samples, resets,
-                                                                                      preserve=True))):
+    for n, (x, trace, (_, tensors)) in enumerate(zip(samples, traces, runs)):
         if n in resets:
             state = {}
         _, gold = golden.run(dep.graph, x, dep.kernels, state)
         found = _layer_divergence(dep, trace, gold, tensors, reference)
         if found:
-            return dict(found, inference=n)
+            return dict(found, inference=n + 1)  # counted from 1
     return dict(layer=None, reference=reference)
 
 

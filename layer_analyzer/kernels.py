@@ -1077,11 +1077,14 @@ def _int16_multiplier(m32: int) -> int:
 
 def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
     x, y = _same_shape(g, l, where)
-    # HardSwishPrepare computes every scale in float32.
-    hires = np.float32(1.0 / 128.0) * np.float32(x.scale)
-    reluish_scale = np.float32(3.0) / np.float32(32768.0)
-    om, oe = quantize_multiplier(float(hires / np.float32(y.scale)))
-    rm, re_ = quantize_multiplier(float(hires / reluish_scale))
+    # HardSwishPrepare computes every scale in float32 (absurd scales overflow it: quantize_multiplier
+    # refuses a factor that is not finite)
+    with np.errstate(over="ignore"):
+        hires = np.float32(1.0 / 128.0) * np.float32(x.scale)
+        reluish_scale = np.float32(3.0) / np.float32(32768.0)
+        output, reluish = float(hires / np.float32(y.scale)), float(hires / reluish_scale)
+    om, oe = quantize_multiplier(output)
+    rm, re_ = quantize_multiplier(reluish)
     if oe > 0:
         raise UnsupportedOperator(f"{where}: HARD_SWISH output scale too small for the int8 kernel")
     return HardSwish(x.elements, x.zero_point, y.zero_point, _int16_multiplier(rm), re_,
@@ -1390,9 +1393,7 @@ def data_inputs(layer: Layer, kernel: Kernel) -> list[int]:
 def lower(graph: Graph, layer: Layer) -> Kernel:
     where = _where(graph, layer)
     try:
-        # float32 rescales of absurd scales overflow: quantize_multiplier refuses what is not finite
-        with np.errstate(over="ignore", invalid="ignore"):
-            return LOWERINGS[layer.op](graph, layer, where)
+        return LOWERINGS[layer.op](graph, layer, where)
     except ValueError as e:  # parameters the int8 kernel cannot represent
         raise UnsupportedOperator(f"{where}: {e}") from None
 

@@ -298,9 +298,10 @@ def lstm(mb, rng):
     time_major = bool(rng.random() < 0.3)
     batch, steps, n_in = int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 12))
     x = _input(mb, rng, (steps, batch, n_in) if time_major else (batch, steps, n_in))
+    extra = rng.choice(["", "peephole", "projection"])
     return mb.lstm(x, int(rng.integers(1, 14)), time_major=time_major, cell_log2=int(rng.choice([-12, -11, -10])),
                    cell_clip=float(rng.choice([0.0, 2.0, 8.0])), cifg=bool(rng.random() < 0.3),
-                   peephole=bool(rng.random() < 0.3))
+                   peephole=extra == "peephole", projection=int(rng.integers(1, 9)) if extra == "projection" else None)
 
 
 def svdf(mb, rng):
