@@ -9,15 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from network_parser.errors import UnsupportedOperator
-from network_parser.ir import Graph, Layer
+from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE,  # noqa: F401
+                               LSTM_PROJECTION, LSTM_PROJECTION_BIAS, LSTM_RECURRENT_WEIGHTS, Graph, Layer)
 
 from .requant import quantize_multiplier
 
-# UNIDIRECTIONAL_SEQUENCE_LSTM's inputs (TFLite's positions, as the IR keeps them)
-LSTM_INPUT_WEIGHTS, LSTM_RECURRENT_WEIGHTS = (1, 2, 3, 4), (5, 6, 7, 8)
-LSTM_PEEPHOLE = {0: 9, 1: 10, 3: 11}  # gate -> its peephole weights (the cell gate has none)
-LSTM_BIASES, LSTM_PROJECTION, LSTM_PROJECTION_BIAS = (12, 13, 14, 15), 16, 17
-LSTM_HIDDEN, LSTM_CELL = 18, 19
 
 
 @dataclass(frozen=True, slots=True)

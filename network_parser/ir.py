@@ -304,6 +304,14 @@ class StridedSlice:
     shrink_axis_mask: int = 0
 
 
+# UNIDIRECTIONAL_SEQUENCE_LSTM's inputs by position (TFLite's lstm::full layout, which the IR keeps)
+LSTM_INPUT_WEIGHTS, LSTM_RECURRENT_WEIGHTS = (1, 2, 3, 4), (5, 6, 7, 8)  # input, forget, cell, output gate
+LSTM_PEEPHOLE = {0: 9, 1: 10, 3: 11}  # gate -> its peephole weights (the cell gate has none)
+LSTM_BIASES, LSTM_PROJECTION, LSTM_PROJECTION_BIAS = (12, 13, 14, 15), 16, 17
+LSTM_HIDDEN, LSTM_CELL = 18, 19
+LSTM_LAYER_NORM = (20, 21, 22, 23)
+
+
 @dataclass(frozen=True, slots=True)
 class Lstm:
     """UNIDIRECTIONAL_SEQUENCE_LSTM in TFLite's integer form (int8 input and output, int8 weights,

@@ -11,7 +11,8 @@ import tflite
 from .cut import CutSpec, OpEdges, cut_graph, unsigned_edges
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, GatherNd, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
-                 Graph, Layer, LeakyRelu, Lstm, Mean, Svdf, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
+                 Graph, Layer, LeakyRelu, Lstm, LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_LAYER_NORM,
+                 LSTM_PEEPHOLE, LSTM_PROJECTION, LSTM_PROJECTION_BIAS, LSTM_RECURRENT_WEIGHTS, Mean, Svdf, NoAttrs, Pad, Resize, Pool2D, Quant, Softmax, StridedSlice, Tensor, Transpose,
                  TransposeConv2D)
 from .side_files import read_model_file
 
@@ -508,10 +509,9 @@ def _check_window(attrs, where: str) -> None:
         raise ModelFormatError(f"{where}: depth multiplier {attrs.depth_multiplier} must be positive")
 
 
-# UNIDIRECTIONAL_SEQUENCE_LSTM's inputs by position (TFLite's lstm::full layout)
-_LSTM_WEIGHTS = range(1, 9)  # input to input/forget/cell/output gate, then recurrent to each
-_LSTM_PEEPHOLE, _LSTM_BIASES = range(9, 12), range(12, 16)  # 16, 17: the projection's weights and bias
-_LSTM_STATE, _LSTM_LAYER_NORM = (18, 19), range(20, 24)
+_LSTM_WEIGHTS = (*LSTM_INPUT_WEIGHTS, *LSTM_RECURRENT_WEIGHTS)
+_LSTM_PEEPHOLE = tuple(sorted(LSTM_PEEPHOLE.values()))
+_LSTM_INPUT_GATE = (LSTM_INPUT_WEIGHTS[0], LSTM_RECURRENT_WEIGHTS[0], LSTM_PEEPHOLE[0], LSTM_BIASES[0])  # CIFG omits
 
 
 def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
@@ -526,24 +526,26 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     if x.dtype != "int8":
         raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}; the LSTM runs TFLite's integer kernel "
                                   f"(int8 input; float and hybrid LSTMs are not supported)")
-    cifg = not given(1)  # coupled input and forget gates: no input gate of its own
-    required = [i for i in (*_LSTM_WEIGHTS, *_LSTM_BIASES, *_LSTM_STATE) if not (cifg and i in (1, 5, 9, 12))]
+    cifg = not given(LSTM_INPUT_WEIGHTS[0])  # coupled input and forget gates: no input gate of its own
+    required = [i for i in (*_LSTM_WEIGHTS, *LSTM_BIASES, LSTM_HIDDEN, LSTM_CELL) if not (cifg and i in _LSTM_INPUT_GATE)]
     missing = [i for i in required if not given(i)]
-    if missing or (cifg and (given(5) or given(9) or given(12))):
-        raise ModelFormatError(f"{where}: inputs {missing or [i for i in (5, 9, 12) if given(i)]} are omitted or "
+    alone = [i for i in _LSTM_INPUT_GATE[1:] if given(i)] if cifg else []
+    if missing or alone:
+        raise ModelFormatError(f"{where}: inputs {missing or alone} are omitted or "
                                f"given alone; the LSTM needs its gates' weights, biases and both states (a CIFG "
                                f"LSTM omits the input gate's weights and bias together)")
     peephole = [i for i in _LSTM_PEEPHOLE if given(i)]
-    if peephole and peephole != [i for i in _LSTM_PEEPHOLE if not (cifg and i == 9)]:
+    if peephole and peephole != [i for i in _LSTM_PEEPHOLE if not (cifg and i == LSTM_PEEPHOLE[0])]:
         raise ModelFormatError(f"{where}: peephole weights {peephole} (all of the gates' or none)")
-    if any(given(i) for i in _LSTM_LAYER_NORM):
+    if any(given(i) for i in LSTM_LAYER_NORM):
         raise UnsupportedOperator(f"{where}: an LSTM with layer normalization is not supported yet")
-    if given(17) and not given(16):
+    if given(LSTM_PROJECTION_BIAS) and not given(LSTM_PROJECTION):
         raise ModelFormatError(f"{where}: a projection bias without projection weights")
-    if given(16) and peephole:
+    if given(LSTM_PROJECTION) and peephole:
         raise UnsupportedOperator(f"{where}: an LSTM with both peepholes and a projection (LiteRT's integer kernel "
                                   f"walks the peephole weights by the projection's size)")
-    kinds = {**{i: "int8" for i in (*_LSTM_WEIGHTS, 16)}, **{i: "int32" for i in (*_LSTM_BIASES, 17)},
+    kinds = {**{i: "int8" for i in (*_LSTM_WEIGHTS, LSTM_PROJECTION)},
+             **{i: "int32" for i in (*LSTM_BIASES, LSTM_PROJECTION_BIAS)},
              **{i: "int16" for i in _LSTM_PEEPHOLE}}
     for i, want in kinds.items():
         if not given(i):
@@ -552,7 +554,7 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         if not t.is_const or t.dtype != want or t.quant is None or t.quant.per_channel:
             raise UnsupportedOperator(f"{where}: '{t.name}' must be a constant {want} tensor with one scale (the "
                                       f"integer LSTM's weights and biases)")
-    h, c = tensors[ins[18]], tensors[ins[19]]
+    h, c = tensors[ins[LSTM_HIDDEN]], tensors[ins[LSTM_CELL]]
     if not (h.variable and c.variable) or h.dtype != "int8" or c.dtype != "int16" or h.quant is None or c.quant is None:
         raise UnsupportedOperator(f"{where}: the hidden and cell state must be variable int8 and int16 tensors "
                                   f"(got {h.dtype}{' variable' if h.variable else ''} and "

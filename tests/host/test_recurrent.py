@@ -23,6 +23,21 @@ def _stream(dep, count: int):
     return [random_inputs(dep.graph, seed) for seed in range(count)]
 
 
+def _assert_stream_exact(model, dep, count: int, reset: int, engine=None):
+    """The executor (its state carried) and the engine (the host's unless ``engine``) against
+    LiteRT over ``count`` inferences as one stream, reset before inference ``reset``."""
+    samples, resets = _stream(dep, count), frozenset({reset})
+    ref = run_litert_stream(model, samples, resets)
+    outs, _ = run_engine(engine or build_engine(dep), samples, resets)
+    state: dict = {}
+    for n, (sample, (want, _), ours) in enumerate(zip(samples, ref, outs)):
+        if n in resets:
+            state = {}
+        gold, _ = golden.run(dep.graph, sample, dep.kernels, state)
+        assert np.array_equal(gold[0], want[0]), f"inference {n}: executor vs LiteRT"
+        assert np.array_equal(ours[0], want[0]), f"inference {n}: engine vs LiteRT"
+
+
 @pytest.mark.parametrize("rel", LSTMS)
 def test_lstm_layer_equals_litert_over_a_stream_and_after_a_reset(rel):
     """The LSTM layer's output, every time step, of the golden executor and the C engine against
@@ -98,17 +113,7 @@ def test_random_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, 
     projection = {"projection": 6, "clipped projection": 3}.get(extra)
     model = lstm_model(tmp_path_factory.mktemp("lstm"), seed, shape, units, time_major, cell_log2, clip, zp, stacked,
                        cifg, extra == "peephole", projection)
-    dep = deploy(model, Options())
-    samples, resets = _stream(dep, 3), frozenset({2})
-    ref = run_litert_stream(model, samples, resets)
-    outs, _ = run_engine(build_engine(dep), samples, resets)
-    state: dict = {}
-    for n, (sample, (want, _), ours) in enumerate(zip(samples, ref, outs)):
-        if n in resets:
-            state = {}
-        gold, _ = golden.run(dep.graph, sample, dep.kernels, state)
-        assert np.array_equal(gold[0], want[0]), f"sample {n}: executor vs LiteRT"
-        assert np.array_equal(ours[0], want[0]), f"sample {n}: engine vs LiteRT"
+    _assert_stream_exact(model, deploy(model, Options()), 3, reset=2)
 
 
 def svdf_kws_model(folder, seed: int = 0):
@@ -143,17 +148,7 @@ def test_random_svdfs_equal_litert_over_a_stream(tmp_path_factory, seed, batch, 
     b.output(b.svdf(b.input((batch, n_input)), units, rank=rank, memory=memory, bias=bias))
     model = tmp_path_factory.mktemp("svdf") / "svdf.tflite"
     b.save(model)
-    dep = deploy(model, Options())
-    samples, resets = _stream(dep, 6), frozenset({4})
-    ref = run_litert_stream(model, samples, resets)
-    outs, _ = run_engine(build_engine(dep), samples, resets)
-    state: dict = {}
-    for n, (sample, (want, _), ours) in enumerate(zip(samples, ref, outs)):
-        if n in resets:
-            state = {}
-        gold, _ = golden.run(dep.graph, sample, dep.kernels, state)
-        assert np.array_equal(gold[0], want[0]), f"frame {n}: executor vs LiteRT"
-        assert np.array_equal(ours[0], want[0]), f"frame {n}: engine vs LiteRT"
+    _assert_stream_exact(model, deploy(model, Options()), 6, reset=4)
 
 
 @pytest.mark.parametrize("kind,message", [("peephole and projection", "both peepholes and a projection"),
@@ -243,11 +238,7 @@ def test_recurrent_layers_on_gap8_emulation(tmp_path, kind):
     model = tmp_path / f"{kind}.tflite"
     b.save(model)
     dep = deploy(model, Options(target="gap8"))
-    samples, resets = _stream(dep, 3), frozenset({2})
-    ref = run_litert_stream(model, samples, resets)
-    outs, _ = run_engine(emulated_engine(dep), samples, resets)
-    for n, (ours, (want, _)) in enumerate(zip(outs, ref)):
-        assert np.array_equal(ours[0], want[0]), f"sample {n}"
+    _assert_stream_exact(model, dep, 3, reset=2, engine=emulated_engine(dep))
 
 
 def test_per_layer_comparison_follows_the_stream(monkeypatch):
