@@ -398,13 +398,13 @@ def _samples(model: Path, dep, inputs, expected_files, seeds: int):
     model's own test vectors when they ship beside it, else seeded random inputs. A graph cut
     from its file takes the file's inputs, and the engine runs what the reference computed at the cut."""
     from .test_vectors import find_vectors, to_engine_input, to_engine_output
-    from .verify import Expected, cut_samples, file_view, verification_samples
+    from .verify import Expected, cut_samples, verification_samples
 
     graph = dep.graph
     if inputs and graph.file_edges is not None:
         if expected_files:
             raise UsageError("--expected cannot check a cut graph: its outputs are the reference's values at the cut")
-        whole = file_view(graph)
+        whole = graph.file_view()
         arrays = _load_arrays(inputs, [whole.tensors[t] for t in whole.inputs], "--input")
         return cut_samples(dep, model, [[np.asarray(a).reshape(whole.tensors[t].shape) for a, t in
                                          zip(arrays, whole.inputs)]])

@@ -9,10 +9,10 @@ import numpy as np
 
 from backends import Backend
 from layer_analyzer import kernels as K
-from layer_analyzer import recurrent as R
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align, tile_windows
-from network_parser.ir import Graph, Tensor
+from network_parser.ir import (LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE, LSTM_PROJECTION,
+                               LSTM_RECURRENT_WEIGHTS, Graph, Tensor)
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
@@ -158,16 +158,16 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                 return sym.tensor(layer_inputs[i], f"op{k}_{label}") if layer_inputs[i] >= 0 else None
             gates = "ifco"
             return dict(
-                w_in=[named(i, f"w_x{g}") for i, g in zip(R.LSTM_INPUT_WEIGHTS, gates)],
-                w_rec=[named(i, f"w_h{g}") for i, g in zip(R.LSTM_RECURRENT_WEIGHTS, gates)],
-                peephole=[named(R.LSTM_PEEPHOLE[g], f"w_c{gates[g]}") if g in R.LSTM_PEEPHOLE else None for g in range(4)],
-                projection=named(R.LSTM_PROJECTION, "w_projection"),
+                w_in=[named(i, f"w_x{g}") for i, g in zip(LSTM_INPUT_WEIGHTS, gates)],
+                w_rec=[named(i, f"w_h{g}") for i, g in zip(LSTM_RECURRENT_WEIGHTS, gates)],
+                peephole=[named(LSTM_PEEPHOLE[g], f"w_c{gates[g]}") if g in LSTM_PEEPHOLE else None for g in range(4)],
+                projection=named(LSTM_PROJECTION, "w_projection"),
                 projection_bias=sym.array(f"op{k}_projection_bias", "int32_t", np.array(kern.projection_bias, np.int64))
                 if kern.projection_bias is not None else None,
                 input_bias=sym.array(f"op{k}_input_bias", "int32_t", np.array(kern.input_bias, np.int64)),
                 recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
-                h=sym.tensor(layer_inputs[R.LSTM_HIDDEN], f"op{k}_h", writable=True),
-                c=sym.tensor(layer_inputs[R.LSTM_CELL], f"op{k}_c", writable=True))
+                h=sym.tensor(layer_inputs[LSTM_HIDDEN], f"op{k}_h", writable=True),
+                c=sym.tensor(layer_inputs[LSTM_CELL], f"op{k}_c", writable=True))
         case K.Svdf():
             return dict(wf=sym.tensor(layer_inputs[1], f"op{k}_weights_feature"),
                         wt=sym.tensor(layer_inputs[2], f"op{k}_weights_time"),
@@ -667,8 +667,8 @@ def _recurrent_constants(kern) -> tuple[tuple[str, tuple[int, ...]], ...]:
     they are stored: an LSTM's weights, projection and peepholes (its biases are folded, see the caller), an
     SVDF's feature and time weights and its bias."""
     if isinstance(kern, K.Lstm):
-        return (("weights", (*R.LSTM_INPUT_WEIGHTS, *R.LSTM_RECURRENT_WEIGHTS, R.LSTM_PROJECTION)),
-                ("parameters", tuple(R.LSTM_PEEPHOLE.values())))
+        return (("weights", (*LSTM_INPUT_WEIGHTS, *LSTM_RECURRENT_WEIGHTS, LSTM_PROJECTION)),
+                ("parameters", tuple(LSTM_PEEPHOLE.values())))
     return ("weights", (1, 2)), ("biases", (3,))
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from layer_analyzer import kernels as K
-from layer_analyzer import recurrent as R
-from network_parser.ir import Graph
+from network_parser.ir import (LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE, LSTM_PROJECTION,
+                               LSTM_RECURRENT_WEIGHTS, Graph)
 
 from . import fixedpoint as fx
 
@@ -287,10 +287,10 @@ def _lstm(k: K.Lstm, ins: list):
     (output, hidden state, cell state)."""
     x = ins[0]
     seq = x.reshape(k.steps, k.batch, k.n_input) if k.time_major else x.reshape(k.batch, k.steps, k.n_input).transpose(1, 0, 2)
-    h = ins[R.LSTM_HIDDEN].reshape(k.batch, k.n_output).astype(np.int64)
-    c = ins[R.LSTM_CELL].reshape(k.batch, k.n_cell).astype(np.int64)
-    w_in = [None if ins[i] is None else ins[i].astype(np.int64) for i in R.LSTM_INPUT_WEIGHTS]
-    w_rec = [None if ins[i] is None else ins[i].astype(np.int64) for i in R.LSTM_RECURRENT_WEIGHTS]
+    h = ins[LSTM_HIDDEN].reshape(k.batch, k.n_output).astype(np.int64)
+    c = ins[LSTM_CELL].reshape(k.batch, k.n_cell).astype(np.int64)
+    w_in = [None if ins[i] is None else ins[i].astype(np.int64) for i in LSTM_INPUT_WEIGHTS]
+    w_rec = [None if ins[i] is None else ins[i].astype(np.int64) for i in LSTM_RECURRENT_WEIGHTS]
     out = np.empty((k.steps, k.batch, k.n_output), np.int64)
 
     def gate(g, step_x, cell):
@@ -298,7 +298,7 @@ def _lstm(k: K.Lstm, ins: list):
         acc = np.clip(fx.mbqm(h @ w_rec[g].T + np.array(k.recurrent_bias[g]), *k.recurrent_scales[g]) + acc,
                       -32768, 32767)
         if k.peephole_scales is not None and k.peephole_scales[g] is not None:
-            weights = ins[R.LSTM_PEEPHOLE[g]].astype(np.int64)
+            weights = ins[LSTM_PEEPHOLE[g]].astype(np.int64)
             acc = np.clip(fx.mbqm(weights * cell, *k.peephole_scales[g]) + acc, -32768, 32767)
         return acc
 
@@ -318,7 +318,7 @@ def _lstm(k: K.Lstm, ins: list):
             h = np.clip(raw + k.hidden_zero_point, -128, 127)
         else:  # the gated values less the hidden zero point, saturated; the bias folds it back in
             gated = np.clip(raw - k.hidden_zero_point, -128, 127)
-            acc = gated @ ins[R.LSTM_PROJECTION].astype(np.int64).T + np.array(k.projection_bias)
+            acc = gated @ ins[LSTM_PROJECTION].astype(np.int64).T + np.array(k.projection_bias)
             h = np.clip(fx.mbqm(acc, *k.projection_scale) + k.output_zero_point, -128, 127)
             if k.projection_clip:
                 h = np.clip(h, -k.projection_clip, k.projection_clip)
@@ -486,8 +486,8 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y, values[layer.inputs[4]] = _svdf(kernel, ins[0], ins[1], ins[2], ins[3], ins[4])
         case K.Lstm():  # the state tensors are updated in place
             y, h, c = _lstm(kernel, ins)
-            values[layer.inputs[R.LSTM_HIDDEN]] = h.reshape(ins[R.LSTM_HIDDEN].shape)
-            values[layer.inputs[R.LSTM_CELL]] = c.reshape(ins[R.LSTM_CELL].shape)
+            values[layer.inputs[LSTM_HIDDEN]] = h.reshape(ins[LSTM_HIDDEN].shape)
+            values[layer.inputs[LSTM_CELL]] = c.reshape(ins[LSTM_CELL].shape)
         case _:
             raise TypeError(kernel)
     return np.ascontiguousarray(y).reshape(out_t.shape).astype(NP_DTYPES[out_t.dtype])

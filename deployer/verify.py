@@ -257,11 +257,6 @@ class Expected:
     resets: frozenset[int] = frozenset()  # a stream's (a model with state): the samples it is reset before
 
 
-def file_view(graph: Graph) -> Graph:
-    """The graph with its model file's own inputs and outputs (itself when it is not cut)."""
-    return graph.file_view()
-
-
 def cut_samples(dep: Plan, model: Path, file_samples: list[list[np.ndarray]]) -> tuple[list, Expected]:
     """A cut graph's samples and expected outputs: the reference runs the whole file on its own
     inputs (``file_samples``), and the engine's inputs and outputs are the values it computed at
@@ -293,7 +288,7 @@ def verification_samples(dep: Plan, model: Path, seeds: int) -> tuple[list, Expe
     the graph is cut from its file (None: the reference runs on the engine's inputs)."""
     if dep.graph.file_edges is None:
         return [random_inputs(dep.graph, s) for s in range(seeds)], None
-    return cut_samples(dep, model, [random_inputs(file_view(dep.graph), s) for s in range(seeds)])
+    return cut_samples(dep, model, [random_inputs(dep.graph.file_view(), s) for s in range(seeds)])
 
 
 def compare(dep: Plan, model: Path, samples: list[list[np.ndarray]], outs: list[list[np.ndarray]],

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from network_parser.errors import UnsupportedOperator
-from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE,  # noqa: F401
+from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE,
                                LSTM_PROJECTION, LSTM_PROJECTION_BIAS, LSTM_RECURRENT_WEIGHTS, Graph, Layer)
 
 from .requant import quantize_multiplier
-
 
 
 @dataclass(frozen=True, slots=True)
