@@ -57,11 +57,17 @@ class VariantRule:
     name: str
     bind: Callable[[Any, int, str], Variant | None]
     kernels: tuple[type, ...] = ()
+    dtypes: tuple[str, ...] = ("int8",)  # the activation types its kernels compute on
 
 
 # ---- the portable variants -------------------------------------------------------------
 
 def portable_name(kern) -> str:
+    name = _portable_name8(kern)
+    return name.replace("_s8", "_s16") if K.activation_dtype(kern) == "int16" else name
+
+
+def _portable_name8(kern) -> str:
     match kern:
         case K.Conv(depthwise=True):
             return "depthwise_conv_s8"
@@ -101,13 +107,16 @@ def _portable(kern, weight_bytes: int, use: str) -> Variant:
     return Variant(portable_name(kern), "kernels", type(kern).__name__, weight_bytes)
 
 
-PORTABLE = VariantRule("portable", _portable)  # every kernel
+PORTABLE = VariantRule("portable", _portable, dtypes=("int8", "int16"))  # every kernel
 
 
 def choose(rules: tuple[VariantRule, ...], kern, weight_bytes: int, use: str = "whole") -> Variant:
     """The first variant of ``rules`` that runs ``kern`` used as ``use`` (the portable ones run
     every layer)."""
+    dtype = K.activation_dtype(kern)
     for rule in rules:
+        if dtype not in rule.dtypes:
+            continue
         v = rule.bind(kern, weight_bytes, use)
         if v is not None:
             return v

@@ -493,7 +493,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None)
         if k in in_place:
-            L.update(in_place=True, scratch=f"(int8_t *)(arena + {macro[scratch_key(k)]})")
+            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
         L["whole_dsp"] = None

@@ -54,6 +54,16 @@ def mbqm(x, multiplier, shift) -> np.ndarray:
     return rdbpot(srdhm(wrap32(_i64(x) << left), multiplier), right)
 
 
+def mbqm64(x, multiplier, shift) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier of an int64 accumulator (TFLite's 16x8 kernels): the
+    multiplier rounded to 16 bits (0x7FFF from 0x7FFF0000 up), one rounding right shift by
+    15 - shift, the result wrapped to int32 as the reference's cast does."""
+    m = _i64(multiplier)
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - _i64(shift)
+    return wrap32((_i64(x) * reduced + (np.int64(1) << (total - 1))) >> total)
+
+
 def saturating_left_shift(x, exponent: int) -> np.ndarray:
     """SaturatingRoundingMultiplyByPOT with a non-negative exponent."""
     return np.clip(_i64(x) << exponent, I32_MIN, I32_MAX)

@@ -37,12 +37,15 @@ def _conv(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.n
         return int_requant(acc, k.int_rq, k.act_min, k.act_max)
     if k.float_rq is not None:
         return float_requant(acc, k.float_rq, k.output_offset, k.act_min, k.act_max)
+    if k.acc64:  # 16x8: no zero points, the 64-bit requantization
+        return np.clip(fx.mbqm64(acc, np.array(k.multiplier), np.array(k.shift)), k.act_min, k.act_max)
     out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _conv_acc(k: K.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    """The int32 accumulators of a convolution, NHWC."""
+    """The accumulators of a convolution, NHWC (exact: float64 holds every partial sum of int8
+    weights and 8- or 16-bit inputs below 2^53)."""
     x = x.astype(np.int64) + k.input_offset
     pad_b = max(0, (k.out_h - 1) * k.stride_h + (k.k_h - 1) * k.dil_h + 1 - k.in_h - k.pad_t)
     pad_r = max(0, (k.out_w - 1) * k.stride_w + (k.k_w - 1) * k.dil_w + 1 - k.in_w - k.pad_l)
@@ -83,7 +86,7 @@ def _transpose_conv(k: K.TransposeConv, x, w, b):
     if b is not None:
         acc = fx.wrap32(acc + b.astype(np.int64))
     out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _batch_matmul(k: K.BatchMatMul, x, w):
@@ -108,7 +111,7 @@ def _fc(k: K.FullyConnected, x, w, b):
     if k.float_rq is not None:
         return float_requant(acc, k.float_rq, k.output_offset, k.act_min, k.act_max)
     out = fx.round_half_away(acc.astype(np.float64) * np.array(k.scale)) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _views(view: K.Broadcast, a, b):
@@ -125,7 +128,7 @@ def _add(k: K.Add, a, b):
     xb = fx.mbqm((sb + k.b_offset) << k.left_shift, k.b_multiplier, k.b_shift)
     d = xa - xb if k.subtract else xa + xb
     out = fx.mbqm(fx.wrap32(d * d) if k.squared else d, k.out_multiplier, k.out_shift) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _prelu(k: K.Prelu, x, alpha):
@@ -156,7 +159,7 @@ def _int_rescale(k: K.IntRescale, x):
 def _mul(k: K.Mul, a, b):
     sa, sb = _views(k.view, a, b)
     out = fx.mbqm((sa + k.a_offset) * (sb + k.b_offset), k.out_multiplier, k.out_shift) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _float_avg(k: K.Pool, x):
@@ -202,7 +205,7 @@ def _pool(k: K.Pool, x):
                 # round half away from zero, C integer division truncating
                 out[:, oy, ox, :] = np.where(s > 0, (s + count // 2) // count,
                                              -((-s + count // 2) // count))
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _mean(k: K.Mean, x):
@@ -372,7 +375,7 @@ def _hard_swish(k: K.HardSwish, x):
 
 def _requantize(k: K.Requantize, x):
     out = fx.mbqm(x.astype(np.int64) + k.input_offset, k.multiplier, k.shift) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(out, k.act_min, k.act_max)
 
 
 def _quantize(k: K.Quantize, x):
@@ -381,12 +384,12 @@ def _quantize(k: K.Quantize, x):
     with np.errstate(over="ignore", invalid="ignore"):  # x / scale may overflow to inf: defined below
         v = x.astype(np.float32) / np.float32(k.scale)
     if k.half_even:  # onnxruntime: clamped to the output range first, NaN to its lowest value
-        lo, hi = -128 - k.zero_point, 127 - k.zero_point
-        return (np.rint(np.where(v >= lo, np.minimum(v, hi), lo)).astype(np.int64) + k.zero_point).astype(np.int8)
+        lo, hi = k.act_min - k.zero_point, k.act_max - k.zero_point
+        return np.rint(np.where(v >= lo, np.minimum(v, hi), lo)).astype(np.int64) + k.zero_point
     # TFLite's reference on x86-64: what int32 cannot hold becomes INT32_MIN, and + zero point wraps
     fits = (v >= -2.0 ** 31) & (v < 2.0 ** 31)
     t = np.where(fits, fx.round_half_away(np.where(fits, v, 0)), fx.I32_MIN)
-    return np.clip(fx.wrap32(t + k.zero_point), -128, 127).astype(np.int8)
+    return np.clip(fx.wrap32(t + k.zero_point), k.act_min, k.act_max)
 
 
 def _dequantize(k: K.Dequantize, x):

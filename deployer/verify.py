@@ -190,19 +190,21 @@ def parse_output(g: Graph, data: bytes, count: int, traced: bool):
 
 
 def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
-    """Seeded inputs covering the whole int8 range (float inputs: values that quantize across it)."""
+    """Seeded inputs covering the whole int8 (int16) range (float inputs: values that quantize
+    across the range of the type they are quantized to)."""
     rng = np.random.default_rng(seed)
     result = []
     for t in graph.inputs:
         tt = graph.tensors[t]
-        if tt.dtype in ("int8", "uint8"):
-            lo = -128 if tt.dtype == "int8" else 0
-            result.append(rng.integers(lo, lo + 256, tt.shape).astype(NP_DTYPES[tt.dtype]))
+        if tt.dtype in ("int8", "uint8", "int16"):
+            lo, span = {"int8": (-128, 256), "uint8": (0, 256), "int16": (-32768, 65536)}[tt.dtype]
+            result.append(rng.integers(lo, lo + span, tt.shape).astype(NP_DTYPES[tt.dtype]))
             continue
-        q = next((graph.tensors[l.outputs[0]].quant for l in graph.layers
-                  if l.op == "QUANTIZE" and t in l.inputs), None)
+        q_out = next((graph.tensors[l.outputs[0]] for l in graph.layers if l.op == "QUANTIZE" and t in l.inputs), None)
+        q = q_out.quant if q_out is not None else None
         scale, zp = (q.scale[0], q.zero_point[0]) if q else (1.0 / 64, 0)
-        levels = rng.integers(-128, 128, tt.shape)
+        half = 32768 if q_out is not None and q_out.dtype == "int16" else 128
+        levels = rng.integers(-half, half, tt.shape)
         result.append(((levels - zp) * scale + rng.uniform(-0.45, 0.45, tt.shape) * scale).astype(np.float32))
     return result
 

@@ -15,7 +15,7 @@ from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer,
 
 from network_parser import conv_geometry as geo
 from .recurrent import Lstm, Svdf, lower_lstm, lower_svdf
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, dtype_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -49,11 +49,18 @@ class Conv:
     bias: int  # tensor index or -1
     int_rq: IntRequant | None = None  # integer graphs: used instead of multiplier/shift
     float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
-    in_row: int = 0  # bytes from one input row to the next when the input is a window of a wider buffer
+    in_row: int = 0  # elements from one input row to the next when the input is a window of a wider buffer
+    dtype: str = "int8"  # the activations' type: "int16" in a 16x8 layer
+
+    @property
+    def acc64(self) -> bool:
+        """16x8 (int16 activations, int8 weights): an int64 accumulator and bias, and LiteRT's
+        64-bit MultiplyByQuantizedMultiplier (a multiplier rounded to 16 bits, one rounding shift)."""
+        return self.dtype == "int16"
 
     @property
     def row_bytes(self) -> int:
-        """Bytes from one input row to the next."""
+        """Elements from one input row to the next."""
         return self.in_row or self.in_w * self.in_c
 
     @property
@@ -134,6 +141,12 @@ class FullyConnected:
     bias: int
     int_rq: IntRequant | None = None  # integer graphs: used instead of scale
     float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
+    dtype: str = "int8"  # the activations' type: "int16" in a 16x8 layer
+
+    @property
+    def acc64(self) -> bool:
+        """16x8: an int64 accumulator and bias (requantized in double as the 8-bit layer)."""
+        return self.dtype == "int16"
 
     @property
     def macs(self) -> int:
@@ -174,6 +187,7 @@ class Add:
     act_max: int
     subtract: bool = False  # SUB: the rescaled b is subtracted (LiteRT's SubElementwise), else added
     squared: bool = False  # SQUARED_DIFFERENCE: the difference squared (below 2^30: int32 holds it) before the output rescale
+    dtype: str = "int8"  # the activations' type ("int16": TFLite's general int16 kernel, left shift 15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +227,7 @@ class Mul:
     output_offset: int
     act_min: int
     act_max: int
+    dtype: str = "int8"  # the activations' type
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +251,7 @@ class Pool:
     # "avg" of QDQ graphs, as onnxruntime computes it: (x_scale, y_scale, the input zero point, the
     # output's model zero point, the stored-to-model offset); a float32 sum of dequantized values
     float_avg: tuple[float, float, int, int, int] | None = None
+    dtype: str = "int8"  # the activations' type
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +372,7 @@ class HardSwish:
 
 @dataclass(frozen=True, slots=True)
 class Requantize:
-    """RELU, RELU6 and int8->int8 QUANTIZE: rescale, then clamp."""
+    """RELU, RELU6 and QUANTIZE between int8 and int16: rescale, then clamp."""
     elements: int
     input_offset: int
     output_offset: int
@@ -368,16 +384,18 @@ class Requantize:
 
 @dataclass(frozen=True, slots=True)
 class Quantize:
-    """float32 -> int8 (rounding halves away from zero as TFLite; to even as onnxruntime)."""
+    """float32 -> int8 or int16 (rounding halves away from zero as TFLite; to even as onnxruntime)."""
     elements: int
     scale: float
     zero_point: int
     half_even: bool = False
+    act_min: int = INT8_MIN  # the output type's range
+    act_max: int = INT8_MAX
 
 
 @dataclass(frozen=True, slots=True)
 class Dequantize:
-    """int8 -> float32."""
+    """int8 or int16 -> float32."""
     elements: int
     scale: float
     zero_point: int
@@ -565,7 +583,7 @@ def _where(graph: Graph, layer: Layer) -> str:
 
 
 def _act(t: Tensor, activation: str) -> tuple[int, int]:
-    return activation_range(activation, t.scale, t.zero_point)
+    return activation_range(activation, t.scale, t.zero_point, *dtype_range(t.dtype))
 
 
 def _float_scales(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tuple[float, ...]:
@@ -610,6 +628,17 @@ def _channel_multipliers(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tupl
     return tuple(zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales)))  # type: ignore[return-value]
 
 
+def _weighted_dtype(g: Graph, x: Tensor, bias: int, where: str) -> str:
+    """The activation type of a weighted layer: "int16" runs TFLite's 16x8 kernel, whose bias is
+    int64 or int32 (both summed in 64 bits); an 8-bit layer's is int32."""
+    b = g.tensors[bias] if bias >= 0 else None
+    wide = x.dtype == "int16"
+    if b is not None and b.dtype not in (("int32", "int64") if wide else ("int32",)):
+        raise UnsupportedOperator(f"{where}: bias '{b.name}' is {b.dtype}; a layer with {x.dtype} input takes "
+                                  f"{'int64 or int32' if wide else 'int32'} biases")
+    return "int16" if wide else "int8"
+
+
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
     x, w = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]]
     bias = l.inputs[2] if len(l.inputs) > 2 else -1
@@ -649,7 +678,8 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
         zp, (lo, hi) = y.zero_point, _act(y, a.activation)
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
                 geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
-                mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant, float_rq)
+                mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant, float_rq,
+                dtype=_weighted_dtype(g, x, bias, where))
 
 
 def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
@@ -740,7 +770,7 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
                               l.inputs[1], bias, None, _float_scales(x, w, y, units))
     scales = tuple(x.scale * s / y.scale for s in w.quant.scale)
     return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point,
-                          scales, lo, hi, l.inputs[1], bias)
+                          scales, lo, hi, l.inputs[1], bias, dtype=_weighted_dtype(g, x, bias, where))
 
 
 def _broadcast(a: Tensor, b: Tensor, out: Tensor, where: str) -> Broadcast:
@@ -795,13 +825,24 @@ def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
         return _int_add(g, l, where)
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
     left_shift = 20  # int8 ADD headroom
+    if y.dtype == "int16":
+        if l.attrs.pot_scale_int16 and all(_power_of_two(t.scale) for t in (a, b, y)):
+            raise UnsupportedOperator(f"{where}: int16 {l.op} with power-of-two scales and pot_scale_int16 set runs "
+                                      f"TFLite's shift-only kernel, which the engine does not have")
+        left_shift = 15  # the general int16 kernel's headroom
     twice_max = 2.0 * f32(max(np.float32(a.scale), np.float32(b.scale)))
     am, ash = quantize_multiplier_smaller_than_one(a.scale / twice_max)
     bm, bsh = quantize_multiplier_smaller_than_one(b.scale / twice_max)
     om, osh = quantize_multiplier_smaller_than_one(twice_max / f32((1 << left_shift) * np.float32(y.scale)))
     lo, hi = _act(y, l.attrs.activation)
     return Add(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, left_shift,
-               am, ash, bm, bsh, om, osh, y.zero_point, lo, hi, subtract=l.op == "SUB")
+               am, ash, bm, bsh, om, osh, y.zero_point, lo, hi, subtract=l.op == "SUB", dtype=y.dtype)
+
+
+def _power_of_two(scale: float) -> bool:
+    """Whether a scale is 2^n as TFLite's CheckedLog2 sees it (log2 within 1e-3 of an integer)."""
+    e = math.log2(scale) if scale > 0 else 0.5
+    return abs(e - round(e)) < 1e-3
 
 
 def _squared_difference(g: Graph, l: Layer, where: str) -> Add:
@@ -839,7 +880,7 @@ def _mul(g: Graph, l: Layer, where: str) -> Mul:
     real = f32(np.float32(a.scale) * np.float32(b.scale) / np.float32(y.scale))
     m, s = quantize_multiplier(real)
     lo, hi = _act(y, l.attrs.activation)
-    return Mul(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, m, s, y.zero_point, lo, hi)
+    return Mul(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, m, s, y.zero_point, lo, hi, y.dtype)
 
 
 def _pool(g: Graph, l: Layer, where: str) -> Pool:
@@ -870,7 +911,7 @@ def _pool(g: Graph, l: Layer, where: str) -> Pool:
                     (f32(x.scale), f32(y.scale), x.zero_point, y.zero_point + a.float_requant, a.float_requant))
     if (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: pooling with different input and output quantization")
-    return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, lo, hi)
+    return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, lo, hi, dtype=y.dtype)
 
 
 def _mean(g: Graph, l: Layer, where: str) -> Mean:
@@ -1106,9 +1147,11 @@ def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize 
     if {x.dtype, y.dtype} == {"uint8", "int8"} and x.scale == y.scale and abs(x.zero_point - y.zero_point) == 128:
         return Offset(x.elements, y.zero_point - x.zero_point)
     if x.dtype == "float32":
-        if y.dtype != "int8":
-            raise UnsupportedOperator(f"{where}: QUANTIZE from float32 to {y.dtype} (the engine quantizes to int8)")
-        return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq")
+        if y.dtype not in ("int8", "int16"):
+            raise UnsupportedOperator(f"{where}: QUANTIZE from float32 to {y.dtype} (the engine quantizes to int8 "
+                                      f"and int16)")
+        return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq",
+                        *dtype_range(y.dtype))
     if (x.dtype, y.dtype) == ("int8", "int8") and g.source is not None and g.source.format == "onnx-qdq":
         # a QuantizeLinear of dequantized int8 values (after data movement): onnxruntime's float32
         # arithmetic, rounding half to even, as a table
@@ -1256,8 +1299,9 @@ def _pad(g: Graph, l: Layer, where: str) -> Pad:
         raise UnsupportedOperator(f"{where}: paddings {list(p)} do not turn {list(x.shape)} into {list(y.shape)}")
     if (x.scale, x.zero_point) != (y.scale, y.zero_point):
         raise UnsupportedOperator(f"{where}: PAD with different input and output quantization")
-    if l.attrs.value is not None and not INT8_MIN <= l.attrs.value <= INT8_MAX:
-        raise UnsupportedOperator(f"{where}: padding value {l.attrs.value} is not an int8")
+    lo, hi = dtype_range(y.dtype)
+    if l.attrs.value is not None and not lo <= l.attrs.value <= hi:
+        raise UnsupportedOperator(f"{where}: padding value {l.attrs.value} is not an {y.dtype}")
     return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point if l.attrs.value is None else l.attrs.value)
 
 
@@ -1400,6 +1444,11 @@ def lower(graph: Graph, layer: Layer) -> Kernel:
 
 def lower_graph(graph: Graph) -> tuple[Kernel, ...]:
     return tuple(lower(graph, layer) for layer in graph.layers)
+
+
+def activation_dtype(kernel: Kernel) -> str:
+    """The activation type a kernel computes on ("int16" for the 16x8 kernels, else "int8")."""
+    return getattr(kernel, "dtype", "int8")
 
 
 def macs(kernel: Kernel) -> int:

@@ -61,10 +61,12 @@ def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shap
     """The spatial view of a lowered kernel, or None when it cannot run patch by patch."""
     if not isinstance(kernel, SPATIAL):
         return None
+    if K.activation_dtype(kernel) != "int8":
+        return None  # 16-bit layers run whole: patch buffers and region kernels hold 8-bit values
     if getattr(kernel, "float_avg", None) is not None:
         return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
-        return None  # an integer graph's raw int32 output: patch buffers hold int8
+        return None  # an integer graph's raw int32 output, a QUANTIZE to int16: patch buffers hold int8
     match kernel:
         case K.Transpose(perm=(0, 2, 3, 1)) if len(kernel.in_shape) == 4 and kernel.in_shape[0] == 1:
             _, c, h, w = kernel.in_shape  # NCHW -> NHWC: a patch reads its rows and columns of every plane

@@ -62,6 +62,14 @@ def quantize_value(x: float, scale: float, zero_point: int) -> int:
     return zero_point + round_away(f32(f32(x) / f32(scale)))
 
 
+INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
+
+
+def dtype_range(dtype: str) -> tuple[int, int]:
+    """The stored range of an activation type (int16 in 16x8 layers, else int8)."""
+    return (INT16_MIN, INT16_MAX) if dtype == "int16" else (INT8_MIN, INT8_MAX)
+
+
 def activation_range(activation: str, scale: float, zero_point: int,
                      qmin: int = INT8_MIN, qmax: int = INT8_MAX) -> tuple[int, int]:
     """CalculateActivationRangeQuantized for a fused activation."""

@@ -189,6 +189,8 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
     """The tiling view of a lowered kernel, or None when the layer runs untiled from L2."""
     if not isinstance(kernel, TILED):
         return None
+    if K.activation_dtype(kernel) != "int8":
+        return None  # 16-bit layers run whole: tiles, their DMA and their kernels move 8-bit values
     if getattr(kernel, "float_avg", None) is not None:
         return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:

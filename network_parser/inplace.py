@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .ir import Graph
+from .ir import DTYPE_BYTES, Graph
 
 # Same-shape ops whose kernels read element i before writing element i.
 UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS", "TANH", "EXP", "LOG", "RSQRT", "SQRT", "NEG",
@@ -39,14 +39,15 @@ def zero_copy_reshape(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse 
 
 
 def elementwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
-    """ADD/SUB/MUL (and unary elementwise ops) write onto a full-shape int8 input that dies here."""
+    """ADD/SUB/MUL (and unary elementwise ops) write onto a full-shape input of the output's type
+    (int8, or int16) that dies here: element i is read before it is written."""
     layer = graph.layers[k]
     if layer.op not in ELEMENTWISE:
         return None
     out = graph.tensors[layer.outputs[0]]
     for src in layer.inputs:
         t = graph.tensors[src] if src >= 0 else None
-        if t is not None and not t.is_const and t.shape == out.shape and t.dtype == out.dtype == "int8" \
+        if t is not None and not t.is_const and t.shape == out.shape and t.dtype == out.dtype and t.dtype in ("int8", "int16") \
                 and dies_here(src):
             return Reuse("elementwise-in-place", k, layer.outputs[0], src)
     return None
@@ -67,17 +68,21 @@ def depthwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse
             or y.shape[3] != x.shape[3] or y.nbytes > x.nbytes or not dies_here(src)):
         return None
     group = lanes if y.shape[3] % lanes == 0 else 1
-    return Reuse("depthwise-in-place", k, layer.outputs[0], src, scratch_bytes=y.shape[1] * y.shape[2] * group)
+    return Reuse("depthwise-in-place", k, layer.outputs[0], src,
+                 scratch_bytes=y.shape[1] * y.shape[2] * group * DTYPE_BYTES[y.dtype])
 
 
 def convert_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
-    """QUANTIZE float32 -> int8 and DEQUANTIZE int8 -> float32 over an input that dies here: the
-    kernels walk so that every element is read before its bytes are overwritten (QUANTIZE
-    forwards: int8 element i sits in bytes float element i already left; DEQUANTIZE backwards)."""
+    """QUANTIZE to a type no wider (float32 -> int8 / int16, int16 -> int8, uint8 <-> int8) and DEQUANTIZE over an
+    input that dies here: the kernels walk so that every element is read before its bytes are
+    overwritten (QUANTIZE forwards: output element i sits in bytes input element i already left;
+    DEQUANTIZE backwards). A widening QUANTIZE (int8 -> int16) walks forwards too: not in place."""
     layer = graph.layers[k]
     src = layer.inputs[0]
     x, y = graph.tensors[src], graph.tensors[layer.outputs[0]]
-    if layer.op in CONVERTS and x.dtype != y.dtype and not x.is_const and dies_here(src):
+    narrower = DTYPE_BYTES[y.dtype] <= DTYPE_BYTES[x.dtype]
+    if layer.op in CONVERTS and x.dtype != y.dtype and (narrower or layer.op == "DEQUANTIZE") \
+            and not x.is_const and dies_here(src):
         return Reuse("convert-in-place", k, layer.outputs[0], src)
     return None
 

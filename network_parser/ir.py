@@ -164,6 +164,7 @@ class Pool2D:
 @dataclass(frozen=True, slots=True)
 class Elementwise:
     activation: str
+    pot_scale_int16: bool = False  # ADD / SUB options: int16 power-of-two scales take a shift-only kernel
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,16 @@ _ACT = {getattr(tflite.ActivationFunctionType, a): a for a in ACTIVATIONS}
 
 # Activation dtypes each op accepts on its data inputs / outputs.
 _INT8 = ("int8",)
-_IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8"), ("int8", "uint8")), "DEQUANTIZE": (_INT8, ("float32",)),
-             "ARG_MAX": (_INT8, ("int32", "int64")), "ARG_MIN": (_INT8, ("int32", "int64"))}
+# ops that also run with int16 activations ("16x8": int16 activations, int8 weights, int64
+# biases), in and out of one type (QUANTIZE / DEQUANTIZE convert)
+_INT16_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "AVERAGE_POOL_2D",
+              "MAX_POOL_2D", "PAD", "PADV2", "STRIDED_SLICE", "SLICE", "CONCATENATION", "RESHAPE", "SQUEEZE",
+              "EXPAND_DIMS", "RELU", "RELU6", "QUANTIZE", "DEQUANTIZE")
+_INT8_16 = ("int8", "int16")
+_IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8", "int16"), ("int8", "uint8", "int16")),
+             "DEQUANTIZE": (_INT8_16, ("float32",)),
+             "ARG_MAX": (_INT8, ("int32", "int64")), "ARG_MIN": (_INT8, ("int32", "int64")),
+             **{op: (_INT8_16, _INT8_16) for op in _INT16_OPS if op not in ("QUANTIZE", "DEQUANTIZE")}}
 # ops with one output per piece: read as one STRIDED_SLICE per output
 _SPLITS = ("SPLIT", "SPLIT_V", "UNPACK")
 
@@ -103,7 +111,10 @@ def _pool(op, where):
 def _elementwise(cls):
     def parse(op, where):
         o = _options(op, cls)
-        return Elementwise(_act(o.FusedActivationFunction(), where) if o else "NONE")
+        # ADD / SUB: int16 operands with power-of-two scales take a shift-only kernel unless the
+        # model turns it off (the flag defaults to on; 16x8 converters write it off)
+        pot = bool(o.PotScaleInt16()) if o is not None and hasattr(o, "PotScaleInt16") else cls is not tflite.MulOptions
+        return Elementwise(_act(o.FusedActivationFunction(), where) if o else "NONE", pot)
     return parse
 
 
@@ -411,9 +422,10 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
             produced.update(outs)
             continue
         attrs = _fold_constants(name, attrs, [tensors[i] for i in consts], where)
-        if name == "PADV2" and tensors[consts[1]].quant != tensors[data_ins[0]].quant:
+        if name == "PADV2" and (tensors[consts[1]].quant != tensors[data_ins[0]].quant
+                                or tensors[consts[1]].dtype != tensors[data_ins[0]].dtype):
             raise UnsupportedOperator(f"{where}: the padding value '{tensors[consts[1]].name}' must share the input's "
-                                      f"quantization")
+                                      f"type and quantization")
         if output_shape is not None:
             _check_output_shape(tensors[output_shape], tensors[outs[0]], where)
         if name == "SPACE_TO_BATCH_ND" and attrs.crops != ((0, 0), (0, 0)):
@@ -425,9 +437,9 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         if o < 0 or o not in produced:
             raise ModelFormatError(f"{path}: graph output {o} is never written")
     for i in inputs:
-        if tensors[i].dtype not in ("int8", "uint8", "float32"):
+        if tensors[i].dtype not in ("int8", "uint8", "int16", "float32"):
             raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
-                                      f"{tensors[i].dtype}; only int8, uint8 and float32 are supported")
+                                      f"{tensors[i].dtype}; only int8, uint8, int16 and float32 are supported")
     if cut.io == "uint8":  # the int8 edges as uint8 ones: value + 128, zero point + 128
         tensors, layers, inputs, outputs, derived = unsigned_edges(tensors, layers, inputs, outputs, len(edges))
         file_edges = FileEdges(file_edges.inputs, file_edges.outputs, derived)
@@ -608,16 +620,23 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
     in_ok, out_ok = _IO_TYPES.get(op, (_INT8, _INT8))
     for t in ins:
         if t.dtype not in in_ok:
-            raise UnsupportedOperator(f"{where}: input '{t.name}' is {t.dtype}; {op} supports "
-                                      f"{'/'.join(in_ok)} (float-only models are not supported)")
-        if t.dtype == "int8" and t.quant is None:
-            raise ModelFormatError(f"{where}: int8 tensor '{t.name}' has no quantization")
+            why = " (float-only models are not supported)" if t.dtype == "float32" else \
+                " (16-bit activations run on the operators `deploy ops` lists with int16)" if t.dtype == "int16" else ""
+            raise UnsupportedOperator(f"{where}: input '{t.name}' is {t.dtype}; {op} supports {'/'.join(in_ok)}{why}")
     for t in outs:
         if t.dtype not in out_ok:
             raise UnsupportedOperator(f"{where}: output '{t.name}' is {t.dtype}; {op} supports "
                                       f"{'/'.join(out_ok)}")
-        if t.dtype == "int8" and t.quant is None:
-            raise ModelFormatError(f"{where}: int8 tensor '{t.name}' has no quantization")
+    for t in (*ins, *outs):
+        if t.dtype in _INT8_16 and t.quant is None:
+            raise ModelFormatError(f"{where}: {t.dtype} tensor '{t.name}' has no quantization")
+        if t.dtype == "int16" and any(z != 0 for z in t.quant.zero_point):
+            raise UnsupportedOperator(f"{where}: int16 tensor '{t.name}' has zero point {t.quant.zero_point[0]}; "
+                                      f"TFLite's 16-bit kernels take symmetric activations (zero point 0)")
+    types = {t.dtype for t in (*ins, *outs)}
+    if op not in ("QUANTIZE", "DEQUANTIZE") and "int16" in types and len(types) > 1:
+        raise UnsupportedOperator(f"{where}: mixes {' and '.join(sorted(types))} activations; {op} runs on one type "
+                                  f"(a QUANTIZE converts between them)")
 
 
 def _const_ints(ts: list[Tensor], what: str, where: str) -> np.ndarray:
@@ -673,8 +692,8 @@ def _fold_constants(op: str, attrs, consts: list[Tensor], where: str):
     if op == "PADV2":
         padded = _fold_constants("PAD", attrs, consts[:1], where)
         value = consts[1] if len(consts) > 1 else None
-        if value is None or not value.is_const or value.elements != 1 or value.dtype != "int8":
-            raise UnsupportedOperator(f"{where}: the padding value must be a constant int8 scalar")
+        if value is None or not value.is_const or value.elements != 1 or value.dtype not in _INT8_16:
+            raise UnsupportedOperator(f"{where}: the padding value must be a constant int8 or int16 scalar")
         return Pad(padded.paddings, int(np.asarray(value.data).reshape(-1)[0]))
     if op in ("REDUCE_MAX", "REDUCE_MIN"):
         return Reduce(tuple(int(a) for a in _const_ints(consts, "the axes", where).reshape(-1)), attrs.keep_dims)

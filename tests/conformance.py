@@ -22,7 +22,8 @@ ACTS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 
 
 def _input(mb: ModelBuilder, rng: np.random.Generator, shape, edge: bool = True, **q) -> int:
-    """An int8 input; its quantization at an edge (or the builder's random one)."""
+    """An input of the builder's type (int8, or int16: symmetric, the zero point dropped); its
+    quantization at an edge (or the builder's random one)."""
     if edge and not q:
         q = dict(scale=float(rng.choice(SCALES)), zero_point=int(rng.choice(ZERO_POINTS)))
     return mb.input(tuple(int(d) for d in shape), **q)
@@ -341,11 +342,36 @@ CASES: dict[str, Callable] = {
 }
 
 
-def build(op: str, seed: int) -> ModelBuilder:
-    """Case ``seed`` of ``op``: a model holding it (and what feeds it)."""
-    rng = np.random.default_rng([seed, sum(map(ord, op))])
-    mb = ModelBuilder(seed)
-    out = CASES[op](mb, rng)
+def quantize16(mb, rng, kind):
+    """QUANTIZE into and out of 16 bits: float32 -> int16, int8 -> int16, int16 -> int8 and
+    int16 -> int16; DEQUANTIZE int16 -> float32."""
+    shape = _any_shape(rng)
+    if kind == "dequantize":
+        return mb.dequantize(_input(mb, rng, shape))
+    source = str(rng.choice(["float32", "int8", "int16"]))
+    x = mb.input(shape, dtype="float32") if source == "float32" else \
+        _input(mb, rng, shape, dtype=source) if source == "int8" else _input(mb, rng, shape)
+    to = "int8" if source == "int16" and rng.random() < 0.5 else "int16"
+    scale = float(rng.choice(SCALES[:4])) / (256.0 if to == "int16" else 1.0)
+    return mb.quantize(x, scale, int(rng.choice(ZERO_POINTS)) if to == "int8" else 0, dtype=to)
+
+
+# the operators with 16-bit activations ("16x8": int16 activations, int8 weights, int64 biases):
+# the same cases on a builder whose inputs are int16 (zero point 0)
+CASES16: dict[str, Callable] = {
+    **{op: CASES[op] for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
+                                "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD", "PADV2", "STRIDED_SLICE", "SLICE",
+                                "CONCATENATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "RELU", "RELU6")},
+    "QUANTIZE": lambda mb, rng: quantize16(mb, rng, "quantize"),
+    "DEQUANTIZE": lambda mb, rng: quantize16(mb, rng, "dequantize"),
+}
+
+
+def build(op: str, seed: int, bits: int = 8) -> ModelBuilder:
+    """Case ``seed`` of ``op``: a model holding it (and what feeds it); ``bits`` 16: its 16x8 form."""
+    rng = np.random.default_rng([seed, sum(map(ord, op))] + ([16] if bits == 16 else []))
+    mb = ModelBuilder(seed, activations="int16" if bits == 16 else "int8")
+    out = (CASES16 if bits == 16 else CASES)[op](mb, rng)
     mb.output(*(out if isinstance(out, list) else [out]))
     return mb
 
@@ -373,16 +399,16 @@ def samples_for(op: str, graph, seed: int, count: int = 2) -> list[list[np.ndarr
     return samples
 
 
-def check(op: str, seed: int, target: str = "host", l1: int | None = None) -> dict:
-    """Case ``seed`` of ``op`` deployed for ``target`` (Cortex-M: run on its QEMU board), against
-    the reference: the verify result (``max_abs_diff`` per output)."""
+def check(op: str, seed: int, target: str = "host", l1: int | None = None, bits: int = 8) -> dict:
+    """Case ``seed`` of ``op`` (``bits`` 16: its 16x8 form) deployed for ``target`` (Cortex-M: run
+    on its QEMU board), against the reference: the verify result (``max_abs_diff`` per output)."""
     from deployer.pipeline import Options, deploy
     from deployer.qemu import verify_on_qemu
     from deployer.verify import verify
 
     with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
         path = Path(tmp) / f"{op.lower()}_{seed}.tflite"
-        build(op, seed).save(path)
+        build(op, seed, bits).save(path)
         dep = deploy(path, Options(target=target, l1=l1))
         samples = samples_for(op, dep.graph, seed)
         return verify_on_qemu(dep, path, samples) if dep.backend.qemu_machine else verify(dep, path, samples)

@@ -99,8 +99,12 @@ def _apply_act(y, act):
     return y
 
 
-def _fake_quant(y, scale, zp):
-    return (np.clip(np.round(y / scale) + zp, -128, 127) - zp) * scale
+_RANGES = {"int8": (-128, 127), "int16": (-32768, 32767)}
+
+
+def _fake_quant(y, scale, zp, dtype="int8"):
+    lo, hi = _RANGES[dtype]
+    return (np.clip(np.round(y / scale) + zp, lo, hi) - zp) * scale
 
 
 def _geometry(hw, k, s, d, padding):
@@ -158,10 +162,15 @@ def _offset_vector(b, offsets):
 
 
 class ModelBuilder:
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, activations: str = "int8"):
+        """``activations``: the type of inputs declared without one ("int16": a 16x8 model, whose
+        ops keep their inputs' type; its inputs' zero points are 0)."""
+        if activations not in _RANGES:
+            raise ValueError(f"activations must be 'int8' or 'int16', got {activations!r}")
         self.seed = seed
+        self.activations = activations
         self.rng = np.random.default_rng(seed)
-        self.description = f"synthetic int8 model (the deployer's model builder, seed={seed})"
+        self.description = f"synthetic {'16x8' if activations == 'int16' else 'int8'} model (the deployer's model builder, seed={seed})"
         self._tensors: list[_Tensor] = []
         self._ops: list[_Op] = []
         self._buffers: list[bytes] = [b""]  # buffer 0 is the empty sentinel
@@ -206,11 +215,12 @@ class ModelBuilder:
         return self._add_tensor(_Tensor(name, arr.shape, dtype, scale, zp, qdim, len(self._buffers) - 1))
 
     def _int8(self, x, rank=None):
+        """An integer activation (int8, or int16 in a 16x8 graph: the op's output keeps its type)."""
         if not 0 <= x < len(self._tensors) or self._tensors[x].sim is None:
             raise ValueError(f"{x} is not an activation tensor id")
         t = self._tensors[x]
-        if t.dtype != "int8":
-            raise ValueError(f"tensor {t.name} is {t.dtype}; this op needs int8 (use quantize())")
+        if t.dtype not in _RANGES:
+            raise ValueError(f"tensor {t.name} is {t.dtype}; this op needs int8 or int16 (use quantize())")
         if rank is not None and len(t.shape) != rank:
             raise ValueError(f"tensor {t.name} has shape {t.shape}; expected rank {rank}")
         return t
@@ -232,31 +242,45 @@ class ModelBuilder:
         zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
         return scale, zp
 
+    def _range_quant16(self, y):
+        """int16 activations are symmetric (zero point 0): a scale covering the sample's largest
+        magnitude, randomly widened by 0-15 %."""
+        m = max(float(np.abs(y).max()), 1e-6) * (1.0 + self.rng.uniform(0.0, 0.15))
+        return float(np.float32(m / 32767.0)), 0
+
+    def _bias_type(self, x) -> str:
+        """16x8 layers take int64 biases (as TFLite's converter writes them), int8 ones int32."""
+        return "int64" if self._tensors[x].dtype == "int16" else "int32"
+
     def _check_act(self, act):
         if act not in _ACT:
             raise ValueError(f"activation must be one of {sorted(_ACT)}, got {act!r}")
         return _ACT[act]
 
-    def _emit(self, name, code, version, inputs, srcs, fn, out_shape, dtype="int8", act="NONE",
+    def _emit(self, name, code, version, inputs, srcs, fn, out_shape, dtype=None, act="NONE",
               quant=None, options=None) -> int:
-        """Create the output tensor (calibrating its quantization) and the op that produces it."""
+        """Create the output tensor (calibrating its quantization) and the op that produces it.
+        ``dtype`` None: int16 when the first activation input is int16 (a 16x8 layer), else int8."""
         self._check_act(act)
+        if dtype is None:
+            dtype = "int16" if srcs and self._tensors[srcs[0]].dtype == "int16" else "int8"
         y = _apply_act(fn(*[self._tensors[i].sim for i in srcs]), act)
         assert y.shape == (_CALIB, *out_shape), (name, y.shape, out_shape)
         scale = zp = None
-        if dtype == "int8":
-            s, z = self._range_quant(y) if quant is None else quant
+        if dtype in _RANGES:
+            s, z = (self._range_quant16(y) if dtype == "int16" else self._range_quant(y)) if quant is None else quant
             scale, zp = np.array([s], np.float32), np.array([z], np.int64)
-            y = _fake_quant(y, float(scale[0]), z)
+            y = _fake_quant(y, float(scale[0]), z, dtype)
         out = self._add_tensor(_Tensor(f"{name}/out", tuple(int(d) for d in out_shape), dtype, scale, zp, sim=y))
         self._ops.append(_Op(code, version, list(inputs), [out], options, list(srcs), fn, act))
         return out
 
-    def _bias(self, acc, bscale):
-        """int32 bias ~ N(0, (std of the channel's accumulator / 2)^2), in units of bscale."""
+    def _bias(self, acc, bscale, dtype="int32"):
+        """A bias ~ N(0, (std of the channel's accumulator / 2)^2), in units of bscale (int32, or
+        int64 for a 16x8 layer)."""
         std = acc.reshape(-1, acc.shape[-1]).std(axis=0)
         bf = self.rng.normal(0.0, 0.5 * std + 1e-9)
-        return np.clip(np.round(bf / bscale), -(2**31 - 1), 2**31 - 1).astype(np.int32)
+        return np.clip(np.round(bf / bscale), -(2**31 - 1), 2**31 - 1).astype(dtype)
 
     def _weights(self, shape, n_scales, fan_in):
         wq = self.rng.integers(-127, 128, shape).astype(np.int8)
@@ -264,10 +288,13 @@ class ModelBuilder:
         return wq, ws
 
     # ------------------------------------------------------------------ graph API
-    def input(self, shape, dtype="int8", scale=None, zero_point=None) -> int:
-        """Graph input.  int8: missing scale / zero point are drawn at random (scale in
-        [0.01, 0.1], zero point in [-32, 32]); float32: no quantization, values expected in
+    def input(self, shape, dtype=None, scale=None, zero_point=None) -> int:
+        """Graph input (``dtype`` None: the builder's activation type).  int8: missing scale /
+        zero point are drawn at random (scale in [0.01, 0.1], zero point in [-32, 32]); int16:
+        scale in [1e-4, 1e-3] if missing, the zero point is always 0 (``zero_point`` ignored:
+        16-bit activations are symmetric); float32: no quantization, values expected in
         FLOAT_INPUT_RANGE."""
+        dtype = dtype or self.activations
         shape = tuple(int(d) for d in shape)
         name = self._name("input")
         if dtype == "int8":
@@ -275,12 +302,16 @@ class ModelBuilder:
             z = int(self.rng.integers(-32, 33) if zero_point is None else zero_point)
             sim = (self.rng.integers(-128, 128, (_CALIB, *shape)) - z) * s
             t = _Tensor(name, shape, "int8", np.array([s], np.float32), np.array([z], np.int64), sim=sim)
+        elif dtype == "int16":  # symmetric: zero point 0
+            s = float(np.float32(self.rng.uniform(1e-4, 1e-3) if scale is None else scale))
+            sim = self.rng.integers(-32768, 32768, (_CALIB, *shape)) * s
+            t = _Tensor(name, shape, "int16", np.array([s], np.float32), np.array([0], np.int64), sim=sim)
         elif dtype == "float32":
             if scale is not None or zero_point is not None:
                 raise ValueError("float32 inputs carry no quantization")
             t = _Tensor(name, shape, "float32", sim=self.rng.uniform(*FLOAT_INPUT_RANGE, (_CALIB, *shape)))
         else:
-            raise ValueError(f"input dtype must be 'int8' or 'float32', got {dtype!r}")
+            raise ValueError(f"input dtype must be 'int8', 'int16' or 'float32', got {dtype!r}")
         self._inputs.append(self._add_tensor(t))
         return self._inputs[-1]
 
@@ -299,10 +330,11 @@ class ModelBuilder:
 
         # LiteRT's int8 CONV_2D requires a bias tensor, so bias=False means an all-zero bias.
         bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
-        bq = self._bias(conv(t.sim), bscale.astype(np.float64)) if bias else np.zeros(out_channels, np.int32)
+        bq = self._bias(conv(t.sim), bscale.astype(np.float64), self._bias_type(x)) if bias else \
+            np.zeros(out_channels, self._bias_type(x))
         bf = bq * bscale.astype(np.float64)
         inputs = [x, self._const(f"{name}/weights", wq, "int8", ws, qdim=0),
-                  self._const(f"{name}/bias", bq, "int32", bscale, qdim=0)]
+                  self._const(f"{name}/bias", bq, self._bias_type(x), bscale, qdim=0)]
         opts = _opts("Conv2DOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
                      FusedActivationFunction=self._check_act(activation),
                      DilationWFactor=d[1], DilationHFactor=d[0])
@@ -324,10 +356,10 @@ class ModelBuilder:
             return sum(np.repeat(p, multiplier, axis=-1) * wf[i, j] for i, j, p in _taps(v, k, s, d, out, pads))
 
         bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
-        bq = self._bias(dwconv(t.sim), bscale.astype(np.float64))
+        bq = self._bias(dwconv(t.sim), bscale.astype(np.float64), self._bias_type(x))
         bf = bq * bscale.astype(np.float64)
         inputs = [x, self._const(f"{name}/weights", wq, "int8", ws, qdim=3),
-                  self._const(f"{name}/bias", bq, "int32", bscale, qdim=0)]
+                  self._const(f"{name}/bias", bq, self._bias_type(x), bscale, qdim=0)]
         opts = _opts("DepthwiseConv2DOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
                      DepthMultiplier=multiplier, FusedActivationFunction=self._check_act(activation),
                      DilationWFactor=d[1], DilationHFactor=d[0])
@@ -363,8 +395,8 @@ class ModelBuilder:
                   self._const(f"{name}/weights", wq, "int8", ws, qdim=0), x]
         bf = 0.0
         if bias:  # optional for TRANSPOSE_CONV
-            bq = self._bias(tconv(t.sim), bscale.astype(np.float64))
-            inputs.append(self._const(f"{name}/bias", bq, "int32", bscale, qdim=0))
+            bq = self._bias(tconv(t.sim), bscale.astype(np.float64), self._bias_type(x))
+            inputs.append(self._const(f"{name}/bias", bq, self._bias_type(x), bscale, qdim=0))
             bf = bq * bscale.astype(np.float64)
         opts = _opts("TransposeConvOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
                      FusedActivationFunction=self._check_act(activation))
@@ -511,8 +543,8 @@ class ModelBuilder:
         fn = fc
         if bias:
             bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
-            bq = self._bias(fc(t.sim), bscale.astype(np.float64))
-            inputs.append(self._const(f"{name}/bias", bq, "int32", bscale))
+            bq = self._bias(fc(t.sim), bscale.astype(np.float64), self._bias_type(x))
+            inputs.append(self._const(f"{name}/bias", bq, self._bias_type(x), bscale))
             bf = bq * bscale.astype(np.float64)
             fn = lambda v: fc(v) + bf  # noqa: E731
         version = 6 if not bias else 5 if keep_num_dims else 4
@@ -750,7 +782,8 @@ class ModelBuilder:
         if len(quants) == 1:
             quant = quants.pop()
         else:  # LiteRT int8 concat needs one shared quantization: requantize the odd ones out
-            quant = self._range_quant(np.concatenate([tt.sim.ravel() for tt in ts]))
+            both = np.concatenate([tt.sim.ravel() for tt in ts])
+            quant = self._range_quant16(both) if ts[0].dtype == "int16" else self._range_quant(both)
             xs = [x if self._q(x) == quant else self._requantize(x, quant, f"{name}/requant_{i}")
                   for i, x in enumerate(xs)]
         out_shape = list(ts[0].shape)
@@ -767,22 +800,26 @@ class ModelBuilder:
     def _requantize(self, x, quant, name):
         return self._emit(name, Op.QUANTIZE, 1, [x], [x], lambda v: v, self._tensors[x].shape, quant=quant)
 
-    def quantize(self, x, scale=None, zero_point=None) -> int:
-        """float32 -> int8, or int8 -> int8 requantization.  Without scale / zero point the
-        output quantization is calibrated; with only a scale the zero point is 0."""
+    def quantize(self, x, scale=None, zero_point=None, dtype="int8") -> int:
+        """float32 -> int8 / int16, or a requantization between int8 and int16.  Without scale /
+        zero point the output quantization is calibrated; with only a scale the zero point is 0
+        (int16 is always symmetric)."""
         t = self._tensors[x]
-        if t.dtype not in ("float32", "int8") or t.sim is None:
-            raise ValueError(f"quantize needs a float32 or int8 activation, got {t.name} ({t.dtype})")
+        if t.dtype not in ("float32", *_RANGES) or t.sim is None or dtype not in _RANGES:
+            raise ValueError(f"quantize needs a float32 or integer activation and an integer type, got {t.name} "
+                             f"({t.dtype}) -> {dtype}")
         quant = None
         if scale is not None or zero_point is not None:
-            quant = (float(np.float32(scale if scale is not None else self._range_quant(t.sim)[0])),
+            calibrated = (self._range_quant16 if dtype == "int16" else self._range_quant)(t.sim)[0]
+            quant = (float(np.float32(scale if scale is not None else calibrated)),
                      int(zero_point if zero_point is not None else 0))
-        return self._emit(self._name("quantize"), Op.QUANTIZE, 1, [x], [x], lambda v: v, t.shape, quant=quant)
+        return self._emit(self._name("quantize"), Op.QUANTIZE, 3 if "int16" in (dtype, t.dtype) else 1, [x], [x],
+                          lambda v: v, t.shape, dtype=dtype, quant=quant)
 
     def dequantize(self, x) -> int:
         t = self._int8(x)
-        return self._emit(self._name("dequantize"), Op.DEQUANTIZE, 2, [x], [x], lambda v: v, t.shape,
-                          dtype="float32")
+        return self._emit(self._name("dequantize"), Op.DEQUANTIZE, 4 if t.dtype == "int16" else 2, [x], [x],
+                          lambda v: v, t.shape, dtype="float32")
 
     def transpose(self, x, perm) -> int:
         t = self._int8(x)
@@ -915,8 +952,8 @@ class ModelBuilder:
         p = np.asarray(paddings, np.int32).reshape(-1, 2)
         name = self._name("padv2")
         pt = self._const(f"{name}/paddings", p, "int32")
-        q = int(np.clip(round(value / t.scale[0]) + t.zero_point[0], -128, 127))
-        vt = self._const(f"{name}/value", np.array([q], np.int8), "int8", t.scale)
+        q = int(np.clip(round(value / t.scale[0]) + t.zero_point[0], *_RANGES[t.dtype]))
+        vt = self._const(f"{name}/value", np.array([q], t.dtype), t.dtype, t.scale)
         self._tensors[vt].zero_point = t.zero_point.copy()
         real = (q - t.zero_point[0]) * t.scale[0]
         widths = [(0, 0)] + [tuple(r) for r in p.tolist()]
@@ -1082,7 +1119,7 @@ class ModelBuilder:
             ys = op.fn(*[vals[i] for i in op.srcs])
             for o, y in zip(op.outputs, ys if isinstance(ys, tuple) else (ys,)):  # SPLIT and UNPACK: a tuple
                 y, t = _apply_act(y, op.act), self._tensors[o]
-                vals[o] = y if t.scale is None else _fake_quant(y, float(t.scale[0]), int(t.zero_point[0]))
+                vals[o] = y if t.scale is None else _fake_quant(y, float(t.scale[0]), int(t.zero_point[0]), t.dtype)
         res = []
         for o in self._outputs:
             t, v = self._tensors[o], vals[o][0]
