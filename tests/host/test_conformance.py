@@ -6,7 +6,7 @@ import pytest
 
 from network_parser.tflite_reader import supported_operators
 from deployer.ops_table import tflite_table
-from tests.conformance import CASES, check, exact, first_tiled_case
+from tests.conformance import CASES, CASES16, check, exact, first_tiled_case
 
 
 def test_every_operator_has_cases():
@@ -17,6 +17,18 @@ def test_every_operator_has_cases():
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_operator_bit_exact_on_host(op, seed):
     result = check(op, seed)
+    assert exact(result), result["outputs"]
+
+
+def test_every_16x8_operator_has_cases():
+    assert set(CASES16) == {op for op, (ins, _, _) in supported_operators().items() if "int16" in ins}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("op", sorted(CASES16))
+def test_16x8_operator_bit_exact_on_host(op, seed):
+    """The operators with int16 activations (int8 weights, int64 biases) against LiteRT's 16x8 kernels."""
+    result = check(op, seed, bits=16)
     assert exact(result), result["outputs"]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from deployer import qemu
 from deployer.ops_table import tflite_table
-from tests.conformance import CASES, check, exact, first_tiled_case
+from tests.conformance import CASES, CASES16, check, exact, first_tiled_case
 
 pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
                                 reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
@@ -18,6 +18,13 @@ TILED = sorted(r["operator"] for r in tflite_table() if r["tiled"])
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_operator_bit_exact_on_qemu(op, target):
     result = check(op, 0, target)
+    assert exact(result), result["outputs"]
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+@pytest.mark.parametrize("op", sorted(CASES16))
+def test_16x8_operator_bit_exact_on_qemu(op, target):
+    result = check(op, 0, target, bits=16)
     assert exact(result), result["outputs"]
 
 
@@ -49,3 +56,18 @@ def test_batch_matmul_dsp_forms(tmp_path, target):
         assert dep.layers[-1].variant.name == "batch_matmul_s8_smlad"
         result = qemu.verify_on_qemu(dep, path, [random_inputs(dep.graph, s) for s in range(2)])
         assert exact(result), (xs, ys, result["outputs"])
+
+
+@pytest.mark.parametrize("target,l1", [("cortex-m4", None), ("cortex-m7", None), ("stm32h743", 4096)])
+def test_16x8_models_bit_exact_on_qemu(tmp_path, target, l1):
+    """The 16x8 audio front end before an int8 body (the body on the DSP kernels, tiled in the
+    H743's DTCM) and the model in 16 bits throughout, on QEMU."""
+    from deployer.pipeline import Options, deploy
+    from deployer.verify import random_inputs
+    from tests.host.test_sixteen_bit import all_16_bit_model, audio_front_end_model
+
+    for make in (audio_front_end_model, all_16_bit_model):
+        path = make(tmp_path)
+        dep = deploy(path, Options(target=target, l1=l1))
+        result = qemu.verify_on_qemu(dep, path, [random_inputs(dep.graph, s) for s in range(3)])
+        assert exact(result), (make.__name__, result["outputs"])

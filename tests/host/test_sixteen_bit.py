@@ -1,0 +1,158 @@
+"""16x8 models (int16 activations, int8 weights, int64 biases): an audio front end in 16 bits
+before an int8 body, and a model in 16 bits throughout, against LiteRT's reference kernels; the
+16-bit layers beside tiling, in-place rules and the DSP variants; what is refused and why."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deployer.pipeline import Options, deploy
+from deployer.verify import random_inputs, verify
+from network_parser.errors import UnsupportedOperator
+from network_parser.tflite_reader import read_tflite
+from layer_analyzer import kernels as K
+from tests.tflite_builder import ModelBuilder
+
+
+def audio_front_end_model(folder, seed: int = 0):
+    """A keyword spotter whose front end keeps 16 bits: float32 features (25 frames x 20 bins)
+    quantized to int16, two 16x8 convolutions and a depthwise one with a residual ADD, then
+    QUANTIZE to int8 and an int8 body (convolution, pooling, fully connected, softmax)."""
+    mb = ModelBuilder(seed)
+    x = mb.quantize(mb.input((1, 25, 20, 1), dtype="float32"), dtype="int16")
+    x = mb.conv2d(x, 8, (3, 3), (2, 2), activation="RELU")
+    y = mb.depthwise_conv2d(x, 1, (3, 3), activation="RELU6")
+    x = mb.add(x, mb.conv2d(y, 8, (1, 1)))
+    x = mb.quantize(x, dtype="int8")
+    x = mb.conv2d(x, 16, (3, 3), (2, 2), activation="RELU")
+    x = mb.avg_pool(x, (7, 5), (1, 1))
+    mb.output(mb.softmax(mb.fully_connected(mb.reshape(x, (1, 16)), 4)))
+    path = folder / "audio16.tflite"
+    mb.save(path)
+    return path
+
+
+def all_16_bit_model(folder, seed: int = 0):
+    """int16 in, int16 out: convolution, depthwise, MUL, pooling, padding, slicing,
+    concatenation and a fully connected layer, all 16x8."""
+    mb = ModelBuilder(seed, activations="int16")
+    x = mb.input((1, 12, 10, 3))
+    x = mb.conv2d(x, 6, (3, 3), activation="RELU")
+    a = mb.depthwise_conv2d(x, 2, (3, 3), (2, 2))
+    b = mb.max_pool(mb.pad(x, [[0, 0], [0, 0], [0, 0], [0, 6]]), (2, 2), (2, 2))
+    x = mb.concat([mb.mul(a, b), mb.strided_slice(a, [0, 0, 0, 0], [1, 6, 5, 12], [1, 1, 1, 2])], axis=-1)
+    x = mb.avg_pool(x, (2, 2), (1, 1), "SAME")
+    mb.output(mb.fully_connected(mb.reshape(x, (1, 6 * 5 * 18)), 10, activation="RELU6"))
+    path = folder / "all16.tflite"
+    mb.save(path)
+    return path
+
+
+def _exact(dep, path, count=3):
+    result = verify(dep, path, [random_inputs(dep.graph, s) for s in range(count)])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
+
+
+@pytest.mark.parametrize("make", [audio_front_end_model, all_16_bit_model])
+@pytest.mark.parametrize("target,l1", [("host", None), ("host", 4096), ("gap8", None)])
+def test_16x8_models_bit_exact(tmp_path, make, target, l1):
+    path = make(tmp_path)
+    dep = deploy(path, Options(target=target, l1=l1))
+    _exact(dep, path)
+
+
+def test_16_bit_layers_run_whole_and_portable_beside_tiled_dsp_int8_layers(tmp_path):
+    """On a Cortex-M with an L1 budget the int8 body tiles and runs the DSP kernels; the 16-bit
+    layers run the portable 16-bit kernels from the arena (their tensors take 2 bytes an element)."""
+    path = audio_front_end_model(tmp_path)
+    dep = deploy(path, Options(target="cortex-m7", l1=4096))
+    sixteen = [lp for lp in dep.layers if K.activation_dtype(lp.kernel) == "int16"]
+    assert len(sixteen) == 4
+    assert all(lp.tiling is None and not lp.variant.dsp and lp.variant.name.endswith("_s16") for lp in sixteen)
+    assert any(lp.variant.dsp and K.activation_dtype(lp.kernel) == "int8" for lp in dep.layers)
+    assert any(lp.tiling is not None for lp in dep.layers)
+    g = dep.graph
+    x16 = next(t for t in g.activations() if g.tensors[t].dtype == "int16")
+    assert g.tensors[x16].nbytes == 2 * g.tensors[x16].elements
+    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+    assert "int64_t acc" in engine and "fx_mbqm64(" in engine  # the 16x8 convolutions' accumulator and requantization
+
+
+def test_the_16_bit_elementwise_add_writes_over_its_dying_input(tmp_path):
+    path = audio_front_end_model(tmp_path)
+    dep = deploy(path, Options(target="host"))
+    add = next(k for k, layer in enumerate(dep.graph.layers) if layer.op == "ADD")
+    assert any(r.layer == add and r.rule == "elementwise-in-place" for r in dep.reuses)
+    _exact(dep, path, 2)
+
+
+def _refused(tmp_path, build, *words):
+    mb = ModelBuilder(0, activations="int16")
+    mb.output(build(mb, mb.input((1, 6, 6, 4))))
+    path = tmp_path / "m.tflite"
+    mb.save(path)
+    with pytest.raises(UnsupportedOperator) as e:
+        deploy(path, Options(target="host"))
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_16_bit_operators_outside_the_list_are_refused_by_name(tmp_path):
+    _refused(tmp_path, lambda mb, x: mb.max_pool(mb.hard_swish(x)), "op 0 HARD_SWISH", "input 'input_0' is int16",
+             "HARD_SWISH supports int8")
+
+
+def test_asymmetric_int16_activations_are_refused(tmp_path):
+    def build(mb, x):
+        y = mb.conv2d(x, 4)
+        mb._tensors[y].zero_point[0] = 3
+        return y
+    _refused(tmp_path, build, "zero point 3", "symmetric")
+
+
+def test_power_of_two_int16_add_is_refused(tmp_path):
+    def build(mb, x):
+        a = mb.quantize(x, scale=2.0 ** -10, dtype="int16")
+        b = mb.quantize(x, scale=2.0 ** -9, dtype="int16")
+        y = mb.add(a, b)
+        mb._tensors[y].scale[0] = 2.0 ** -8
+        return y
+    _refused(tmp_path, build, "power-of-two", "pot_scale_int16")
+
+
+def test_an_op_mixing_int8_and_int16_is_refused(tmp_path):
+    def build(mb, x):
+        y = mb.conv2d(x, 4)
+        mb._tensors[y].dtype = "int8"
+        mb._tensors[y].zero_point[0] = 0
+        return y
+    _refused(tmp_path, build, "mixes int16 and int8", "QUANTIZE")
+
+
+def test_an_int8_layer_with_an_int64_bias_is_refused(tmp_path):
+    mb = ModelBuilder(0)
+    x = mb.input((1, 4, 4, 2))
+    y = mb.conv2d(x, 3)
+    mb.output(y)
+    bias = next(t for t in mb._tensors if t.name.endswith("/bias"))
+    bias.dtype = "int64"
+    mb._buffers[bias.buffer] = np.frombuffer(mb._buffers[bias.buffer], np.int32).astype(np.int64).tobytes()
+    path = tmp_path / "m.tflite"
+    mb.save(path)
+    with pytest.raises(UnsupportedOperator, match="is int64; a layer with int8 input takes int32 biases"):
+        deploy(path, Options(target="host"))
+
+
+def test_int16_graph_inputs_are_read():
+    """The reader takes int16 graph inputs and reads the model's ADD options (pot_scale_int16)."""
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        mb = ModelBuilder(1, activations="int16")
+        x = mb.input((1, 4, 4, 2))
+        mb.output(mb.add(x, mb.conv2d(x, 2)))
+        path = Path(tmp) / "m.tflite"
+        mb.save(path)
+        g = read_tflite(path)
+    assert g.tensors[g.inputs[0]].dtype == "int16"
+    assert next(layer for layer in g.layers if layer.op == "ADD").attrs.pot_scale_int16
