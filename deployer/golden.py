@@ -110,6 +110,8 @@ def _fc(k: K.FullyConnected, x, w, b):
         return int_requant(acc, k.int_rq, k.act_min, k.act_max)
     if k.float_rq is not None:
         return float_requant(acc, k.float_rq, k.output_offset, k.act_min, k.act_max)
+    if not k.acc64:  # the reference sums in int32 (a 16x8 layer's int32 bias too)
+        acc = fx.wrap32(acc)
     out = fx.round_half_away(acc.astype(np.float64) * np.array(k.scale)) + k.output_offset
     return np.clip(out, k.act_min, k.act_max)
 

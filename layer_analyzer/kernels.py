@@ -51,12 +51,9 @@ class Conv:
     float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
     in_row: int = 0  # elements from one input row to the next when the input is a window of a wider buffer
     dtype: str = "int8"  # the activations' type: "int16" in a 16x8 layer
-
-    @property
-    def acc64(self) -> bool:
-        """16x8 (int16 activations, int8 weights): an int64 accumulator and bias, and LiteRT's
-        64-bit MultiplyByQuantizedMultiplier (a multiplier rounded to 16 bits, one rounding shift)."""
-        return self.dtype == "int16"
+    # 16x8 with an int64 bias: an int64 accumulator and LiteRT's 64-bit MultiplyByQuantizedMultiplier
+    # (a multiplier rounded to 16 bits, one rounding shift); with an int32 bias the 8-bit arithmetic
+    acc64: bool = False
 
     @property
     def row_bytes(self) -> int:
@@ -142,11 +139,7 @@ class FullyConnected:
     int_rq: IntRequant | None = None  # integer graphs: used instead of scale
     float_rq: tuple[float, ...] | None = None  # QDQ graphs: float32 scales, onnxruntime's requantization
     dtype: str = "int8"  # the activations' type: "int16" in a 16x8 layer
-
-    @property
-    def acc64(self) -> bool:
-        """16x8: an int64 accumulator and bias (requantized in double as the 8-bit layer)."""
-        return self.dtype == "int16"
+    acc64: bool = False  # 16x8 without an int32 bias: an int64 accumulator (requantized in double as in 8 bits)
 
     @property
     def macs(self) -> int:
@@ -628,15 +621,28 @@ def _channel_multipliers(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tupl
     return tuple(zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales)))  # type: ignore[return-value]
 
 
-def _weighted_dtype(g: Graph, x: Tensor, bias: int, where: str) -> str:
-    """The activation type of a weighted layer: "int16" runs TFLite's 16x8 kernel, whose bias is
-    int64 or int32 (both summed in 64 bits); an 8-bit layer's is int32."""
+def _weighted_types(g: Graph, l: Layer, x: Tensor, bias: int, where: str) -> dict:
+    """The activation type of a weighted layer and its accumulator: an 8-bit layer takes int32
+    biases; a 16x8 one (int16 input) int64 biases, summed in 64 bits, or int32 biases summed in 32
+    bits when its options' quantized_bias_type says INT32 (LiteRT reads an int32 bias as int64
+    otherwise; its 16x8 depthwise kernel takes int64 biases only)."""
     b = g.tensors[bias] if bias >= 0 else None
-    wide = x.dtype == "int16"
-    if b is not None and b.dtype not in (("int32", "int64") if wide else ("int32",)):
-        raise UnsupportedOperator(f"{where}: bias '{b.name}' is {b.dtype}; a layer with {x.dtype} input takes "
-                                  f"{'int64 or int32' if wide else 'int32'} biases")
-    return "int16" if wide else "int8"
+    if x.dtype != "int16":
+        if b is not None and b.dtype != "int32":
+            raise UnsupportedOperator(f"{where}: bias '{b.name}' is {b.dtype}; a layer with {x.dtype} input takes "
+                                      f"int32 biases")
+        return dict(dtype="int8")
+    bias32 = getattr(l.attrs, "bias32", False)
+    if b is None or b.dtype == "int64":
+        if bias32:
+            raise UnsupportedOperator(f"{where}: quantized_bias_type INT32 with "
+                                      f"{'no bias' if b is None else 'an int64 bias'} '{'' if b is None else b.name}'")
+        return dict(dtype="int16", acc64=True)
+    if b.dtype == "int32" and bias32:
+        return dict(dtype="int16", acc64=False)
+    raise UnsupportedOperator(f"{where}: bias '{b.name}' of a 16x8 layer is {b.dtype}; LiteRT's kernel takes int64 "
+                              f"biases, or int32 ones when the options' quantized_bias_type is INT32"
+                              f"{' (the depthwise kernel: int64 only)' if l.op == 'DEPTHWISE_CONV_2D' else ''}")
 
 
 def _conv(g: Graph, l: Layer, where: str) -> Conv:
@@ -679,7 +685,7 @@ def _conv(g: Graph, l: Layer, where: str) -> Conv:
     return Conv(depthwise, n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, dh, dw,
                 geo.pad_before(ih, kh, sh, dh, a.padding, ph), geo.pad_before(iw, kw, sw, dw, a.padding, pw),
                 mult, -x.zero_point, zp, ms, ss, lo, hi, l.inputs[1], bias, a.requant, float_rq,
-                dtype=_weighted_dtype(g, x, bias, where))
+                **_weighted_types(g, l, x, bias, where))
 
 
 def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
@@ -770,7 +776,7 @@ def _fc(g: Graph, l: Layer, where: str) -> FullyConnected:
                               l.inputs[1], bias, None, _float_scales(x, w, y, units))
     scales = tuple(x.scale * s / y.scale for s in w.quant.scale)
     return FullyConnected(x.elements // depth, depth, units, -x.zero_point, y.zero_point,
-                          scales, lo, hi, l.inputs[1], bias, dtype=_weighted_dtype(g, x, bias, where))
+                          scales, lo, hi, l.inputs[1], bias, **_weighted_types(g, l, x, bias, where))
 
 
 def _broadcast(a: Tensor, b: Tensor, out: Tensor, where: str) -> Broadcast:

@@ -108,6 +108,7 @@ class Conv2D:
     pads: tuple[int, int, int, int] | None = None  # top, bottom, left, right
     requant: IntRequant | None = None  # integer graphs: replaces the scale-derived multipliers
     float_requant: bool = False  # QDQ graphs: onnxruntime's float32 requantization (see FLOAT_REQUANT)
+    bias32: bool = False  # the options' quantized_bias_type is INT32 (a 16x8 layer's int32 bias and accumulator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +146,7 @@ class FullyConnected:
     keep_num_dims: bool
     requant: IntRequant | None = None
     float_requant: bool = False
+    bias32: bool = False  # the options' quantized_bias_type is INT32 (a 16x8 layer's int32 bias and accumulator)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,8 @@ def _pad(code: int, where: str) -> str:
 def _conv(op, where):
     o = _options(op, tflite.Conv2DOptions, where)
     return Conv2D((o.StrideH(), o.StrideW()), (o.DilationHFactor() or 1, o.DilationWFactor() or 1),
-                  _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
+                  _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where),
+                  bias32=o.QuantizedBiasType() == tflite.TensorType.INT32)
 
 
 def _dwconv(op, where):
@@ -99,7 +100,8 @@ def _fc(op, where):
         return FullyConnected("NONE", False)
     if o.WeightsFormat() != 0:
         raise UnsupportedOperator(f"{where}: shuffled FULLY_CONNECTED weights are not supported")
-    return FullyConnected(_act(o.FusedActivationFunction(), where), bool(o.KeepNumDims()))
+    return FullyConnected(_act(o.FusedActivationFunction(), where), bool(o.KeepNumDims()),
+                          bias32=o.QuantizedBiasType() == tflite.TensorType.INT32)
 
 
 def _pool(op, where):

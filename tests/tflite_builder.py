@@ -54,6 +54,11 @@ _PADDING = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
 _TYPES = {"int8": fb.TensorType.INT8, "uint8": fb.TensorType.UINT8, "int16": fb.TensorType.INT16, "int32": fb.TensorType.INT32,
           "int64": fb.TensorType.INT64,
           "float32": fb.TensorType.FLOAT32}
+# the op versions of the 16-bit forms (TFLite's op_version.cc); the builder writes the higher of
+# these and the 8-bit version
+_VERSIONS_16 = {Op.CONV_2D: 4, Op.DEPTHWISE_CONV_2D: 5, Op.FULLY_CONNECTED: 7, Op.ADD: 3, Op.SUB: 5, Op.MUL: 4,
+                Op.AVERAGE_POOL_2D: 3, Op.MAX_POOL_2D: 3, Op.MEAN: 3, Op.SOFTMAX: 3, Op.LOGISTIC: 3, Op.TANH: 3,
+                Op.LEAKY_RELU: 2, Op.CONCATENATION: 3, Op.PAD: 3, Op.PADV2: 3, Op.DEQUANTIZE: 3, Op.QUANTIZE: 2}
 _CALIB = 8  # calibration samples per tensor (leading axis of every sample array)
 FLOAT_INPUT_RANGE = (-1.0, 1.0)
 _FIXED_SIGMOID_QUANT = (1.0 / 256.0, -128)
@@ -248,9 +253,10 @@ class ModelBuilder:
         m = max(float(np.abs(y).max()), 1e-6) * (1.0 + self.rng.uniform(0.0, 0.15))
         return float(np.float32(m / 32767.0)), 0
 
-    def _bias_type(self, x) -> str:
-        """16x8 layers take int64 biases (as TFLite's converter writes them), int8 ones int32."""
-        return "int64" if self._tensors[x].dtype == "int16" else "int32"
+    def _bias_type(self, x, bias32=False) -> str:
+        """16x8 layers take int64 biases (as TFLite's converter writes them; ``bias32``: int32, the
+        options saying so), int8 ones int32."""
+        return "int64" if self._tensors[x].dtype == "int16" and not bias32 else "int32"
 
     def _check_act(self, act):
         if act not in _ACT:
@@ -264,6 +270,8 @@ class ModelBuilder:
         self._check_act(act)
         if dtype is None:
             dtype = "int16" if srcs and self._tensors[srcs[0]].dtype == "int16" else "int8"
+        if "int16" in (dtype, *(self._tensors[i].dtype for i in srcs[:1])):
+            version = max(version, _VERSIONS_16.get(code, version))
         y = _apply_act(fn(*[self._tensors[i].sim for i in srcs]), act)
         assert y.shape == (_CALIB, *out_shape), (name, y.shape, out_shape)
         scale = zp = None
@@ -316,7 +324,8 @@ class ModelBuilder:
         return self._inputs[-1]
 
     def conv2d(self, x, out_channels, kernel=(3, 3), stride=(1, 1), padding="SAME", dilation=(1, 1),
-               activation="NONE", per_channel=True, bias=True) -> int:
+               activation="NONE", per_channel=True, bias=True, bias32=False) -> int:
+        """``bias32`` (16x8 only): an int32 bias, quantized_bias_type INT32 in the options."""
         t = self._int8(x, 4)
         n, h, w, c = t.shape
         k, s, d = _pair(kernel), _pair(stride), _pair(dilation)
@@ -330,15 +339,16 @@ class ModelBuilder:
 
         # LiteRT's int8 CONV_2D requires a bias tensor, so bias=False means an all-zero bias.
         bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
-        bq = self._bias(conv(t.sim), bscale.astype(np.float64), self._bias_type(x)) if bias else \
-            np.zeros(out_channels, self._bias_type(x))
+        bq = self._bias(conv(t.sim), bscale.astype(np.float64), self._bias_type(x, bias32)) if bias else \
+            np.zeros(out_channels, self._bias_type(x, bias32))
         bf = bq * bscale.astype(np.float64)
         inputs = [x, self._const(f"{name}/weights", wq, "int8", ws, qdim=0),
-                  self._const(f"{name}/bias", bq, self._bias_type(x), bscale, qdim=0)]
+                  self._const(f"{name}/bias", bq, self._bias_type(x, bias32), bscale, qdim=0)]
         opts = _opts("Conv2DOptions", Padding=_PADDING[padding], StrideW=s[1], StrideH=s[0],
                      FusedActivationFunction=self._check_act(activation),
-                     DilationWFactor=d[1], DilationHFactor=d[0])
-        return self._emit(name, Op.CONV_2D, 3, inputs, [x], lambda v: conv(v) + bf, (n, *out, out_channels),
+                     DilationWFactor=d[1], DilationHFactor=d[0],
+                     **({"QuantizedBiasType": fb.TensorType.INT32} if bias32 else {}))
+        return self._emit(name, Op.CONV_2D, 8 if bias32 else 3, inputs, [x], lambda v: conv(v) + bf, (n, *out, out_channels),
                           act=activation, options=opts)
 
     def depthwise_conv2d(self, x, multiplier=1, kernel=(3, 3), stride=(1, 1), padding="SAME", dilation=(1, 1),
@@ -528,7 +538,8 @@ class ModelBuilder:
         opts = _opts("SVDFOptions", Rank=int(rank), FusedActivationFunction=self._check_act(activation))
         return self._emit(name, Op.SVDF, 3, inputs, [x], run, (batch, units), act=activation, options=opts)
 
-    def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True) -> int:
+    def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True, bias32=False) -> int:
+        """``bias32`` (16x8 only): an int32 bias, quantized_bias_type INT32 in the options."""
         t = self._int8(x)
         in_f = t.shape[-1]
         out_shape = (*t.shape[:-1], units) if keep_num_dims else (math.prod(t.shape[:-1]), units)
@@ -543,27 +554,32 @@ class ModelBuilder:
         fn = fc
         if bias:
             bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
-            bq = self._bias(fc(t.sim), bscale.astype(np.float64), self._bias_type(x))
-            inputs.append(self._const(f"{name}/bias", bq, self._bias_type(x), bscale))
+            bq = self._bias(fc(t.sim), bscale.astype(np.float64), self._bias_type(x, bias32))
+            inputs.append(self._const(f"{name}/bias", bq, self._bias_type(x, bias32), bscale))
             bf = bq * bscale.astype(np.float64)
             fn = lambda v: fc(v) + bf  # noqa: E731
-        version = 6 if not bias else 5 if keep_num_dims else 4
+        version = 11 if bias32 else 6 if not bias else 5 if keep_num_dims else 4
         opts = _opts("FullyConnectedOptions", FusedActivationFunction=self._check_act(activation),
-                     KeepNumDims=bool(keep_num_dims))
+                     KeepNumDims=bool(keep_num_dims),
+                     **({"QuantizedBiasType": fb.TensorType.INT32} if bias32 else {}))
         return self._emit(name, Op.FULLY_CONNECTED, version, inputs, [x], fn, out_shape, act=activation,
                           options=opts)
 
-    def _binary(self, kind, code, a, b, activation, np_fn):
+    def _binary(self, kind, code, a, b, activation, np_fn, pot_scale_int16=None):
         ta, tb = self._int8(a), self._int8(b)
         out_shape = np.broadcast_shapes(ta.shape, tb.shape)
         r = len(out_shape)
-        opts = _opts(f"{kind.capitalize()}Options", FusedActivationFunction=self._check_act(activation))
+        pot = {}  # ADD / SUB of int16: the general kernel, as 16x8 converters write it (unless asked)
+        if code in (Op.ADD, Op.SUB) and ta.dtype == "int16":
+            pot = {"PotScaleInt16": bool(pot_scale_int16)}
+        opts = _opts(f"{kind.capitalize()}Options", FusedActivationFunction=self._check_act(activation), **pot)
         return self._emit(self._name(kind), code, 2, [a, b], [a, b],
                           lambda va, vb: np_fn(_bcast(va, r), _bcast(vb, r)), out_shape,
                           act=activation, options=opts)
 
-    def add(self, a, b, activation="NONE") -> int:
-        return self._binary("add", Op.ADD, a, b, activation, np.add)
+    def add(self, a, b, activation="NONE", pot_scale_int16=None) -> int:
+        """``pot_scale_int16`` (int16 operands): the options' flag (written False unless given)."""
+        return self._binary("add", Op.ADD, a, b, activation, np.add, pot_scale_int16)
 
     def sub(self, a, b, activation="NONE") -> int:
         return self._binary("sub", Op.SUB, a, b, activation, np.subtract)
@@ -813,12 +829,12 @@ class ModelBuilder:
             calibrated = (self._range_quant16 if dtype == "int16" else self._range_quant)(t.sim)[0]
             quant = (float(np.float32(scale if scale is not None else calibrated)),
                      int(zero_point if zero_point is not None else 0))
-        return self._emit(self._name("quantize"), Op.QUANTIZE, 3 if "int16" in (dtype, t.dtype) else 1, [x], [x],
+        return self._emit(self._name("quantize"), Op.QUANTIZE, 1, [x], [x],
                           lambda v: v, t.shape, dtype=dtype, quant=quant)
 
     def dequantize(self, x) -> int:
         t = self._int8(x)
-        return self._emit(self._name("dequantize"), Op.DEQUANTIZE, 4 if t.dtype == "int16" else 2, [x], [x],
+        return self._emit(self._name("dequantize"), Op.DEQUANTIZE, 2, [x], [x],
                           lambda v: v, t.shape, dtype="float32")
 
     def transpose(self, x, perm) -> int:

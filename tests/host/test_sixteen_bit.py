@@ -114,10 +114,43 @@ def test_power_of_two_int16_add_is_refused(tmp_path):
     def build(mb, x):
         a = mb.quantize(x, scale=2.0 ** -10, dtype="int16")
         b = mb.quantize(x, scale=2.0 ** -9, dtype="int16")
-        y = mb.add(a, b)
+        y = mb.add(a, b, pot_scale_int16=True)
         mb._tensors[y].scale[0] = 2.0 ** -8
         return y
     _refused(tmp_path, build, "power-of-two", "pot_scale_int16")
+
+
+def test_power_of_two_scales_take_the_general_add_when_the_flag_is_off(tmp_path):
+    mb = ModelBuilder(0, activations="int16")
+    x = mb.input((1, 6, 6, 4), scale=2.0 ** -12)
+    y = mb.add(x, mb.quantize(x, scale=2.0 ** -11, dtype="int16"))
+    mb._tensors[y].scale[0] = 2.0 ** -10
+    mb.output(y)
+    path = tmp_path / "m.tflite"
+    mb.save(path)
+    _exact(deploy(path, Options(target="host")), path)
+
+
+@pytest.mark.parametrize("layer", ["conv", "fc"])
+def test_int32_biases_of_16x8_layers_sum_in_32_bits_when_the_options_say_so(tmp_path, layer):
+    """quantized_bias_type INT32: an int32 bias and accumulator and the 8-bit requantization;
+    without it LiteRT reads an int32 bias as int64, which the deployer refuses."""
+    from tests.tflite_builder import _opts
+    mb = ModelBuilder(2, activations="int16")
+    x = mb.input((1, 6, 6, 8))
+    y = mb.conv2d(x, 6, bias32=True) if layer == "conv" else mb.fully_connected(mb.reshape(x, (1, 288)), 9, bias32=True)
+    mb.output(y)
+    path = tmp_path / "m.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target="host"))
+    assert not dep.layers[-1].kernel.acc64 and dep.layers[-1].kernel.dtype == "int16"
+    _exact(dep, path)
+    op = mb._ops[-1]
+    op.options = _opts("Conv2DOptions", Padding=0, StrideW=1, StrideH=1) if layer == "conv" else \
+        _opts("FullyConnectedOptions", KeepNumDims=False)
+    mb.save(path)
+    with pytest.raises(UnsupportedOperator, match="quantized_bias_type is INT32"):
+        deploy(path, Options(target="host"))
 
 
 def test_an_op_mixing_int8_and_int16_is_refused(tmp_path):
@@ -144,7 +177,8 @@ def test_an_int8_layer_with_an_int64_bias_is_refused(tmp_path):
 
 
 def test_int16_graph_inputs_are_read():
-    """The reader takes int16 graph inputs and reads the model's ADD options (pot_scale_int16)."""
+    """The reader takes int16 graph inputs and reads the model's ADD options (pot_scale_int16: the
+    builder writes it off, as 16x8 converters do; the schema's default is on)."""
     import tempfile
     from pathlib import Path
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,4 +189,4 @@ def test_int16_graph_inputs_are_read():
         mb.save(path)
         g = read_tflite(path)
     assert g.tensors[g.inputs[0]].dtype == "int16"
-    assert next(layer for layer in g.layers if layer.op == "ADD").attrs.pot_scale_int16
+    assert not next(layer for layer in g.layers if layer.op == "ADD").attrs.pot_scale_int16
