@@ -173,6 +173,11 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                         wt=sym.tensor(layer_inputs[2], f"op{k}_weights_time"),
                         bias=sym.tensor(layer_inputs[3], f"op{k}_bias") if layer_inputs[3] >= 0 else None,
                         state=sym.tensor(layer_inputs[4], f"op{k}_state", writable=True))
+        case K.Sigmoid16():
+            return dict(table=sym.array(f"op{k}_sigmoid", "uint16_t", np.array(kern.table, np.uint16)))
+        case K.Softmax16():
+            return dict(exp_table=sym.array(f"op{k}_exp", "int16_t", np.array(kern.exp_table, np.int16)),
+                        reciprocal_table=sym.array(f"op{k}_reciprocal", "int16_t", np.array(kern.reciprocal_table, np.int16)))
         case K.TableSoftmax():
             return dict(table=sym.array(f"op{k}_exp", "float", np.array(kern.table, np.float32)))
         case K.ResizeLinear():

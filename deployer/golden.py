@@ -218,7 +218,50 @@ def _mean(k: K.Mean, x):
     if k.float_scale is not None:
         return float_requant(s, k.float_scale, k.output_offset, -128, 127).astype(np.int8)
     out = fx.mbqm(s, k.multiplier, k.shift) + k.output_offset
-    return np.clip(out, -128, 127).astype(np.int8)
+    return np.clip(out, *k.act_range)
+
+
+def _lut16(table, v):
+    """An int16 table lookup with linear interpolation (LiteRT's LUTLookup): 512 segments of 128."""
+    t = np.array(table, np.int64)
+    v = np.asarray(v, np.int64)
+    idx, off = 256 + (v >> 7), v & 0x7F
+    return fx.wrap16(t[idx] + (((t[idx + 1] - t[idx]) * off + 64) >> 7))
+
+
+def _sigmoid16(k: K.Sigmoid16, x):
+    t = np.array(k.table, np.int64)
+    v = (x.astype(np.int64) * k.multiplier + ((1 << (k.shift - 1)) if k.shift else 0)) >> k.shift
+    a = np.abs(v)
+    if k.tanh:  # tanh(x) = 2 sigmoid(2x) - 1: the table at twice the argument, centred
+        hi = a >> 8
+        lo = np.minimum(hi, 254)
+        r = np.where(hi >= 255, 0xFFFF << 8, (t[lo] << 8) + (a & 0xFF) * (t[lo + 1] - t[lo]))
+        r = np.where(v >= 0, r - (1 << 23) + (1 << 7), -r + (1 << 23) + (1 << 7) - 1)
+        return r >> 8
+    hi = a >> 9
+    lo = np.minimum(hi, 254)
+    r = np.where(hi >= 255, 0x7FFF << 10, (t[lo] << 9) + (a & 0x1FF) * (t[lo + 1] - t[lo]))
+    r = np.where(v >= 0, r + 512, (1 << 25) - r + 512 - 1)
+    return r >> 10
+
+
+def _softmax16(k: K.Softmax16, x):
+    v = x.reshape(k.rows, k.depth).astype(np.int64)
+    d = fx.mbqm(v - v.max(axis=1, keepdims=True), k.multiplier, k.shift) + 32767
+    e = _lut16(k.exp_table, np.clip(d, -32768, 32767))
+    total = e.sum(axis=1, keepdims=True)
+    h = 32 - np.vectorize(int.bit_length, otypes=[np.int64])(total)  # leading zeros of the int32 sum
+    scaled = ((total << (h - 1)) + (1 << 13)) >> 14
+    rec = _lut16(k.reciprocal_table, np.clip(scaled - 98304, -32768, 32767))
+    rs = 31 - h
+    return np.clip((e * rec + (np.int64(1) << (rs - 1))) >> rs, 0, 32767)
+
+
+def _slopes(k: K.Slopes, x):
+    v = x.astype(np.int64)
+    out = np.where(v >= 0, fx.mbqm(v, k.multiplier, k.shift), fx.mbqm(v, k.alpha_multiplier, k.alpha_shift))
+    return np.clip(out, -32768, 32767)
 
 
 def _softmax(k: K.Softmax, x):
@@ -449,6 +492,12 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _log_softmax(kernel, ins[0])
         case K.Lookup():
             y = _lookup(kernel, ins[0])
+        case K.Sigmoid16():
+            y = _sigmoid16(kernel, ins[0])
+        case K.Softmax16():
+            y = _softmax16(kernel, ins[0])
+        case K.Slopes():
+            y = _slopes(kernel, ins[0])
         case K.HardSwish():
             y = _hard_swish(kernel, ins[0])
         case K.Requantize():

@@ -15,7 +15,7 @@ from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer,
 
 from network_parser import conv_geometry as geo
 from .recurrent import Lstm, Svdf, lower_lstm, lower_svdf
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, dtype_range, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, dtype_range, int16_lut, sigmoid16_input_rescale, sigmoid_table16, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -297,6 +297,11 @@ class Mean:
     float_scale: float | None = None  # QDQ: onnxruntime's x_scale / (y_scale * count), float32
     in_shape: tuple[int, ...] = ()
     axes: tuple[int, ...] = ()  # set for a reduction over axes that are not contiguous
+    dtype: str = "int8"  # the activations' type
+
+    @property
+    def act_range(self) -> tuple[int, int]:
+        return dtype_range(self.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +311,49 @@ class Softmax:
     input_multiplier: int
     input_left_shift: int
     diff_min: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sigmoid16:
+    """LOGISTIC and TANH of int16 activations (LiteRT's 16-bit kernels, output scale 2^-15): the
+    input rescaled to the table's 1/24ths, its magnitude's entry of the 256-entry sigmoid table
+    interpolated linearly (tanh: at twice the argument), mirrored for negative inputs."""
+    elements: int
+    multiplier: int
+    shift: int
+    tanh: bool
+
+    @property
+    def dtype(self) -> str:
+        return "int16"
+
+    @property
+    def table(self) -> tuple[int, ...]:
+        return sigmoid_table16()
+
+
+@dataclass(frozen=True, slots=True)
+class Softmax16:
+    """SOFTMAX of int16 activations (LiteRT's SoftmaxInt16): per row, each difference from the
+    row's maximum rescaled onto [-10, 0] and looked up in an exponential table, the sum's
+    reciprocal looked up in a 1 / (1 + x) table, their product rounded to the output (scale
+    1/32768). The tables interpolate linearly between 513 entries."""
+    rows: int
+    depth: int
+    multiplier: int
+    shift: int
+
+    @property
+    def dtype(self) -> str:
+        return "int16"
+
+    @property
+    def exp_table(self) -> tuple[int, ...]:
+        return int16_lut("exp", 10.0 / 65535, 32767, 2.0 / 65535, 0)
+
+    @property
+    def reciprocal_table(self) -> tuple[int, ...]:
+        return int16_lut("reciprocal", 1.0 / 65535, -32768, 2.0 / 65535, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +398,21 @@ class Lookup:
     elements: int
     table: tuple[int, ...]  # output for input -128..127
     name: str = "logistic"  # the op, for the kernel's name
+
+
+@dataclass(frozen=True, slots=True)
+class Slopes:
+    """LEAKY_RELU of int16 activations (LiteRT's QuantizeLeakyRelu, zero points 0): x rescaled to
+    the output by one multiplier at or above zero, by alpha's below, clamped to int16."""
+    elements: int
+    multiplier: int
+    shift: int
+    alpha_multiplier: int  # negative for a negative alpha
+    alpha_shift: int
+
+    @property
+    def dtype(self) -> str:
+        return "int16"  # (8-bit LEAKY_RELU is a table: Lookup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -945,7 +1008,7 @@ def _mean(g: Graph, l: Layer, where: str) -> Mean:
     # QuantizedMeanOrSum folds the division by the element count into the multiplier.
     extra = min((reduced.bit_length() - 1), 32, 31 + s)
     m, s = (m << extra) // reduced, s - extra
-    return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s, **view)
+    return Mean(outer, reduced, inner, -x.zero_point * reduced, y.zero_point, m, s, **view, dtype=y.dtype)
 
 
 def _same_shape(g: Graph, l: Layer, where: str) -> tuple[Tensor, Tensor]:
@@ -967,10 +1030,16 @@ def softmax_table(x_scale: float, depth: int) -> tuple[float, ...]:
     return tuple(float(np.float32(math.exp((j - 255 + shift) * s))) for j in range(256))
 
 
-def _softmax(g: Graph, l: Layer, where: str) -> Softmax | TableSoftmax:
+def _softmax(g: Graph, l: Layer, where: str) -> Softmax | TableSoftmax | Softmax16:
     x, y = _same_shape(g, l, where)
     if not x.shape:
         raise UnsupportedOperator(f"{where}: softmax of a scalar")
+    if x.dtype == "int16":
+        if abs(y.scale * 32768 - 1) > 1e-3:
+            raise UnsupportedOperator(f"{where}: int16 softmax output must have scale 1/32768 (got {y.scale:g})")
+        # the input's differences onto the exponential table's range [-10, 0] (the product in float32)
+        m, s = quantize_multiplier(float(np.float32(np.float32(x.scale) * np.float32(l.attrs.beta))) / (10.0 / 65535.0))
+        return Softmax16(x.elements // x.shape[-1], x.shape[-1], m, s)
     if l.attrs.onnxruntime:
         depth = x.shape[-1]
         y_scale = float(np.floor(np.float32(1.0) / np.float32(y.scale)))
@@ -1021,16 +1090,27 @@ def _l2_norm(g: Graph, l: Layer, where: str) -> L2Norm:
     return L2Norm(x.elements // depth, depth, x.zero_point)
 
 
-def _logistic(g: Graph, l: Layer, where: str) -> Lookup:
+def _sigmoid16(x: Tensor, y: Tensor, tanh: bool, where: str) -> Sigmoid16:
+    op = "TANH" if tanh else "LOGISTIC"
+    if y.scale != 1.0 / 32768:
+        raise UnsupportedOperator(f"{where}: int16 {op} output scale must be 1/32768 (got {y.scale:g})")
+    return Sigmoid16(x.elements, *sigmoid16_input_rescale(float(np.float32(x.scale)), tanh), tanh)
+
+
+def _logistic(g: Graph, l: Layer, where: str) -> Lookup | Sigmoid16:
     x, y = _same_shape(g, l, where)
+    if x.dtype == "int16":
+        return _sigmoid16(x, y, False, where)
     if y.scale != 1.0 / 256:
         raise UnsupportedOperator(f"{where}: int8 logistic output scale must be 1/256")
     return Lookup(x.elements, sigmoid_table(x.scale, x.zero_point, y.scale, y.zero_point))
 
 
-def _float_lookup(g: Graph, l: Layer, where: str) -> Lookup:
+def _float_lookup(g: Graph, l: Layer, where: str) -> Lookup | Sigmoid16:
     """TANH, EXP, LOG and RSQRT: LiteRT's int8 kernels are a table of the float function."""
     x, y = _same_shape(g, l, where)
+    if x.dtype == "int16":  # TANH (the reader takes no other of these in 16 bits)
+        return _sigmoid16(x, y, True, where)
     name = l.op.lower()
     return Lookup(x.elements, float_table(name, x.scale, x.zero_point, y.scale, y.zero_point), name)
 
@@ -1103,7 +1183,7 @@ def onnx_leaky_relu_table(x_scale: float, x_zp: int, y_scale: float, y_zp: int, 
     return tuple(int(t) for t in q)
 
 
-def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
+def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup | Slopes:
     x, y = _same_shape(g, l, where)
     if l.attrs.onnxruntime:
         return Lookup(x.elements, onnx_leaky_relu_table(x.scale, x.zero_point, y.scale, y.zero_point, l.attrs.alpha),
@@ -1113,6 +1193,9 @@ def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup:
     if not all(np.isfinite(r) and abs(float(r)) < 2.0 ** 30 for r in reals):
         raise UnsupportedOperator(f"{where}: LEAKY_RELU alpha {l.attrs.alpha} with input scale {x.scale:g} and output "
                                   f"scale {y.scale:g} needs a rescale the int8 kernel cannot hold")
+    if x.dtype == "int16":  # LeakyReluPrepare's float32 multipliers, applied per element
+        (m, s), (am, ash) = (quantize_multiplier(float(r)) for r in reals)
+        return Slopes(x.elements, m, s, am, ash)
     return Lookup(x.elements, leaky_relu_table(x.scale, x.zero_point, y.scale, y.zero_point, l.attrs.alpha),
                   "leaky_relu")
 
@@ -1425,7 +1508,7 @@ LOWERINGS = {
 }
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
-          | Requantize | Quantize | Dequantize | TableSoftmax | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | ResizeLinear | IntAdd | IntRescale
+          | Slopes | Sigmoid16 | Softmax16 | Requantize | Quantize | Dequantize | TableSoftmax | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | ResizeLinear | IntAdd | IntRescale
           | Offset | Lstm | Svdf)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import math
 
 import numpy as np
@@ -223,3 +224,59 @@ def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tup
         q = (multiply_by_quantized_multiplier(d, m, s) if rescale else d) + out_zp
         table.append(min(max(q, INT8_MIN), INT8_MAX))
     return tuple(table)
+
+
+def _round_away(v: float) -> float:
+    return math.copysign(math.floor(abs(v) + 0.5), v)
+
+
+@functools.lru_cache(maxsize=None)
+def int16_lut(function: str, in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
+    """LiteRT's 513-entry int16 table of ``function`` ("exp" or "reciprocal": 1 / (1 + x)) for
+    linear interpolation (its LUTPopulate in double): 512 segments over the input's int16 range;
+    each entry is the function's value at the segment's start, less half of how far the
+    interpolated midpoint misses the function's midpoint (so the error is shared between the two),
+    the last the value at the range's end; rounding halves away from zero, saturated to int16."""
+    f = {"exp": math.exp, "reciprocal": lambda v: 1.0 / (1.0 + v)}[function]
+    in_min, in_max = in_scale * (-32768 - in_zp), in_scale * (32767 - in_zp)
+    out_min, out_max = out_scale * (-32768 - out_zp), out_scale * (32767 - out_zp)
+    step = (in_max - in_min) / 512
+    inverse = 65536.0 / (out_max - out_min)
+    table = []
+    for i in range(512):
+        start = f(in_min + i * step) * inverse
+        middle = _round_away(f(in_min + i * step + step / 2) * inverse)
+        interpolated = _round_away((f(in_min + (i + 1) * step) * inverse + _round_away(start)) / 2)
+        table.append(_round_away(start) - _round_away((interpolated - middle) / 2))
+    table.append(_round_away(f(in_max) * inverse))
+    return tuple(int(min(max(v, -32768.0), 32767.0)) for v in table)
+
+
+@functools.lru_cache(maxsize=None)
+def sigmoid_table16() -> tuple[int, ...]:
+    """The 256 entries (unsigned 0.16 fixed point) of LiteRT's 16-bit logistic and tanh, read
+    with linear interpolation: sigmoid(i / 24), raised by half the gap between the curve and the
+    chord at the segment's midpoint (the shift that shares the interpolation's error between the
+    two); the last entry saturated to 65535. Reproduces LiteRT's table entry for entry."""
+    def f(v: float) -> float:
+        return 1.0 / (1.0 + math.exp(-v))
+    table = []
+    for i in range(255):
+        a, b, m = f(i / 24), f((i + 1) / 24), f((i + 0.5) / 24)
+        table.append(int(math.floor(65536 * (a + (m - (a + b) / 2) / 2) + 0.5)))
+    return tuple(table) + (65535,)
+
+
+def sigmoid16_input_rescale(scale: float, tanh: bool) -> tuple[int, int]:
+    """(multiplier, shift) LiteRT's 16-bit LOGISTIC / TANH apply to the input before the table:
+    x * 3 * 2^12 * scale as (x * multiplier + rounding) >> shift. A power-of-two scale that makes
+    the product a whole multiple of 3 (2^-12; TANH also 2^-11) multiplies by 3 << shift exactly."""
+    log2 = math.log(scale) / math.log(2.0)
+    shift = 12 + round(log2)
+    if abs(log2 - round(log2)) < 1e-3 and shift in ((0, 1) if tanh else (0,)):
+        return 3 << shift, 0
+    m, shift = scale * 4096.0 * 3.0, 0
+    while m <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        m *= 2.0
+    return int(m), shift

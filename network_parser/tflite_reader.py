@@ -29,7 +29,7 @@ _INT8 = ("int8",)
 # biases), in and out of one type (QUANTIZE / DEQUANTIZE convert)
 _INT16_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "AVERAGE_POOL_2D",
               "MAX_POOL_2D", "PAD", "PADV2", "STRIDED_SLICE", "SLICE", "CONCATENATION", "RESHAPE", "SQUEEZE",
-              "EXPAND_DIMS", "RELU", "RELU6", "QUANTIZE", "DEQUANTIZE")
+              "EXPAND_DIMS", "RELU", "RELU6", "LEAKY_RELU", "MEAN", "SOFTMAX", "LOGISTIC", "TANH", "QUANTIZE", "DEQUANTIZE")
 _INT8_16 = ("int8", "int16")
 _IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8", "int16"), ("int8", "uint8", "int16")),
              "DEQUANTIZE": (_INT8_16, ("float32",)),

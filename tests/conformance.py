@@ -361,7 +361,8 @@ def quantize16(mb, rng, kind):
 CASES16: dict[str, Callable] = {
     **{op: CASES[op] for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
                                 "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD", "PADV2", "STRIDED_SLICE", "SLICE",
-                                "CONCATENATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "RELU", "RELU6")},
+                                "CONCATENATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "RELU", "RELU6",
+                                "LEAKY_RELU", "MEAN", "SOFTMAX", "LOGISTIC", "TANH")},
     "QUANTIZE": lambda mb, rng: quantize16(mb, rng, "quantize"),
     "DEQUANTIZE": lambda mb, rng: quantize16(mb, rng, "dequantize"),
 }

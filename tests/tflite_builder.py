@@ -689,7 +689,8 @@ class ModelBuilder:
             return e / e.sum(axis=-1, keepdims=True)
 
         return self._emit(self._name("softmax"), Op.SOFTMAX, 2, [x], [x], fn, t.shape,
-                          quant=_FIXED_SIGMOID_QUANT, options=_opts("SoftmaxOptions", Beta=float(beta)))
+                          quant=(1.0 / 32768.0, 0) if t.dtype == "int16" else _FIXED_SIGMOID_QUANT,
+                          options=_opts("SoftmaxOptions", Beta=float(beta)))
 
     def l2_normalization(self, x) -> int:
         t = self._int8(x)
@@ -710,7 +711,7 @@ class ModelBuilder:
     def logistic(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("logistic"), Op.LOGISTIC, 2, [x], [x], lambda v: 1.0 / (1.0 + np.exp(-v)),
-                          t.shape, quant=_FIXED_SIGMOID_QUANT)
+                          t.shape, quant=(1.0 / 32768.0, 0) if t.dtype == "int16" else _FIXED_SIGMOID_QUANT)
 
     def hard_swish(self, x) -> int:
         t = self._int8(x)
@@ -737,7 +738,8 @@ class ModelBuilder:
 
     def tanh(self, x) -> int:
         t = self._int8(x)
-        return self._emit(self._name("tanh"), Op.TANH, 2, [x], [x], np.tanh, t.shape)
+        return self._emit(self._name("tanh"), Op.TANH, 2, [x], [x], np.tanh, t.shape,
+                          quant=(1.0 / 32768.0, 0) if t.dtype == "int16" else None)
 
     def exp(self, x) -> int:
         t = self._int8(x)

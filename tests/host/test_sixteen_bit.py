@@ -190,3 +190,30 @@ def test_int16_graph_inputs_are_read():
         g = read_tflite(path)
     assert g.tensors[g.inputs[0]].dtype == "int16"
     assert not next(layer for layer in g.layers if layer.op == "ADD").attrs.pot_scale_int16
+
+
+@pytest.mark.parametrize("op", ["logistic", "tanh"])
+@pytest.mark.parametrize("scale", [2.0 ** -12, 2.0 ** -11, 4.2e-4, 1.1e-3, 3e-5])
+def test_16_bit_logistic_and_tanh_on_every_input(tmp_path, op, scale):
+    """Every int16 input through LOGISTIC / TANH (power-of-two input scales take the exact x3
+    rescale), the engine against LiteRT."""
+    mb = ModelBuilder(0, activations="int16")
+    x = mb.input((65536,), scale=scale)
+    mb.output(getattr(mb, op)(x))
+    path = tmp_path / f"{op}.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target="host"))
+    every = np.arange(-32768, 32768, dtype=np.int16)
+    result = verify(dep, path, [[every]])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
+
+
+def test_the_sigmoid_table_is_generated_not_stored():
+    """The 16-bit table comes from its rule (sigmoid(i/24) raised by half the midpoint gap): it
+    starts at one half, rises, and its interpolation stays within one step of the sigmoid."""
+    from layer_analyzer.requant import sigmoid_table16
+    t = np.array(sigmoid_table16(), np.float64)
+    assert t[0] == 32768 and t[-1] == 65535 and (np.diff(t) >= 0).all()
+    xs = np.linspace(0, 254 / 24, 5000)
+    interp = np.interp(xs * 24, np.arange(256), t) / 65536
+    assert np.abs(interp - 1 / (1 + np.exp(-xs))).max() < 2 / 65536
