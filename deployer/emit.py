@@ -494,6 +494,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  title=f"{layer.op} `{layer.name}` -> {shape_text(out_t)}", variant=variant.name,
                  y=sym.tensor(layer.outputs[0], f"op{k}_out", writable=True), out_bytes=out_t.nbytes,
                  out_ctype=CTYPES[out_t.dtype], in_ctype=CTYPES[graph.tensors[data[0]].dtype] if data else None,
+                 in2_ctype=CTYPES[graph.tensors[data[1]].dtype] if len(data) > 1 else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None)

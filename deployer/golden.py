@@ -82,10 +82,12 @@ def _transpose_conv(k: K.TransposeConv, x, w, b):
             contrib = np.einsum("nhwc,oc->nhwo", xs, wt[:, ky, kx, :])
             acc[:, ky: ky + (k.in_h - 1) * k.stride_h + 1: k.stride_h,
                 kx: kx + (k.in_w - 1) * k.stride_w + 1: k.stride_w, :] += contrib
-    acc = fx.wrap32(acc[:, k.pad_t: k.pad_t + k.out_h, k.pad_l: k.pad_l + k.out_w, :])
+    acc = acc[:, k.pad_t: k.pad_t + k.out_h, k.pad_l: k.pad_l + k.out_w, :]
     if b is not None:
-        acc = fx.wrap32(acc + b.astype(np.int64))
-    out = fx.mbqm(acc, np.array(k.multiplier), np.array(k.shift)) + k.output_offset
+        acc = acc + b.astype(np.int64)
+    if k.acc64:
+        return np.clip(fx.mbqm64(acc, np.array(k.multiplier), np.array(k.shift)), k.act_min, k.act_max)
+    out = fx.mbqm(fx.wrap32(acc), np.array(k.multiplier), np.array(k.shift)) + k.output_offset
     return np.clip(out, k.act_min, k.act_max)
 
 
@@ -138,7 +140,7 @@ def _prelu(k: K.Prelu, x, alpha):
     v = sx + k.input_offset
     pos = fx.mbqm(v, k.multiplier_1, k.shift_1)
     neg = fx.mbqm(fx.wrap32(v * (sa + k.alpha_offset)), k.multiplier_2, k.shift_2)
-    return np.clip(np.where(v >= 0, pos, neg) + k.output_offset, k.act_min, k.act_max).astype(np.int8)
+    return np.clip(np.where(v >= 0, pos, neg) + k.output_offset, k.act_min, k.act_max)
 
 
 def _min_max(k: K.MinMax, a, b):

@@ -92,6 +92,8 @@ class TransposeConv:
     act_max: int
     weights: int  # tensor index: out_c x k_h x k_w x in_c
     bias: int  # tensor index or -1
+    dtype: str = "int8"  # the activations' type: "int16" in a 16x8 layer
+    acc64: bool = False  # 16x8 with an int64 bias: as Conv
 
     @property
     def macs(self) -> int:
@@ -198,6 +200,7 @@ class Prelu:
     act_min: int = INT8_MIN
     act_max: int = INT8_MAX
     alpha_constant: bool = False  # alpha is a constant of the model (not an activation)
+    dtype: str = "int8"  # the input's and output's type (a 16-bit PRELU's alpha is int8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -774,7 +777,7 @@ def _transpose_conv(g: Graph, l: Layer, where: str) -> TransposeConv:
     ms, ss = _channel_multipliers(x, w, y, oc)
     lo, hi = _act(y, a.activation)
     return TransposeConv(n, ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pad_t, pad_l, -x.zero_point, y.zero_point,
-                         ms, ss, lo, hi, l.inputs[1], bias)
+                         ms, ss, lo, hi, l.inputs[1], bias, **_weighted_types(g, l, x, bias, where))
 
 
 def _batch_matmul(g: Graph, l: Layer, where: str) -> BatchMatMul:
@@ -936,7 +939,7 @@ def _prelu(g: Graph, l: Layer, where: str) -> Prelu:
     m1, s1 = quantize_multiplier(x.scale / y.scale)
     m2, s2 = quantize_multiplier(x.scale * alpha.scale / y.scale)
     return Prelu(_broadcast(x, alpha, y, where), -x.zero_point, -alpha.zero_point, m1, s1, m2, s2, y.zero_point,
-                 alpha_constant=alpha.is_const)
+                 *dtype_range(y.dtype), alpha_constant=alpha.is_const, dtype=y.dtype)
 
 
 def _min_max(g: Graph, l: Layer, where: str) -> MinMax:

@@ -130,6 +130,7 @@ class TransposeConv2D:
     stride: tuple[int, int]
     padding: str
     activation: str
+    bias32: bool = False  # the options' quantized_bias_type is INT32 (a 16x8 layer's int32 bias and accumulator)
 
 
 @dataclass(frozen=True, slots=True)

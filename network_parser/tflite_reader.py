@@ -27,10 +27,13 @@ _ACT = {getattr(tflite.ActivationFunctionType, a): a for a in ACTIVATIONS}
 _INT8 = ("int8",)
 # ops that also run with int16 activations ("16x8": int16 activations, int8 weights, int64
 # biases), in and out of one type (QUANTIZE / DEQUANTIZE convert)
-_INT16_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "AVERAGE_POOL_2D",
+_INT16_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB", "MUL", "AVERAGE_POOL_2D",
               "MAX_POOL_2D", "PAD", "PADV2", "STRIDED_SLICE", "SLICE", "CONCATENATION", "RESHAPE", "SQUEEZE",
-              "EXPAND_DIMS", "RELU", "RELU6", "LEAKY_RELU", "MEAN", "SOFTMAX", "LOGISTIC", "TANH", "QUANTIZE", "DEQUANTIZE")
+              "EXPAND_DIMS", "RELU", "RELU6", "LEAKY_RELU", "PRELU", "MEAN", "SOFTMAX", "LOGISTIC", "TANH", "QUANTIZE", "DEQUANTIZE")
 _INT8_16 = ("int8", "int16")
+# why an operator takes no int16 activations, where the reason is the reference's
+_NO_INT16 = {"HARD_SWISH": "LiteRT has no 16-bit HARD_SWISH kernel",
+             "SQUARED_DIFFERENCE": "LiteRT has no 16-bit SQUARED_DIFFERENCE kernel"}
 _IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8", "int16"), ("int8", "uint8", "int16")),
              "DEQUANTIZE": (_INT8_16, ("float32",)),
              "ARG_MAX": (_INT8, ("int32", "int64")), "ARG_MIN": (_INT8, ("int32", "int64")),
@@ -86,7 +89,8 @@ def _dwconv(op, where):
 
 def _transpose_conv(op, where):
     o = _options(op, tflite.TransposeConvOptions, where)
-    return TransposeConv2D((o.StrideH(), o.StrideW()), _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where))
+    return TransposeConv2D((o.StrideH(), o.StrideW()), _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where),
+                           o.QuantizedBiasType() == tflite.TensorType.INT32)
 
 
 def _batch_matmul(op, where):
@@ -623,7 +627,8 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
     for t in ins:
         if t.dtype not in in_ok:
             why = " (float-only models are not supported)" if t.dtype == "float32" else \
-                " (16-bit activations run on the operators `deploy ops` lists with int16)" if t.dtype == "int16" else ""
+                f" ({_NO_INT16.get(op, '16-bit activations run on the operators `deploy ops` lists with int16')})" \
+                if t.dtype == "int16" else ""
             raise UnsupportedOperator(f"{where}: input '{t.name}' is {t.dtype}; {op} supports {'/'.join(in_ok)}{why}")
     for t in outs:
         if t.dtype not in out_ok:
@@ -635,6 +640,10 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
         if t.dtype == "int16" and any(z != 0 for z in t.quant.zero_point):
             raise UnsupportedOperator(f"{where}: int16 tensor '{t.name}' has zero point {t.quant.zero_point[0]}; "
                                       f"TFLite's 16-bit kernels take symmetric activations (zero point 0)")
+    if op == "PRELU" and ins[0].dtype == "int16" and len(ins) > 1:  # LiteRT reads a 16-bit PRELU's alpha as int8
+        if ins[1].dtype != "int8":
+            raise UnsupportedOperator(f"{where}: alpha '{ins[1].name}' is {ins[1].dtype}; a 16-bit PRELU takes an int8 alpha")
+        ins = ins[:1]
     types = {t.dtype for t in (*ins, *outs)}
     if op not in ("QUANTIZE", "DEQUANTIZE") and "int16" in types and len(types) > 1:
         raise UnsupportedOperator(f"{where}: mixes {' and '.join(sorted(types))} activations; {op} runs on one type "

@@ -359,10 +359,10 @@ def quantize16(mb, rng, kind):
 # the operators with 16-bit activations ("16x8": int16 activations, int8 weights, int64 biases):
 # the same cases on a builder whose inputs are int16 (zero point 0)
 CASES16: dict[str, Callable] = {
-    **{op: CASES[op] for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
+    **{op: CASES[op] for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB", "MUL",
                                 "AVERAGE_POOL_2D", "MAX_POOL_2D", "PAD", "PADV2", "STRIDED_SLICE", "SLICE",
                                 "CONCATENATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "RELU", "RELU6",
-                                "LEAKY_RELU", "MEAN", "SOFTMAX", "LOGISTIC", "TANH")},
+                                "LEAKY_RELU", "PRELU", "MEAN", "SOFTMAX", "LOGISTIC", "TANH")},
     "QUANTIZE": lambda mb, rng: quantize16(mb, rng, "quantize"),
     "DEQUANTIZE": lambda mb, rng: quantize16(mb, rng, "dequantize"),
 }

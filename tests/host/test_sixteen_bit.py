@@ -99,7 +99,9 @@ def _refused(tmp_path, build, *words):
 
 def test_16_bit_operators_outside_the_list_are_refused_by_name(tmp_path):
     _refused(tmp_path, lambda mb, x: mb.max_pool(mb.hard_swish(x)), "op 0 HARD_SWISH", "input 'input_0' is int16",
-             "HARD_SWISH supports int8")
+             "HARD_SWISH supports int8", "LiteRT has no 16-bit HARD_SWISH kernel")
+    _refused(tmp_path, lambda mb, x: mb.transpose(x, [0, 2, 1, 3]), "op 0 TRANSPOSE", "input 'input_0' is int16",
+             "deploy ops")
 
 
 def test_asymmetric_int16_activations_are_refused(tmp_path):
