@@ -115,8 +115,11 @@ class QdqReader(OnnxGraphBuilder):
             raise ModelFormatError(f"{self.where(i)}: scales must be positive, got {scale[:4].tolist()}")
         dtype = {np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8", np.dtype(np.int32): "int32"}.get(zp_arr.dtype)
         if dtype is None:
+            why = ("; onnxruntime's CPU kernels run 16-bit QDQ groups in float32 (a Conv or MatMul as an MLAS float "
+                   "GEMM, whose summation order an integer engine cannot reproduce bit for bit): quantize the "
+                   "activations to 8 bits, or convert to TFLite's 16x8") if zp_arr.dtype in (np.int16, np.uint16) else ""
             raise UnsupportedOperator(f"{self.where(i)}: {zp_arr.dtype} quantization (supported: int8, uint8, "
-                                      f"int32 biases)")
+                                      f"int32 biases){why}")
         zp = zp_arr.astype(np.int64).reshape(-1)
         if zp.size != scale.size:
             raise ModelFormatError(f"{self.where(i)}: {scale.size} scales but {zp.size} zero points")

@@ -219,3 +219,19 @@ def test_the_sigmoid_table_is_generated_not_stored():
     xs = np.linspace(0, 254 / 24, 5000)
     interp = np.interp(xs * 24, np.arange(256), t) / 65536
     assert np.abs(interp - 1 / (1 + np.exp(-xs))).max() < 2 / 65536
+
+
+def test_onnx_16_bit_qdq_is_refused_with_the_reason(tmp_path):
+    """onnxruntime runs 16-bit QDQ groups in float32: the reader says so instead of guessing."""
+    import onnx
+    from onnx import TensorProto, helper
+    scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.001])
+    zp = helper.make_tensor("z", TensorProto.INT16, [], [0])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [scale, zp])
+    path = tmp_path / "q16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), path)
+    with pytest.raises(UnsupportedOperator, match="int16 quantization.*16-bit QDQ groups in float32.*TFLite's 16x8"):
+        deploy(path, Options(target="host"))
