@@ -256,7 +256,8 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
                 eff_h=(g.k_h - 1) * g.dil_h + 1, eff_w=(g.k_w - 1) * g.dil_w + 1, pad_t=pad_t, pad_l=pad_l,
                 channels_follow_output=g.channels_follow_output,
                 weights_per_channel=g.weight_bytes_per_channel if g.stage_weights else 0,
-                in_off=layout["in"], w_off=layout["w"], out_off=layout["out"], l1_used=cursor)
+                in_off=layout["in"], w_off=layout["w"], out_off=layout["out"], l1_used=cursor,
+                elem=g.elem, partial_ctype="int64_t" if g.acc_bytes == 8 else "int32_t")
 
 
 # ---- the target's variants on windows: L1 tiles and patch regions ------------------------------

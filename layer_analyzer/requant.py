@@ -47,7 +47,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
 def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
     """QuantizeMultiplierSmallerThanOneExp: shift is the (non-positive) exponent."""
     if not 0.0 < real < 1.0:
-        raise ValueError(f"rescale factor {real:g} must be in (0, 1) for this int8 kernel")
+        raise ValueError(f"rescale factor {real:g} must be in (0, 1) for this kernel")
     return quantize_multiplier(real)
 
 

@@ -12,13 +12,15 @@ last slice requantizes (DORY's rule: input channels are cut only when nothing el
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import kernels as K
 
-# Per output channel: int32 bias + int32 multiplier + int8 shift (conv); int32 bias + double scale (FC).
+# Per output channel: int32 bias + int32 multiplier + int8 shift (conv); int32 bias + double scale (FC);
+# a 16x8 layer's bias takes 8 bytes.
 CONV_PARAM_BYTES = 9
 FC_PARAM_BYTES = 12
+WIDE_BIAS_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +29,7 @@ class Footprint:
     weights: int
     params: int
     output: int
-    accumulator: int = 0  # int32 partial sums of a tile whose input channels are split
+    accumulator: int = 0  # partial sums (int32; int64 in 16x8 layers) of a tile whose input channels are split
 
     def l1_bytes(self, double_buffer: bool, double_buffer_weights: bool) -> int:
         """Input and output tiles are double-buffered (DMA of tile i+1 overlaps compute of tile i),
@@ -80,6 +82,8 @@ class TileGeometry:
     # a tile reads from its first row's first to its last row's last); () otherwise
     rows: tuple[tuple[int, int], ...] = ()
     cols: tuple[tuple[int, int], ...] = ()
+    elem: int = 1  # bytes of an input or output element (2: a 16-bit layer)
+    acc_bytes: int = 4  # bytes of a partial sum when input channels are split (8: a 16x8 layer's int64)
 
     @property
     def alignment(self) -> int:
@@ -93,8 +97,9 @@ class TileGeometry:
 
     @property
     def streams(self) -> bool:
-        """Its tiles may be staged in L2 slabs from L3 (the slab schedule cuts windows of strides)."""
-        return not self.rows
+        """Its tiles may be staged in L2 slabs from L3 (the slab schedule cuts windows of strides;
+        its transfers move 8-bit values)."""
+        return not self.rows and self.elem == 1
 
     @property
     def weight_bytes_per_channel(self) -> int:
@@ -135,11 +140,11 @@ class TileGeometry:
         in_c = tile_c if self.channels_follow_output else (tile_ci if split else self.in_c)
         per_channel = self.weight_bytes_per_channel // self.in_c * in_c if split else self.weight_bytes_per_channel
         staged = self.stage_weights
-        return Footprint(input=self.operands * self.in_rows(tile_h) * self.in_cols(tile_w) * in_c,
+        return Footprint(input=self.operands * self.in_rows(tile_h) * self.in_cols(tile_w) * in_c * self.elem,
                          weights=tile_c * per_channel if staged else 0,
                          params=tile_c * self.param_bytes if staged else 0,
-                         output=tile_h * tile_w * tile_c,
-                         accumulator=4 * tile_h * tile_w * tile_c if split else 0)
+                         output=tile_h * tile_w * tile_c * self.elem,
+                         accumulator=self.acc_bytes * tile_h * tile_w * tile_c if split else 0)
 
     def l1_bytes(self, tile_h: int, tile_w: int, tile_c: int, tile_ci: int = 0) -> int:
         """L1 for the tile; one tile covering the layer needs no second buffer."""
@@ -153,9 +158,9 @@ class TileGeometry:
         output channels. Per part: each input operand's window (halo included; all input
         channels unless channels follow the output), the slab's weights, its output."""
         in_c = chans if self.channels_follow_output else self.in_c
-        window = self.in_rows(rows) * self.in_w * in_c
+        window = self.in_rows(rows) * self.in_w * in_c * self.elem
         return {"in": window, "in2": window if self.operands > 1 else 0,
-                "w": chans * self.weight_bytes_per_channel, "out": rows * self.out_w * chans}
+                "w": chans * self.weight_bytes_per_channel, "out": rows * self.out_w * chans * self.elem}
 
     def tiles(self, tile_h: int, tile_w: int, tile_c: int, tile_ci: int = 0) -> int:
         slices = -(-self.in_c // tile_ci) if 0 < tile_ci < self.in_c else 1
@@ -189,12 +194,17 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
     """The tiling view of a lowered kernel, or None when the layer runs untiled from L2."""
     if not isinstance(kernel, TILED):
         return None
-    if K.activation_dtype(kernel) != "int8":
-        return None  # 16-bit layers run whole: tiles, their DMA and their kernels move 8-bit values
+    if K.activation_dtype(kernel) == "int16":
+        return _geometry16(kernel, layer)
     if getattr(kernel, "float_avg", None) is not None:
         return None  # onnxruntime's float average pooling runs whole
     if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
         return None  # an integer graph's raw int32 output: tiles hold int8 outputs only
+    return _view(kernel, layer)
+
+
+def _view(kernel, layer: int) -> TileGeometry | None:
+    """The geometry of a tileable kernel record (batch 1, dense, ...), in elements."""
     match kernel:
         case K.Conv(batch=1):
             kind = "depthwise" if kernel.depthwise else "conv"
@@ -242,6 +252,21 @@ def geometry(kernel, layer: int) -> TileGeometry | None:
                                 k.stride_h, k.stride_w, param_bytes=CONV_PARAM_BYTES, pad_t=k.pad_t, pad_l=k.pad_l,
                                 split_ok=False, rows=gathered_spans(k.out_h, k.in_h, k.k_h, k.stride_h, k.pad_t),
                                 cols=gathered_spans(k.out_w, k.in_w, k.k_w, k.stride_w, k.pad_l))
+    return None
+
+
+def _geometry16(kernel, layer: int) -> TileGeometry | None:
+    """A 16-bit layer's tiling view: its convolutions, pooling, same-shape ADD/SUB/MUL and fully
+    connected layers tile with 2-byte elements (int64 partial sums where input channels split);
+    the others run whole."""
+    match kernel:
+        case K.Conv() | K.Pool() | K.FullyConnected() | K.Add() | K.Mul():
+            g = _view(kernel, layer)
+            if g is None:
+                return None
+            wide = getattr(kernel, "acc64", False)
+            return replace(g, elem=2, acc_bytes=8 if wide else 4,
+                           param_bytes=g.param_bytes + (WIDE_BIAS_BYTES if wide else 0))
     return None
 
 

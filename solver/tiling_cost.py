@@ -164,7 +164,7 @@ class _Layer:
         rows, cols = g.in_rows(h), g.in_cols(w)
         ch = c if g.channels_follow_output else g.in_c
         k = g.operands * _chunks(rows, cols, ch, cols == g.in_w, ch == g.in_c, self.dims)
-        return self.dma(g.operands * rows * cols * ch, k)
+        return self.dma(g.operands * rows * cols * ch * g.elem, k)
 
     def weights(self, c):
         g = self.g
@@ -175,7 +175,7 @@ class _Layer:
 
     def output(self, h, w, c):
         g = self.g
-        return self.dma(h * w * c, _chunks(h, w, c, w == g.out_w, c == g.out_c, self.dims))
+        return self.dma(h * w * c * g.elem, _chunks(h, w, c, w == g.out_w, c == g.out_c, self.dims))
 
     def step(self, idx, forward: bool):
         """The neighbour of tile ``idx`` in loop order and whether the input / weights change."""

@@ -152,22 +152,25 @@ def build_tiling_model(g, l1_bytes: int) -> TilingVars:
     area = m.new_int_var(1, g.in_h * g.in_w, "in_area")
     m.add_multiplication_equality(area, [in_rows, in_cols])
     in_c = g.out_c if g.channels_follow_output else g.in_c
-    input_ = m.new_int_var(0, g.operands * g.in_h * g.in_w * in_c, "input_bytes")
+    e = g.elem  # bytes per input and output element
+    input_ = m.new_int_var(0, g.operands * g.in_h * g.in_w * in_c * e, "input_bytes")
     if g.channels_follow_output:
         per_operand = m.new_int_var(1, g.in_h * g.in_w * in_c, "input_per_operand")
         m.add_multiplication_equality(per_operand, [area, tc])
-        m.add(input_ == g.operands * per_operand)
+        m.add(input_ == g.operands * e * per_operand)
     else:
-        m.add(input_ == g.operands * g.in_c * area)
+        m.add(input_ == g.operands * g.in_c * e * area)
     # output tile and weights
     pixels = m.new_int_var(1, g.out_h * g.out_w, "out_pixels")
     m.add_multiplication_equality(pixels, [th, tw])
-    output = m.new_int_var(1, g.out_h * g.out_w * g.out_c, "output_bytes")
-    m.add_multiplication_equality(output, [pixels, tc])
+    out_elems = m.new_int_var(1, g.out_h * g.out_w * g.out_c, "output_elements")
+    m.add_multiplication_equality(out_elems, [pixels, tc])
+    output = m.new_int_var(1, g.out_h * g.out_w * g.out_c * e, "output_bytes")
+    m.add(output == e * out_elems)
     # every L1 buffer starts aligned, as layer_analyzer.tiling lays them out
     a = g.alignment
-    io = (_aligned(m, input_, g.operands * g.in_h * g.in_w * in_c, a, "input")
-          + _aligned(m, output, g.out_h * g.out_w * g.out_c, a, "output"))
+    io = (_aligned(m, input_, g.operands * g.in_h * g.in_w * in_c * e, a, "input")
+          + _aligned(m, output, g.out_h * g.out_w * g.out_c * e, a, "output"))
     w_bytes, p_bytes = (g.weight_bytes_per_channel, g.param_bytes) if g.stage_weights else (0, 0)
     weights = (_aligned(m, tc * w_bytes, g.out_c * w_bytes, a, "weights")
                + _aligned(m, tc * p_bytes, g.out_c * p_bytes, a, "params"))
@@ -316,7 +319,7 @@ def _l1_vec(g, th, tw, tc):
     def up(x):
         return -(-x // a) * a
 
-    io = up(g.operands * rows * cols * (tc if g.channels_follow_output else g.in_c)) + up(th * tw * tc)
+    io = up(g.operands * rows * cols * (tc if g.channels_follow_output else g.in_c) * g.elem) + up(th * tw * tc * g.elem)
     wp = up(tc * g.weight_bytes_per_channel) + up(tc * g.param_bytes) if g.stage_weights else 0 * tc
     whole = (th == g.out_h) & (tw == g.out_w) & (tc == g.out_c)
     return np.where(whole, io + wp, 2 * io + np.where(tc < g.out_c, 2, 1) * wp)

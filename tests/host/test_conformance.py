@@ -32,6 +32,18 @@ def test_16x8_operator_bit_exact_on_host(op, seed):
     assert exact(result), result["outputs"]
 
 
+TILED16 = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "AVERAGE_POOL_2D", "MAX_POOL_2D")
+
+
+@pytest.mark.parametrize("op", TILED16)
+def test_tiled_16x8_operator_bit_exact_on_host(op):
+    """The 16-bit layers that tile (2-byte elements in L1), on the first case the planner cuts into
+    two or more tiles of at most 512 B."""
+    seed = first_tiled_case(op, "host", 512, bits=16, min_tiles=2, cases=80)
+    result = check(op, seed, l1=512, bits=16)
+    assert exact(result), result["outputs"]
+
+
 TILED = sorted(r["operator"] for r in tflite_table() if r["tiled"])
 
 

@@ -61,21 +61,40 @@ def test_16x8_models_bit_exact(tmp_path, make, target, l1):
     _exact(dep, path)
 
 
-def test_16_bit_layers_run_whole_and_portable_beside_tiled_dsp_int8_layers(tmp_path):
-    """On a Cortex-M with an L1 budget the int8 body tiles and runs the DSP kernels; the 16-bit
-    layers run the portable 16-bit kernels from the arena (their tensors take 2 bytes an element)."""
+def test_16_bit_layers_tile_on_the_portable_kernels_beside_dsp_int8_layers(tmp_path):
+    """On a Cortex-M with an L1 budget both widths tile; the int8 body runs the DSP kernels, the
+    16-bit layers the portable 16-bit kernels (2-byte elements in the arena, in L1 and in their
+    transfers; int64 accumulators)."""
     path = audio_front_end_model(tmp_path)
     dep = deploy(path, Options(target="cortex-m7", l1=4096))
     sixteen = [lp for lp in dep.layers if K.activation_dtype(lp.kernel) == "int16"]
     assert len(sixteen) == 4
-    assert all(lp.tiling is None and not lp.variant.dsp and lp.variant.name.endswith("_s16") for lp in sixteen)
-    assert any(lp.variant.dsp and K.activation_dtype(lp.kernel) == "int8" for lp in dep.layers)
-    assert any(lp.tiling is not None for lp in dep.layers)
+    assert all(not lp.variant.dsp and lp.variant.name.endswith("_s16") for lp in sixteen)
+    assert all(lp.tiling is not None and lp.tiling[0].elem == 2 for lp in sixteen)
+    assert any(lp.variant.dsp and lp.tiling is not None and K.activation_dtype(lp.kernel) == "int8" for lp in dep.layers)
     g = dep.graph
     x16 = next(t for t in g.activations() if g.tensors[t].dtype == "int16")
     assert g.tensors[x16].nbytes == 2 * g.tensors[x16].elements
     engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
     assert "int64_t acc" in engine and "fx_mbqm64(" in engine  # the 16x8 convolutions' accumulator and requantization
+
+
+@pytest.mark.parametrize("target", ["host", "gap8"])
+@pytest.mark.parametrize("layer", ["conv", "fc"])
+def test_16x8_tiles_split_input_channels_into_int64_partial_sums(tmp_path, target, layer):
+    """An L1 too small for all input channels: the tiles sum slices of them into int64 partial
+    sums in L1 (8 bytes each), the last slice requantizes; bit-exact."""
+    mb = ModelBuilder(4, activations="int16")
+    x = mb.input((1, 5, 5, 64))
+    mb.output(mb.conv2d(x, 8, (3, 3), activation="RELU") if layer == "conv" else
+              mb.fully_connected(mb.reshape(x, (1, 1600)), 24))
+    path = tmp_path / "split.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target=target, l1=1024))
+    g, t = dep.layers[-1].tiling
+    assert 0 < t.tile_ci < g.in_c and g.acc_bytes == 8
+    assert g.footprint(t.tile_h, t.tile_w, t.tile_c, t.tile_ci).accumulator == 8 * t.tile_h * t.tile_w * t.tile_c
+    _exact(dep, path, 2)
 
 
 def test_the_16_bit_elementwise_add_writes_over_its_dying_input(tmp_path):

@@ -28,6 +28,13 @@ def test_16x8_operator_bit_exact_on_qemu(op, target):
     assert exact(result), result["outputs"]
 
 
+@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D"])
+def test_tiled_16x8_operator_bit_exact_in_dtcm(op):
+    seed = first_tiled_case(op, "stm32h743", 512, bits=16, min_tiles=2, cases=80)
+    result = check(op, seed, "stm32h743", l1=512, bits=16)
+    assert exact(result), result["outputs"]
+
+
 @pytest.mark.parametrize("op", TILED)
 def test_tiled_operator_bit_exact_in_dtcm(op):
     seed = first_tiled_case(op, "stm32h743", 4096)

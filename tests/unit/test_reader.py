@@ -371,7 +371,7 @@ def test_a_padv2_value_of_another_type_or_quantization(tmp_path):
     mb.output(mb.padv2(mb.input((1, 3, 3, 2)), [[0, 0], [1, 1], [1, 1], [0, 0]], 0.5))
     value = next(t for t in mb._tensors if t.name.endswith("/value"))
     value.zero_point = value.zero_point + 3
-    _plan_error(mb, tmp_path / "padv2.tflite", UnsupportedOperator, "must share the input's quantization")
+    _plan_error(mb, tmp_path / "padv2.tflite", UnsupportedOperator, "must share the input's type and quantization")
 
 
 def test_float_to_uint8_quantize_is_refused(tmp_path):
