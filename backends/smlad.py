@@ -339,6 +339,26 @@ def _svdf(kern, weight_bytes: int, use: str) -> Variant | None:
     return Variant("svdf_s8_smlad", "smlad", "svdf", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context, None)
 
 
+def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
+    """16x8 convolutions (not depthwise, dilation 1 along rows) and fully connected layers with
+    int64 accumulators, whole from the arena: four output channels per pass; two words of int16
+    inputs (x0, x1), (x2, x3) rearranged once into (x0, x2), (x1, x3) for four weight rows, whose
+    int8 words are sign-extended at their use (SXTB16, the weights stay as stored); SMLALD adds two
+    products to a 64-bit accumulator, as the reference sums. A convolution's kernel row inside
+    the image is one contiguous run of inputs and weights: one dot product per row."""
+    if use != "whole" or not isinstance(kern, (K.Conv, K.FullyConnected)) or not kern.acc64:
+        return None
+    if isinstance(kern, K.Conv) and (kern.depthwise or kern.dil_w != 1):
+        return None
+
+    def context(kern, k, sym, variant, in_place=False):
+        return dict(macro="conv_fc_s16", portable_values=True)
+
+    fc = isinstance(kern, K.FullyConnected)
+    return Variant("fully_connected_s16_smlald" if fc else "convolve_s16_smlald", "smlad", "conv_fc_s16", weight_bytes,
+                   CODE_BYTES_DSP, 1, True, False, 1, None, context, None)
+
+
 def _offset_pair(offset: int) -> int:
     """An int8 offset in both halfwords of a word (SXTAB16's addend), as a C int32 literal."""
     off = offset & 0xFFFF
@@ -348,7 +368,8 @@ def _offset_pair(offset: int) -> int:
 RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), VariantRule("smlad add", _add, (K.Add,)),
          VariantRule("smlad transpose conv", _transpose_conv, (K.TransposeConv,)),
          VariantRule("smlad batch matmul", _batch_matmul, (K.BatchMatMul,)),
-         VariantRule("smlad lstm", _lstm, (K.Lstm,)), VariantRule("smlad svdf", _svdf, (K.Svdf,)))
+         VariantRule("smlad lstm", _lstm, (K.Lstm,)), VariantRule("smlad svdf", _svdf, (K.Svdf,)),
+         VariantRule("smlald 16x8 conv/fc", _sixteen_by_eight, (K.Conv, K.FullyConnected), dtypes=("int16",)))
 
 
 # ---- the templates' values ---------------------------------------------------------------
