@@ -89,13 +89,15 @@ def _portable_name8(kern) -> str:
             return f"{'arg_' if kern.index else 'reduce_'}{'max' if kern.maximum else 'min'}_s8"
         case K.Lookup():
             return f"{kern.name}_s8"  # logistic_s8, leaky_relu_s8: a table either way
+        case K.Sigmoid16():
+            return "tanh_s16" if kern.tanh else "logistic_s16"
     return PORTABLE_NAMES[type(kern)]
 
 
 PORTABLE_NAMES = {
     K.FullyConnected: "fully_connected_s8", K.Mean: "mean_s8", K.TransposeConv: "transpose_conv_s8", K.BatchMatMul: "batch_matmul_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8", K.Prelu: "prelu_s8",
     K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
-    K.Softmax: "softmax_s8", K.TableSoftmax: "softmax_table_s8", K.Lstm: "lstm_s8_s16", K.Svdf: "svdf_s8", K.LogSoftmax: "log_softmax_s8", K.L2Norm: "l2_normalization_s8", K.HardSwish: "hard_swish_s8", K.Slopes: "leaky_relu_s16", K.Softmax16: "softmax_s16", K.Sigmoid16: "sigmoid_s16",
+    K.Softmax: "softmax_s8", K.TableSoftmax: "softmax_table_s8", K.Lstm: "lstm_s8_s16", K.Svdf: "svdf_s8", K.LogSoftmax: "log_softmax_s8", K.L2Norm: "l2_normalization_s8", K.HardSwish: "hard_swish_s8", K.Slopes: "leaky_relu_s16", K.Softmax16: "softmax_s16",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
     K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8", K.Gather: "gather_s8",
     K.ResizeNearest: "resize_nearest_neighbor_s8", K.ResizeBilinear: "resize_bilinear_s8",

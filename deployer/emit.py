@@ -77,10 +77,15 @@ class _Symbols:
         self.state = {t: f"S{t}_{_short(graph.tensors[t].name)}" for t in graph.state()}
 
     def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
-        """A .rodata array of ``values`` (or of what ``values()`` gives) named ``name``."""
+        """A .rodata array of ``values`` (or of what ``values()`` gives) named ``name``; a name
+        given again (a table every layer of a kind shares) is the one array."""
         arr = np.asarray(values() if callable(values) else values).reshape(-1)
-        self.constants.append(dict(name=name, ctype=ctype, count=arr.size, aligned=aligned,
-                                   data=c_array(arr)))
+        data = c_array(arr)
+        same = next((c for c in self.constants if c["name"] == name), None)
+        if same is not None:
+            assert same["data"] == data and same["ctype"] == ctype, name
+            return name
+        self.constants.append(dict(name=name, ctype=ctype, count=arr.size, aligned=aligned, data=data))
         return name
 
     def tensor(self, t: int, label: str, writable: bool = False) -> str | None:
@@ -173,11 +178,12 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                         wt=sym.tensor(layer_inputs[2], f"op{k}_weights_time"),
                         bias=sym.tensor(layer_inputs[3], f"op{k}_bias") if layer_inputs[3] >= 0 else None,
                         state=sym.tensor(layer_inputs[4], f"op{k}_state", writable=True))
-        case K.Sigmoid16():
-            return dict(table=sym.array(f"op{k}_sigmoid", "uint16_t", np.array(kern.table, np.uint16)))
-        case K.Softmax16():
-            return dict(exp_table=sym.array(f"op{k}_exp", "int16_t", np.array(kern.exp_table, np.int16)),
-                        reciprocal_table=sym.array(f"op{k}_reciprocal", "int16_t", np.array(kern.reciprocal_table, np.int16)))
+        case K.Sigmoid16():  # one table for every 16-bit LOGISTIC and TANH
+            return dict(table=sym.array("sigmoid16_table", "uint16_t", np.array(kern.table, np.uint16)))
+        case K.Softmax16():  # the same two tables for every 16-bit SOFTMAX
+            return dict(exp_table=sym.array("softmax16_exp", "int16_t", np.array(kern.exp_table, np.int16)),
+                        reciprocal_table=sym.array("softmax16_reciprocal", "int16_t",
+                                                   np.array(kern.reciprocal_table, np.int16)))
         case K.TableSoftmax():
             return dict(table=sym.array(f"op{k}_exp", "float", np.array(kern.table, np.float32)))
         case K.ResizeLinear():
@@ -246,7 +252,7 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
                 nh=-(-g.out_h // t.tile_h), nw=-(-g.out_w // t.tile_w), nc=-(-g.out_c // t.tile_c), l3=l3,
                 split=split, tile_ci=t.tile_ci if split else g.in_c, nci=-(-g.in_c // t.tile_ci) if split else 1,
                 acc_off=layout["acc"][0],
-                # bytes per pixel (or per weight row) of the L2 buffer each part is loaded from:
+                # elements per pixel (or per weight row) of the L2 buffer each part is loaded from:
                 # the whole tensor, or a slab staged from L3 that holds ``chans`` channels
                 in_cs=chans if "in" in staged and follow else g.in_c,
                 in2_cs=chans if "in2" in staged and follow else g.in_c,
@@ -558,6 +564,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=plan.options.rtos,
                kernel_functions=list(functions.values()),
+               sixteen_bit=any(K.activation_dtype(lp.kernel) == "int16" for lp in plan.layers),
                stack=network_stack_need(layers), core_flags=core_flags(backend),
                patch=_stage_context(patch, layers) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,

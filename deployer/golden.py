@@ -114,8 +114,11 @@ def _fc(k: K.FullyConnected, x, w, b):
         return float_requant(acc, k.float_rq, k.output_offset, k.act_min, k.act_max)
     if not k.acc64:  # the reference sums in int32 (a 16x8 layer's int32 bias too)
         acc = fx.wrap32(acc)
-    out = fx.round_half_away(acc.astype(np.float64) * np.array(k.scale)) + k.output_offset
-    return np.clip(out, k.act_min, k.act_max)
+    v = acc.astype(np.float64) * np.array(k.scale)
+    # (int32_t)round(v) on x86-64: beyond int32, INT32_MIN; then the zero point, wrapping
+    fits = (v > -2147483648.5) & (v < 2147483647.5)
+    t = np.where(fits, fx.round_half_away(np.where(fits, v, 0.0)), fx.I32_MIN)
+    return np.clip(fx.wrap32(t + k.output_offset), k.act_min, k.act_max)
 
 
 def _views(view: K.Broadcast, a, b):

@@ -439,6 +439,7 @@ class Requantize:
     shift: int
     act_min: int
     act_max: int
+    dtype: str = "int8"  # the output's type
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,6 +451,7 @@ class Quantize:
     half_even: bool = False
     act_min: int = INT8_MIN  # the output type's range
     act_max: int = INT8_MAX
+    dtype: str = "int8"  # the output's type
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,6 +460,7 @@ class Dequantize:
     elements: int
     scale: float
     zero_point: int
+    dtype: str = "int8"  # the input's type
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +475,7 @@ class Pad:
     out_shape: tuple[int, ...]
     before: tuple[int, ...]
     value: int
+    dtype: str = "int8"
 
 
 @dataclass(frozen=True, slots=True)
@@ -687,6 +691,26 @@ def _channel_multipliers(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tupl
     return tuple(zip(*(quantize_multiplier(x.scale * s / y.scale) for s in scales)))  # type: ignore[return-value]
 
 
+def _check_acc64(g: Graph, l: Layer, b: Tensor | None, where: str) -> None:
+    """LiteRT's 64-bit MultiplyByQuantizedMultiplier holds for accumulators below 2^47 in
+    magnitude (its stated range: the product with the 16-bit multiplier then fits 64 bits) and
+    shifts up to 14 (its rounding shift, 15 - shift, stays positive): the layer's largest
+    possible accumulator and its rescales must be inside."""
+    x, w, y = g.tensors[l.inputs[0]], g.tensors[l.inputs[1]], g.tensors[l.outputs[0]]
+    magnitudes = np.abs(w.data.astype(np.int64))
+    # per output channel: OHWI rows (a depthwise layer's channels are its last axis)
+    per_channel = magnitudes.reshape(-1, w.shape[-1]).sum(axis=0) if l.op == "DEPTHWISE_CONV_2D" else \
+        magnitudes.reshape(w.shape[0], -1).sum(axis=1)
+    reach = int(per_channel.max(initial=0)) * 32768 + (int(np.abs(b.data.astype(np.int64)).max(initial=0)) if b else 0)
+    if reach >= 1 << 47:
+        raise UnsupportedOperator(f"{where}: its accumulators can reach {reach:.3g}, beyond the 2^47 the reference's "
+                                  f"64-bit requantization holds")
+    largest = max(x.scale * s / y.scale for s in w.quant.scale)
+    if largest >= 2.0 ** 14:
+        raise UnsupportedOperator(f"{where}: a rescale of {largest:g} (2^14 or more) is beyond the reference's 64-bit "
+                                  f"requantization")
+
+
 def _weighted_types(g: Graph, l: Layer, x: Tensor, bias: int, where: str) -> dict:
     """The activation type of a weighted layer and its accumulator: an 8-bit layer takes int32
     biases; a 16x8 one (int16 input) int64 biases, summed in 64 bits, or int32 biases summed in 32
@@ -703,6 +727,8 @@ def _weighted_types(g: Graph, l: Layer, x: Tensor, bias: int, where: str) -> dic
         if bias32:
             raise UnsupportedOperator(f"{where}: quantized_bias_type INT32 with "
                                       f"{'no bias' if b is None else 'an int64 bias'} '{'' if b is None else b.name}'")
+        if l.op != "FULLY_CONNECTED":  # (FC requantizes in double: exact up to 2^53)
+            _check_acc64(g, l, b, where)
         return dict(dtype="int16", acc64=True)
     if b.dtype == "int32" and bias32:
         return dict(dtype="int16", acc64=False)
@@ -1038,6 +1064,9 @@ def _softmax(g: Graph, l: Layer, where: str) -> Softmax | TableSoftmax | Softmax
     if not x.shape:
         raise UnsupportedOperator(f"{where}: softmax of a scalar")
     if x.dtype == "int16":
+        if x.shape[-1] > 65536:
+            raise UnsupportedOperator(f"{where}: int16 softmax over {x.shape[-1]} values (the reference's int32 sum "
+                                      f"of exponentials overflows beyond 65536)")
         if abs(y.scale * 32768 - 1) > 1e-3:
             raise UnsupportedOperator(f"{where}: int16 softmax output must have scale 1/32768 (got {y.scale:g})")
         # the input's differences onto the exponential table's range [-10, 0] (the product in float32)
@@ -1097,7 +1126,11 @@ def _sigmoid16(x: Tensor, y: Tensor, tanh: bool, where: str) -> Sigmoid16:
     op = "TANH" if tanh else "LOGISTIC"
     if y.scale != 1.0 / 32768:
         raise UnsupportedOperator(f"{where}: int16 {op} output scale must be 1/32768 (got {y.scale:g})")
-    return Sigmoid16(x.elements, *sigmoid16_input_rescale(float(np.float32(x.scale)), tanh), tanh)
+    multiplier, shift = sigmoid16_input_rescale(float(np.float32(x.scale)), tanh)
+    if multiplier > 0xFFFF:  # x * multiplier must stay an int32, as the reference computes it
+        raise UnsupportedOperator(f"{where}: int16 {op} input scale {x.scale:g} is too large for the reference's "
+                                  f"rescale (at most {0xFFFF / (3 * 4096):g})")
+    return Sigmoid16(x.elements, multiplier, shift, tanh)
 
 
 def _logistic(g: Graph, l: Layer, where: str) -> Lookup | Sigmoid16:
@@ -1195,7 +1228,7 @@ def _leaky_relu(g: Graph, l: Layer, where: str) -> Lookup | Slopes:
     reals = (np.float32(x.scale) / np.float32(y.scale), np.float32(np.float32(x.scale) * alpha) / np.float32(y.scale))
     if not all(np.isfinite(r) and abs(float(r)) < 2.0 ** 30 for r in reals):
         raise UnsupportedOperator(f"{where}: LEAKY_RELU alpha {l.attrs.alpha} with input scale {x.scale:g} and output "
-                                  f"scale {y.scale:g} needs a rescale the int8 kernel cannot hold")
+                                  f"scale {y.scale:g} needs a rescale the kernel cannot hold")
     if x.dtype == "int16":  # LeakyReluPrepare's float32 multipliers, applied per element
         (m, s), (am, ash) = (quantize_multiplier(float(r)) for r in reals)
         return Slopes(x.elements, m, s, am, ash)
@@ -1231,7 +1264,7 @@ def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
     m, s = quantize_multiplier(real)
     act = l.op if l.op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1") else "NONE"
     lo, hi = _act(y, act)
-    return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi)
+    return Requantize(x.elements, -x.zero_point, y.zero_point, m, s, lo, hi, y.dtype)
 
 
 def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize | Lookup:
@@ -1243,7 +1276,7 @@ def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize 
             raise UnsupportedOperator(f"{where}: QUANTIZE from float32 to {y.dtype} (the engine quantizes to int8 "
                                       f"and int16)")
         return Quantize(y.elements, y.scale, y.zero_point, g.source is not None and g.source.format == "onnx-qdq",
-                        *dtype_range(y.dtype))
+                        *dtype_range(y.dtype), y.dtype)
     if (x.dtype, y.dtype) == ("int8", "int8") and g.source is not None and g.source.format == "onnx-qdq":
         # a QuantizeLinear of dequantized int8 values (after data movement): onnxruntime's float32
         # arithmetic, rounding half to even, as a table
@@ -1256,7 +1289,7 @@ def _quantize(g: Graph, l: Layer, where: str) -> Offset | Quantize | Requantize 
 
 def _dequantize(g: Graph, l: Layer, where: str) -> Dequantize:
     x, _ = _same_shape(g, l, where)
-    return Dequantize(x.elements, x.scale, x.zero_point)
+    return Dequantize(x.elements, x.scale, x.zero_point, x.dtype)
 
 
 def _copy(g: Graph, l: Layer, where: str) -> Copy:
@@ -1394,7 +1427,8 @@ def _pad(g: Graph, l: Layer, where: str) -> Pad:
     lo, hi = dtype_range(y.dtype)
     if l.attrs.value is not None and not lo <= l.attrs.value <= hi:
         raise UnsupportedOperator(f"{where}: padding value {l.attrs.value} is not an {y.dtype}")
-    return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point if l.attrs.value is None else l.attrs.value)
+    return Pad(x.shape, y.shape, tuple(a for a, _ in p), y.zero_point if l.attrs.value is None else l.attrs.value,
+               y.dtype)
 
 
 def _concat(g: Graph, l: Layer, where: str) -> Concat:
@@ -1411,7 +1445,7 @@ def _concat(g: Graph, l: Layer, where: str) -> Concat:
                                   f"{list(y.shape)} on axis {axis}")
     for t in ins:
         if t.quant is None or (t.scale, t.zero_point) != (y.scale, y.zero_point):
-            raise UnsupportedOperator(f"{where}: int8 CONCATENATION inputs must share the output's "
+            raise UnsupportedOperator(f"{where}: CONCATENATION inputs must share the output's "
                                       f"quantization ('{t.name}' differs)")
     if l.attrs.activation != "NONE":
         raise UnsupportedOperator(f"{where}: fused activation on CONCATENATION")
@@ -1530,7 +1564,7 @@ def lower(graph: Graph, layer: Layer) -> Kernel:
     where = _where(graph, layer)
     try:
         return LOWERINGS[layer.op](graph, layer, where)
-    except ValueError as e:  # parameters the int8 kernel cannot represent
+    except ValueError as e:  # parameters the integer kernel cannot represent
         raise UnsupportedOperator(f"{where}: {e}") from None
 
 

@@ -226,10 +226,6 @@ def abs_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tup
     return tuple(table)
 
 
-def _round_away(v: float) -> float:
-    return math.copysign(math.floor(abs(v) + 0.5), v)
-
-
 @functools.lru_cache(maxsize=None)
 def int16_lut(function: str, in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> tuple[int, ...]:
     """LiteRT's 513-entry int16 table of ``function`` ("exp" or "reciprocal": 1 / (1 + x)) for
@@ -245,10 +241,10 @@ def int16_lut(function: str, in_scale: float, in_zp: int, out_scale: float, out_
     table = []
     for i in range(512):
         start = f(in_min + i * step) * inverse
-        middle = _round_away(f(in_min + i * step + step / 2) * inverse)
-        interpolated = _round_away((f(in_min + (i + 1) * step) * inverse + _round_away(start)) / 2)
-        table.append(_round_away(start) - _round_away((interpolated - middle) / 2))
-    table.append(_round_away(f(in_max) * inverse))
+        middle = round_away(f(in_min + i * step + step / 2) * inverse)
+        interpolated = round_away((f(in_min + (i + 1) * step) * inverse + round_away(start)) / 2)
+        table.append(round_away(start) - round_away((interpolated - middle) / 2))
+    table.append(round_away(f(in_max) * inverse))
     return tuple(int(min(max(v, -32768.0), 32767.0)) for v in table)
 
 

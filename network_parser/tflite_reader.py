@@ -72,11 +72,17 @@ def _pad(code: int, where: str) -> str:
     return _PADDING[code]
 
 
+def _bias32(o) -> bool:
+    """Whether a weighted op's options say its bias is int32 (quantized_bias_type; schemas before
+    it have no such field: the default)."""
+    return hasattr(o, "QuantizedBiasType") and o.QuantizedBiasType() == tflite.TensorType.INT32
+
+
 def _conv(op, where):
     o = _options(op, tflite.Conv2DOptions, where)
     return Conv2D((o.StrideH(), o.StrideW()), (o.DilationHFactor() or 1, o.DilationWFactor() or 1),
                   _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where),
-                  bias32=o.QuantizedBiasType() == tflite.TensorType.INT32)
+                  bias32=_bias32(o))
 
 
 def _dwconv(op, where):
@@ -90,7 +96,7 @@ def _dwconv(op, where):
 def _transpose_conv(op, where):
     o = _options(op, tflite.TransposeConvOptions, where)
     return TransposeConv2D((o.StrideH(), o.StrideW()), _pad(o.Padding(), where), _act(o.FusedActivationFunction(), where),
-                           o.QuantizedBiasType() == tflite.TensorType.INT32)
+                           _bias32(o))
 
 
 def _batch_matmul(op, where):
@@ -105,7 +111,7 @@ def _fc(op, where):
     if o.WeightsFormat() != 0:
         raise UnsupportedOperator(f"{where}: shuffled FULLY_CONNECTED weights are not supported")
     return FullyConnected(_act(o.FusedActivationFunction(), where), bool(o.KeepNumDims()),
-                          bias32=o.QuantizedBiasType() == tflite.TensorType.INT32)
+                          bias32=_bias32(o))
 
 
 def _pool(op, where):
@@ -118,8 +124,9 @@ def _elementwise(cls):
     def parse(op, where):
         o = _options(op, cls)
         # ADD / SUB: int16 operands with power-of-two scales take a shift-only kernel unless the
-        # model turns it off (the flag defaults to on; 16x8 converters write it off)
-        pot = bool(o.PotScaleInt16()) if o is not None and hasattr(o, "PotScaleInt16") else cls is not tflite.MulOptions
+        # model turns it off (the schema's default is on; 16x8 converters write it off; without an
+        # options table LiteRT's parameters are zero: off)
+        pot = bool(o.PotScaleInt16()) if o is not None and hasattr(o, "PotScaleInt16") else False
         return Elementwise(_act(o.FusedActivationFunction(), where) if o else "NONE", pot)
     return parse
 
@@ -637,6 +644,9 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
     for t in (*ins, *outs):
         if t.dtype in _INT8_16 and t.quant is None:
             raise ModelFormatError(f"{where}: {t.dtype} tensor '{t.name}' has no quantization")
+        if t.quant is not None and t.quant.per_channel and not t.is_const:
+            raise UnsupportedOperator(f"{where}: activation '{t.name}' has {len(t.quant.scale)} scales; TFLite's "
+                                      f"kernels read one scale per activation tensor")
         if t.dtype == "int16" and any(z != 0 for z in t.quant.zero_point):
             raise UnsupportedOperator(f"{where}: int16 tensor '{t.name}' has zero point {t.quant.zero_point[0]}; "
                                       f"TFLite's 16-bit kernels take symmetric activations (zero point 0)")

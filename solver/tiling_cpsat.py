@@ -354,9 +354,9 @@ def _lower_bound_vec(g, th, tw, tc, p):
     bw, setup = p["dma_bytes_per_cycle"], p["dma_setup_cycles"]
     in_c = tc if g.channels_follow_output else g.in_c
     rows, cols = _input_extents(g, th, tw, first=True)
-    first_in = g.operands * rows * cols * in_c
+    first_in = g.operands * rows * cols * in_c * g.elem
     first_w = tc * (g.weight_bytes_per_channel + g.param_bytes) * g.stage_weights
-    last_out = border[0] * border[1] * border[2]
+    last_out = border[0] * border[1] * border[2] * g.elem
     ends = np.ceil(first_in / bw) + np.ceil(first_w / bw) + np.ceil(last_out / bw) + 2 * setup
     tiles = n[0] * n[1] * n[2]
     outputs = ext[0] * ext[1] * ext[2]
@@ -364,7 +364,7 @@ def _lower_bound_vec(g, th, tw, tc, p):
     loads = np.where(reload, tiles, 1) * g.operands + n[2] * ((g.weight_bytes_per_channel > 0) + (g.param_bytes > 0)) \
         * g.stage_weights
     read = g.in_h * g.in_w if not g.rows else _covered(g.rows) * _covered(g.cols)  # a resize may skip some
-    moved = outputs + g.operands * read * g.in_c + g.out_c * (g.weight_bytes_per_channel + g.param_bytes) \
+    moved = (outputs + g.operands * read * g.in_c) * g.elem + g.out_c * (g.weight_bytes_per_channel + g.param_bytes) \
         * g.stage_weights
     dma = np.ceil(moved / bw) + setup * (tiles + loads)
     return np.maximum(compute + ends, dma)

@@ -1,6 +1,7 @@
-"""Synthetic int8 ``.tflite`` model builder for property tests.
+"""Synthetic int8 (and 16x8) ``.tflite`` model builder for property tests.
 
-``ModelBuilder`` writes small, valid, fully int8-quantized TFLite flatbuffers with
+``ModelBuilder`` writes small, valid, fully int8-quantized TFLite flatbuffers (with
+``activations="int16"``: int16 activations, int8 weights, int64 biases) with
 random weights and plausible quantization, so that our C compiler can be checked
 against LiteRT's reference kernels on arbitrary mixes of ops and geometries.
 

@@ -67,7 +67,7 @@ def test_16_bit_layers_tile_on_the_portable_kernels_beside_dsp_int8_layers(tmp_p
     transfers; int64 accumulators)."""
     path = audio_front_end_model(tmp_path)
     dep = deploy(path, Options(target="cortex-m7", l1=4096))
-    sixteen = [lp for lp in dep.layers if K.activation_dtype(lp.kernel) == "int16"]
+    sixteen = [lp for lp in dep.layers if K.activation_dtype(lp.kernel) == "int16" and isinstance(lp.kernel, (K.Conv, K.Add))]
     assert len(sixteen) == 4
     assert all(not lp.variant.dsp and lp.variant.name.endswith("_s16") for lp in sixteen)
     assert all(lp.tiling is not None and lp.tiling[0].elem == 2 for lp in sixteen)
@@ -95,6 +95,14 @@ def test_16x8_tiles_split_input_channels_into_int64_partial_sums(tmp_path, targe
     assert 0 < t.tile_ci < g.in_c and g.acc_bytes == 8
     assert g.footprint(t.tile_h, t.tile_w, t.tile_c, t.tile_ci).accumulator == 8 * t.tile_h * t.tile_w * t.tile_c
     _exact(dep, path, 2)
+
+
+def test_whole_16x8_convolutions_run_the_smlald_kernel_on_cortex_m(tmp_path):
+    """Without an L1 budget the 16x8 convolutions (not the depthwise one) run the SMLALD variant."""
+    path = audio_front_end_model(tmp_path)
+    dep = deploy(path, Options(target="cortex-m7"))
+    names = [lp.variant.name for lp in dep.layers if isinstance(lp.kernel, K.Conv) and lp.kernel.dtype == "int16"]
+    assert names == ["convolve_s16_smlald", "depthwise_conv_s16", "convolve_s16_smlald"]
 
 
 def test_the_16_bit_elementwise_add_writes_over_its_dying_input(tmp_path):
@@ -254,3 +262,94 @@ def test_onnx_16_bit_qdq_is_refused_with_the_reason(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), path)
     with pytest.raises(UnsupportedOperator, match="int16 quantization.*16-bit QDQ groups in float32.*TFLite's 16x8"):
         deploy(path, Options(target="host"))
+
+
+def _model(tmp_path, build, name="m.tflite", seed=0):
+    mb = ModelBuilder(seed, activations="int16")
+    mb.output(build(mb))
+    path = tmp_path / name
+    mb.save(path)
+    return mb, path
+
+
+@pytest.mark.parametrize("layer", ["conv", "depthwise", "fc"])
+def test_int64_biases_beyond_int32_are_summed_in_64_bits(tmp_path, layer):
+    """Biases far beyond int32 (the reason 16x8 biases are int64), bit-exact."""
+    def build(mb):
+        x = mb.input((1, 6, 6, 4), scale=1e-3)
+        return {"conv": lambda: mb.conv2d(x, 5), "depthwise": lambda: mb.depthwise_conv2d(x, 2),
+                "fc": lambda: mb.fully_connected(mb.reshape(x, (1, 144)), 7)}[layer]()
+    mb, path = _model(tmp_path, build)
+    bias = next(t for t in mb._tensors if t.name.endswith("/bias"))
+    values = np.frombuffer(mb._buffers[bias.buffer], np.int64)
+    values = values * ((1 << 40) // int(np.abs(values).max()))  # the largest near 2^40, inside the reference's 2^47
+    mb._buffers[bias.buffer] = values.tobytes()
+    mb.save(path)
+    assert np.abs(values).max() > 2 ** 39
+    _exact(deploy(path, Options(target="host")), path)
+
+
+def test_a_fully_connected_result_beyond_int32_follows_the_reference(tmp_path):
+    """(int32_t)round(acc * scale) beyond int32 is INT32_MIN on x86-64, as LiteRT computes it:
+    the engine and the golden executor give the same saturated value, not the clamped sign."""
+    mb, path = _model(tmp_path, lambda mb: mb.fully_connected(mb.reshape(mb.input((1, 8, 8, 4), scale=1e-3), (1, 256)), 6))
+    out = mb._tensors[mb.outputs[0]]
+    weights = next(t for t in mb._tensors if t.name.endswith("/weights"))
+    out.scale = np.array([1e-3 * float(weights.scale[0]) / 4000.0], np.float32)  # a rescale of 4000
+    mb.save(path)
+    _exact(deploy(path, Options(target="host")), path)
+
+
+def test_16x8_rescales_beyond_the_reference_range_are_refused(tmp_path):
+    mb, path = _model(tmp_path, lambda mb: mb.conv2d(mb.input((1, 4, 4, 2), scale=1e-3), 3))
+    mb._tensors[mb.outputs[0]].scale = np.array([1e-12], np.float32)
+    mb.save(path)
+    with pytest.raises(UnsupportedOperator, match="beyond the reference's 64-bit requantization"):
+        deploy(path, Options(target="host"))
+
+
+@pytest.mark.parametrize("op", ["logistic", "tanh"])
+def test_16_bit_logistic_input_scales_the_reference_cannot_rescale_are_refused(tmp_path, op):
+    _, path = _model(tmp_path, lambda mb: getattr(mb, op)(mb.input((1, 8), scale=8.0)))
+    with pytest.raises(UnsupportedOperator, match="too large for the reference's rescale"):
+        deploy(path, Options(target="host"))
+
+
+def test_a_16_bit_mean_of_many_values_wraps_as_the_reference(tmp_path):
+    """The int32 sum of more than 65537 int16 values wraps (LiteRT's int32 addition), the engine too."""
+    _, path = _model(tmp_path, lambda mb: mb.mean(mb.input((1, 70000, 1), scale=1e-4), axes=(1,)))
+    dep = deploy(path, Options(target="host"))
+    full = [np.full((1, 70000, 1), 32767, np.int16)]
+    result = verify(dep, path, [full, random_inputs(dep.graph, 1)])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
+
+
+def test_per_channel_quantization_on_an_activation_is_refused(tmp_path):
+    mb, path = _model(tmp_path, lambda mb: mb.conv2d(mb.input((1, 4, 4, 2)), 3))
+    out = mb._tensors[mb.outputs[0]]
+    out.scale, out.zero_point, out.qdim = np.array([1e-3, 2e-3, 3e-3], np.float32), np.zeros(3, np.int64), 3
+    mb.save(path)
+    with pytest.raises(UnsupportedOperator, match="has 3 scales; TFLite's kernels read one scale per activation"):
+        deploy(path, Options(target="host"))
+
+
+def test_add_without_options_takes_the_general_int16_kernel(tmp_path):
+    """No options table: LiteRT's parameters are zero, pot_scale_int16 off (power-of-two scales too)."""
+    def build(mb):
+        x = mb.input((1, 4, 4, 2), scale=2.0 ** -12)
+        y = mb.add(x, mb.quantize(x, scale=2.0 ** -11, dtype="int16"))
+        mb._tensors[y].scale = np.array([2.0 ** -10], np.float32)
+        mb._ops[-1].options = None
+        return y
+    _, path = _model(tmp_path, build)
+    assert not next(layer for layer in read_tflite(path).layers if layer.op == "ADD").attrs.pot_scale_int16
+    _exact(deploy(path, Options(target="host")), path)
+
+
+def test_options_without_quantized_bias_type_read_as_the_default():
+    """Older tflite schemas have no quantized_bias_type: the reader takes the default, not a traceback."""
+    from network_parser.tflite_reader import _bias32
+
+    class Old:  # an options table of a schema before the field
+        pass
+    assert _bias32(Old()) is False

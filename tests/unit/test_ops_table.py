@@ -16,7 +16,7 @@ from tests.unit.test_cli import kitchen_sink_model, run_clirunner
 def test_every_operator_the_reader_takes_is_listed():
     rows = {r["operator"]: r for r in tflite_table()}
     assert set(rows) == set(supported_operators()) and len(rows) >= 51
-    assert rows["CONV_2D"]["tiled"] and rows["CONV_2D"]["dsp"]["cortex-m7"] == ["smlad conv/fc"]
+    assert rows["CONV_2D"]["tiled"] and rows["CONV_2D"]["dsp"]["cortex-m7"] == ["smlad conv/fc", "smlald 16x8 conv/fc"]
     assert rows["SPLIT"]["read_as"] == "STRIDED_SLICE" and rows["ARG_MAX"]["outputs"] == ["int32", "int64"]
     assert rows["RESHAPE"]["in_place"] == ["zero-copy-reshape"] and rows["TRANSPOSE_CONV"]["tiled"]
     assert rows["RESIZE_NEAREST_NEIGHBOR"]["tiled"] and rows["RESIZE_BILINEAR"]["tiled"] and not rows["SOFTMAX"]["tiled"]
