@@ -47,6 +47,7 @@ def built(folder: Path) -> list[tuple[str, Path]]:
         save("LSTM 40 -> 64 cells projected to 32, 25 steps", lambda b: b.lstm(b.input((1, 25, 40)), 64, projection=32)),
         save("CIFG LSTM with peepholes 40 -> 64 cells, 25 steps",
              lambda b: b.lstm(b.input((1, 25, 40)), 64, cifg=True, peephole=True)),
+        save("layer-normalized LSTM 40 -> 64 cells, 25 steps", lambda b: b.lstm(b.input((1, 25, 40)), 64, layer_norm=True)),
         save("SVDF 64 -> 128 filters, memory 16", lambda b: b.svdf(b.input((1, 64)), 128, memory=16)),
     ]
 

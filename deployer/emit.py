@@ -11,8 +11,8 @@ from backends import Backend
 from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import l1_align, tile_windows
-from network_parser.ir import (LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE, LSTM_PROJECTION,
-                               LSTM_RECURRENT_WEIGHTS, Graph, Tensor)
+from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_LAYER_NORM, LSTM_PEEPHOLE,
+                               LSTM_PROJECTION, LSTM_RECURRENT_WEIGHTS, Graph, Tensor)
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
@@ -172,7 +172,10 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                 input_bias=sym.array(f"op{k}_input_bias", "int32_t", np.array(kern.input_bias, np.int64)),
                 recurrent_bias=sym.array(f"op{k}_recurrent_bias", "int32_t", np.array(kern.recurrent_bias, np.int64)),
                 h=sym.tensor(layer_inputs[LSTM_HIDDEN], f"op{k}_h", writable=True),
-                c=sym.tensor(layer_inputs[LSTM_CELL], f"op{k}_c", writable=True))
+                c=sym.tensor(layer_inputs[LSTM_CELL], f"op{k}_c", writable=True),
+                # layer normalization: each gate's coefficients and its raw bias (applied after)
+                norm_weights=[named(LSTM_LAYER_NORM[g], f"norm_{gates[g]}") for g in range(4)] if kern.layer_norm else None,
+                norm_bias=[named(LSTM_BIASES[g], f"b_{gates[g]}") for g in range(4)] if kern.layer_norm else None)
         case K.Svdf():
             return dict(wf=sym.tensor(layer_inputs[1], f"op{k}_weights_feature"),
                         wt=sym.tensor(layer_inputs[2], f"op{k}_weights_time"),
@@ -635,14 +638,15 @@ def stack_need(buffer_bytes: int, tiled: bool = False, buffer: str = "im2col col
 
 
 def network_stack_need(layers: list[dict]) -> dict:
-    """A network's: the DSP kernels' im2col column, or a projected LSTM's gated values, is a
-    layer's stack buffer."""
+    """A network's: the DSP kernels' im2col column, or an LSTM's gated values (a projected one)
+    and gate sums (a layer-normalized one), is a layer's stack buffer."""
     column = max((L["simd"]["row"] for L in layers if L.get("simd") and L["simd"].get("macro") == "im2col"),
                  default=0)
-    gated = max((L["k"].n_cell for L in layers if isinstance(L["k"], K.Lstm) and L["k"].projection_scale), default=0)
+    gated = max((L["k"].n_cell * (1 if L["k"].projection_scale else 0) + 16 * L["k"].n_cell * (1 if L["k"].layer_norm else 0)
+                 for L in layers if isinstance(L["k"], K.Lstm)), default=0)
     tiled = any(L.get("tiling") or L.get("patch") for L in layers)
     if gated > column:
-        return stack_need(gated, tiled, "gated values of a projected LSTM")
+        return stack_need(gated, tiled, "gated values and gate sums of an LSTM")
     return stack_need(column, tiled)
 
 
@@ -678,11 +682,12 @@ def portable_requant_bytes(kern) -> int:
 
 def _recurrent_constants(kern) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(section, the layer's input positions) of the constants a recurrent layer's engine holds as
-    they are stored: an LSTM's weights, projection and peepholes (its biases are folded, see the caller), an
-    SVDF's feature and time weights and its bias."""
-    if isinstance(kern, K.Lstm):
+    they are stored: an LSTM's weights, projection and peepholes (its biases are folded, see the caller; a
+    layer-normalized one's are read as stored too), an SVDF's feature and time weights and its bias."""
+    if isinstance(kern, K.Lstm):  # (layer normalization: its coefficients, and the raw biases it adds)
         return (("weights", (*LSTM_INPUT_WEIGHTS, *LSTM_RECURRENT_WEIGHTS, LSTM_PROJECTION)),
-                ("parameters", tuple(LSTM_PEEPHOLE.values())))
+                ("parameters", tuple(LSTM_PEEPHOLE.values()) + (LSTM_LAYER_NORM if kern.layer_norm else ())),
+                ("biases", LSTM_BIASES if kern.layer_norm else ()))
     return ("weights", (1, 2)), ("biases", (3,))
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from layer_analyzer import kernels as K
-from network_parser.ir import (LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE, LSTM_PROJECTION,
-                               LSTM_RECURRENT_WEIGHTS, Graph)
+from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_LAYER_NORM, LSTM_PEEPHOLE,
+                               LSTM_PROJECTION, LSTM_RECURRENT_WEIGHTS, Graph)
 
 from . import fixedpoint as fx
 
@@ -335,6 +335,30 @@ def _resize_linear(k: K.ResizeLinear, x):
     return _quantize(K.Quantize(blend.size, k.out_scale, k.out_zero_point, True), blend.astype(f))
 
 
+def _layer_norm(v, weights, bias, multiplier: int, shift: int, floor: int):
+    """LiteRT's integer layer normalization of a gate's sums, per batch row (n values): the mean
+    in Q10 and the variance (truncating divisions, the variance through 2^20 / n), 1/sqrt of the
+    variance (the floor where it is below one), each value's distance from the mean rescaled by
+    it, times the coefficient plus the bias (in int32), divided by 2^10 rounding half away from
+    zero, rescaled by the coefficients' scale into Q3.12, saturated."""
+    v = v.astype(np.int64)
+    n = v.shape[-1]
+    total, squares = v.sum(-1, keepdims=True), (v * v).sum(-1, keepdims=True)
+    mean = np.sign(total) * (np.abs(total * 1024) // n)  # C division: toward zero
+    variance = squares * ((1 << 20) // n) - mean * mean
+    variance = np.sign(variance) * (np.abs(variance) >> 20)  # C division: toward zero
+    variance = np.where(variance < 1, floor, variance)
+    out = np.empty_like(v)
+    for r in range(v.shape[0]):
+        m, s = fx.inv_sqrt_multiplier(int(variance[r, 0]))
+        scaled = fx.mbqm(1024 * v[r] - mean[r], m, s)
+        val = fx.wrap32(scaled * weights.astype(np.int64) + bias.astype(np.int64))  # int32 arithmetic in the reference
+        val = np.where(val > 0, val + 512, val - 512)
+        val = np.sign(val) * (np.abs(val) >> 10)  # C division by 1024: toward zero
+        out[r] = np.clip(fx.mbqm(val, multiplier, shift + 12), -32768, 32767)
+    return out
+
+
 def _lstm(k: K.Lstm, ins: list):
     """LiteRT's integer LSTM step by step (``ins``: the layer's inputs at TFLite's positions):
     (output, hidden state, cell state)."""
@@ -353,6 +377,8 @@ def _lstm(k: K.Lstm, ins: list):
         if k.peephole_scales is not None and k.peephole_scales[g] is not None:
             weights = ins[LSTM_PEEPHOLE[g]].astype(np.int64)
             acc = np.clip(fx.mbqm(weights * cell, *k.peephole_scales[g]) + acc, -32768, 32767)
+        if k.layer_norm is not None:
+            acc = _layer_norm(acc, ins[LSTM_LAYER_NORM[g]], ins[LSTM_BIASES[g]], *k.layer_norm[g])
         return acc
 
     for step in range(k.steps):

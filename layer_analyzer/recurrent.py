@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from network_parser.errors import UnsupportedOperator
-from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_PEEPHOLE,
+from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_LAYER_NORM, LSTM_PEEPHOLE,
                                LSTM_PROJECTION, LSTM_PROJECTION_BIAS, LSTM_RECURRENT_WEIGHTS, Graph, Layer)
 
 from .requant import quantize_multiplier
@@ -24,7 +24,9 @@ class Lstm:
     int16 (with peepholes, the cell state times the gate's peephole weight too); gemmlowp's int16
     logistic (tanh for the cell gate); the cell state forget * cell + input * cell gate (CIFG:
     (1 - forget) for the input gate), clipped; the gated tanh of the cell state rescaled to int8:
-    the hidden state, or (with a projection) its product with the projection weights."""
+    the hidden state, or (with a projection) its product with the projection weights. With layer
+    normalization each gate's sums are in their own scale and normalized over the cells (its
+    coefficients and bias applied after) before the activation."""
     batch: int
     steps: int
     n_input: int
@@ -45,6 +47,10 @@ class Lstm:
     projection_bias: tuple[int, ...] | None = None  # bias + hidden zero point * row sums (see lower_lstm)
     projection_clip: int = 0  # 0: none
     output_zero_point: int = 0  # the hidden state's (and the output's), with a projection
+    # layer normalization, per gate (None: a CIFG LSTM's input gate): the coefficients' scale as
+    # (multiplier, shift) and the variance below which a row counts as constant (then the gate's
+    # sums, in their own scale, are normalized over the cells; the raw bias joins after)
+    layer_norm: tuple[tuple[int, int, int] | None, ...] | None = None
 
     @property
     def macs(self) -> int:
@@ -89,25 +95,37 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
     if (y.scale, y.zero_point) != (h.scale, h.zero_point):
         raise UnsupportedOperator(f"{where}: the LSTM's output must share the hidden state's quantization")
     f32 = np.float32
-    gate_scale = f32(2.0) ** f32(-12)  # Q3.12: the gate activations' input
+    norm = a.gate_sums is not None
+    if norm and not all(t[LSTM_LAYER_NORM[g_]].shape == (n_cell,) for g_ in gates):
+        raise UnsupportedOperator(f"{where}: layer normalization coefficients must hold {n_cell} values a gate")
+    # each gate's sums: Q3.12, the gate activations' input; with layer normalization, the scale of
+    # its intermediate (normalized into Q3.12 after)
+    gate_scale = [f32(a.gate_sums[g_].scale[0]) if norm else f32(2.0) ** f32(-12) for g_ in range(4)]
     zeros = tuple(0 for _ in range(n_cell))
 
     def per_gate(fn):
         return tuple(fn(g_) if g_ in gates else None for g_ in range(4))
     input_scales = per_gate(lambda g_: quantize_multiplier(float(f32(t[LSTM_INPUT_WEIGHTS[g_]].scale) * f32(x.scale)
-                                                                 / gate_scale)))
+                                                                 / gate_scale[g_])))
     recurrent_scales = per_gate(lambda g_: quantize_multiplier(float(f32(t[LSTM_RECURRENT_WEIGHTS[g_]].scale)
-                                                                     * f32(h.scale) / gate_scale)))
+                                                                     * f32(h.scale) / gate_scale[g_])))
+    # the gate's bias joins its sums, or (layer normalization) the normalized values
     input_bias = tuple(zeros if g_ not in gates else
-                       tuple(int(v) for v in t[LSTM_BIASES[g_]].data.astype(np.int64)
+                       tuple(int(v) for v in (0 if norm else t[LSTM_BIASES[g_]].data.astype(np.int64))
                              - x.zero_point * t[LSTM_INPUT_WEIGHTS[g_]].data.astype(np.int64).sum(1)) for g_ in range(4))
+    layer_norm = None
+    if norm:  # LiteRT's Prepare: the coefficients' scale decomposed, the variance floor in float32
+        def normalization(g_):
+            s_ln = t[LSTM_LAYER_NORM[g_]].scale
+            return (*quantize_multiplier(s_ln), max(1, int(f32(10000.0) * f32(s_ln))))
+        layer_norm = per_gate(normalization)
     recurrent_bias = tuple(zeros if g_ not in gates else
                            tuple(int(v) for v in -h.zero_point * t[LSTM_RECURRENT_WEIGHTS[g_]].data.astype(np.int64).sum(1))
                            for g_ in range(4))
     cell_pot = f32(2.0) ** f32(round(log2))
     peephole_scales = None
     if peephole:
-        peephole_scales = tuple(quantize_multiplier(float(cell_pot * f32(t[LSTM_PEEPHOLE[g_]].scale) / gate_scale))
+        peephole_scales = tuple(quantize_multiplier(float(cell_pot * f32(t[LSTM_PEEPHOLE[g_]].scale) / gate_scale[g_]))
                                 if g_ in LSTM_PEEPHOLE and LSTM_PEEPHOLE[g_] in t else None for g_ in range(4))
     clip = int(min(max(f32(a.cell_clip) / f32(c.scale), f32(-32768.0)), f32(32767.0))) if a.cell_clip > 0 else 0
     hidden = float(f32(2.0) ** f32(-15) / f32(a.hidden.scale[0]) * f32(2.0) ** f32(-15))
@@ -123,7 +141,7 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
             projection_clip = int(min(max(f32(a.proj_clip) / f32(y.scale), f32(-128.0)), f32(127.0)))
     return Lstm(batch, steps, n_input, n_cell, n_output, a.time_major, cifg, input_scales, recurrent_scales, input_bias,
                 recurrent_bias, peephole_scales, -int(round(log2)), clip, quantize_multiplier(hidden),
-                a.hidden.zero_point[0], projection_scale, projection_bias, projection_clip, h.zero_point)
+                a.hidden.zero_point[0], projection_scale, projection_bias, projection_clip, h.zero_point, layer_norm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -322,11 +322,15 @@ class Lstm:
     int32 biases, int8 hidden and int16 cell state). Inputs at TFLite's positions (-1: omitted):
     x; the input and recurrent weights of the input, forget, cell and output gates (1-8); the
     int16 peephole weights (9-11); the gate biases (12-15); the projection weights and bias
-    (16, 17); the output (hidden) and the cell state (18, 19: variable tensors, updated in place)."""
+    (16, 17); the output (hidden) and the cell state (18, 19: variable tensors, updated in place);
+    with layer normalization, the gates' int16 coefficients (20-23)."""
     cell_clip: float
     proj_clip: float
     time_major: bool
     hidden: Quant  # the effective hidden scale intermediate: the gated tanh's quantization
+    # layer normalization: the quantization of each gate's sum before it is normalized
+    # (intermediates 0-3; the input gate's too in a CIFG LSTM, which LiteRT reads); None without
+    gate_sums: tuple[Quant, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -541,7 +541,7 @@ _LSTM_INPUT_GATE = (LSTM_INPUT_WEIGHTS[0], LSTM_RECURRENT_WEIGHTS[0], LSTM_PEEPH
 
 def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
     """TFLite's integer LSTM (int8 activations and weights, int16 cell state), with or without an
-    input gate (CIFG), peephole weights or a projection; layer normalization refused by name."""
+    input gate (CIFG), peephole weights, a projection or layer normalization."""
     o = _options(op, tflite.UnidirectionalSequenceLSTMOptions)
     if len(ins) < 20 or len(outs) != 1:
         raise ModelFormatError(f"{where}: {len(ins)} inputs and {len(outs)} outputs (an LSTM has 20 or 24 "
@@ -562,8 +562,12 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     peephole = [i for i in _LSTM_PEEPHOLE if given(i)]
     if peephole and peephole != [i for i in _LSTM_PEEPHOLE if not (cifg and i == LSTM_PEEPHOLE[0])]:
         raise ModelFormatError(f"{where}: peephole weights {peephole} (all of the gates' or none)")
-    if any(given(i) for i in LSTM_LAYER_NORM):
-        raise UnsupportedOperator(f"{where}: an LSTM with layer normalization is not supported yet")
+    layer_norm = given(LSTM_LAYER_NORM[1])  # LiteRT's test: the forget gate's coefficients
+    if layer_norm:
+        norms = [i for i in LSTM_LAYER_NORM if given(i)]
+        if norms != [i for i in LSTM_LAYER_NORM if not (cifg and i == LSTM_LAYER_NORM[0])]:
+            raise ModelFormatError(f"{where}: layer normalization coefficients {norms} (every gate's, the input "
+                                   f"gate's only without CIFG)")
     if given(LSTM_PROJECTION_BIAS) and not given(LSTM_PROJECTION):
         raise ModelFormatError(f"{where}: a projection bias without projection weights")
     if given(LSTM_PROJECTION) and peephole:
@@ -571,7 +575,7 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
                                   f"walks the peephole weights by the projection's size)")
     kinds = {**{i: "int8" for i in (*_LSTM_WEIGHTS, LSTM_PROJECTION)},
              **{i: "int32" for i in (*LSTM_BIASES, LSTM_PROJECTION_BIAS)},
-             **{i: "int16" for i in _LSTM_PEEPHOLE}}
+             **{i: "int16" for i in (*_LSTM_PEEPHOLE, *(LSTM_LAYER_NORM if layer_norm else ()))}}
     for i, want in kinds.items():
         if not given(i):
             continue
@@ -593,9 +597,16 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     if len(inter) != 5 or tensors[inter[4]].quant is None:
         raise ModelFormatError(f"{where}: the integer LSTM needs its five intermediate tensors, the last one "
                                f"quantized (the hidden scale)")
-    data_ins = tuple(ins[i] if given(i) else -1 for i in range(20))  # TFLite's positions; -1: omitted
+    gate_sums = None
+    if layer_norm:  # LiteRT reads the four gates' (a CIFG LSTM's input gate too); without them it outputs zeros
+        sums = [tensors[i].quant for i in inter[:4]]
+        if any(q is None or q.per_channel or q.scale[0] <= 0 for q in sums):
+            raise ModelFormatError(f"{where}: a layer-normalized LSTM needs intermediates 0-3 quantized with one "
+                                   f"scale each (the gates' sums before normalization)")
+        gate_sums = tuple(sums)
+    data_ins = tuple(ins[i] if given(i) else -1 for i in range(24 if layer_norm else 20))  # TFLite's positions
     attrs = Lstm(float(o.CellClip()) if o else 0.0, float(o.ProjClip()) if o else 0.0, bool(o.TimeMajor()) if o else False,
-                 tensors[inter[4]].quant)
+                 tensors[inter[4]].quant, gate_sums)
     return Layer(k, "UNIDIRECTIONAL_SEQUENCE_LSTM", data_ins, (outs[0],), attrs, y.name)
 
 

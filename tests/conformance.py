@@ -302,7 +302,8 @@ def lstm(mb, rng):
     extra = rng.choice(["", "peephole", "projection"])
     return mb.lstm(x, int(rng.integers(1, 14)), time_major=time_major, cell_log2=int(rng.choice([-12, -11, -10])),
                    cell_clip=float(rng.choice([0.0, 2.0, 8.0])), cifg=bool(rng.random() < 0.3),
-                   peephole=extra == "peephole", projection=int(rng.integers(1, 9)) if extra == "projection" else None)
+                   peephole=extra == "peephole", projection=int(rng.integers(1, 9)) if extra == "projection" else None,
+                   layer_norm=bool(rng.random() < 0.4))
 
 
 def svdf(mb, rng):

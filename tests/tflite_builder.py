@@ -431,12 +431,15 @@ class ModelBuilder:
                           options=_opts("BatchMatMulOptions", AdjX=bool(adj_x), AdjY=bool(adj_y)))
 
     def lstm(self, x, units, time_major=False, cell_log2=-11, cell_clip=8.0, hidden_zero_point=None, cifg=False,
-             peephole=False, projection=None, projection_clip=0.0) -> int:
+             peephole=False, projection=None, projection_clip=0.0, layer_norm=False) -> int:
         """UNIDIRECTIONAL_SEQUENCE_LSTM in TFLite's integer form: int8 weights (one scale each), int32
         biases, variable int8 hidden and int16 cell state (scale 2^cell_log2), the output quantized
         as the hidden state (scale 2^-7, a small zero point). ``cifg``: no input gate (coupled to
         the forget gate); ``peephole``: int16 cell-to-gate weights; ``projection``: the hidden
-        state's size, projected from the gated cells (its own quantization, scale 2^-6)."""
+        state's size, projected from the gated cells (its own quantization, scale 2^-6);
+        ``layer_norm``: each gate's sum normalized over the cells (int16 coefficients, inputs
+        20-23, symmetric; the gate biases at the coefficients' scale times 2^-10, as TFLite's
+        quantizer writes them; intermediates 0-3: the pre-norm sums' int16 scales, calibrated)."""
         t = self._int8(x, rank=3)
         n_in = t.shape[2]
         steps, batch = (t.shape[0], t.shape[1]) if time_major else (t.shape[1], t.shape[0])
@@ -446,11 +449,16 @@ class ModelBuilder:
         zp = int(self.rng.integers(-4, 5)) if hidden_zero_point is None else hidden_zero_point
         hq = (2.0 ** -7, zp)  # the gated hidden value's (intermediate 4)
         oq = (2.0 ** -6, int(self.rng.integers(-4, 5))) if projection else hq  # the hidden state's and the output's
-        gates = []
+        gates, norms = [], []
         for g in "ifco":
             wi, si = self._weights((units, n_in), 1, n_in)
             wr, sr = self._weights((units, n_out), 1, n_out)
             bs = np.float32(xs) * si
+            if layer_norm:  # coefficients ~ U(0.3, 1.7), a tenth negative; int16 symmetric
+                lf = self.rng.uniform(0.3, 1.7, units) * np.where(self.rng.random(units) < 0.1, -1, 1)
+                ls = np.array([np.abs(lf).max() / 32767.0], np.float32)
+                norms.append((np.clip(np.round(lf / ls[0]), -32767, 32767).astype(np.int16), ls))
+                bs = ls * np.float32(2.0 ** -10)
             bq = np.clip(np.round(self.rng.normal(1.0 if g == "f" else 0.0, 0.5, units) / bs[0]), -2**31 + 1, 2**31 - 1)
             gates.append((wi, si, wr, sr, bq.astype(np.int32), bs))
         first = 1 if cifg else 0
@@ -475,11 +483,9 @@ class ModelBuilder:
                                      np.array([oq[1]], np.int64), variable=True))
         c = self._add_tensor(_Tensor(f"{name}/cell", (batch, units), "int16", np.array([2.0 ** cell_log2], np.float32),
                                      np.zeros(1, np.int64), variable=True))
-        inter = [self._add_tensor(_Tensor(f"{name}/intermediate{i}", (0,), "float32")) for i in range(4)]
-        inter.append(self._add_tensor(_Tensor(f"{name}/hidden_scale", (0,), "int8", np.array([hq[0]], np.float32),
-                                              np.array([hq[1]], np.int64))))
         floats = [(wi * si[0], wr * sr[0], bq * bs[0]) for wi, si, wr, sr, bq, bs in gates]
         wpf = proj and projection and (self._tensors[proj[0]], )
+        maxima = [0.0] * 4  # the gates' largest pre-norm sums (layer norm: the intermediates' scales)
 
         def run(v):  # the float LSTM, for the calibration of what follows
             seq = v if not time_major else v.transpose(0, 2, 1, 3)  # (calib, batch, steps, in)
@@ -488,7 +494,12 @@ class ModelBuilder:
             out = np.zeros((len(v), batch, steps, n_out))
             sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
             for step in range(steps):
-                a = [seq[:, :, step] @ wi.T + hs @ wr.T + b for wi, wr, b in floats]
+                a = [seq[:, :, step] @ wi.T + hs @ wr.T + (0 if layer_norm else b) for wi, wr, b in floats]
+                if layer_norm:
+                    for n, z in enumerate(a):
+                        maxima[n] = max(maxima[n], float(np.abs(z).max()))
+                    a = [(z - z.mean(-1, keepdims=True)) / (z.std(-1, keepdims=True) + 1e-8) * (lq * ls[0]) + b
+                         for z, (lq, ls), (_, _, b) in zip(a, norms, floats)]
                 i = 1 - sig(a[1]) if cifg else sig(a[0])
                 cs = np.clip(sig(a[1]) * cs + i * np.tanh(a[2]), -cell_clip, cell_clip)
                 hs = sig(a[3]) * np.tanh(cs)
@@ -498,7 +509,18 @@ class ModelBuilder:
             return out if not time_major else out.transpose(0, 2, 1, 3)
 
         del wpf
-        inputs = [x, *w_in, *w_rec, *peep, *biases, *proj, h, c, -1, -1, -1, -1]
+        run(t.sim)  # the pre-norm sums' ranges
+        inter = [self._add_tensor(_Tensor(f"{name}/intermediate{i}", (0,), "int16",
+                                          np.array([max(m, 1e-3) * self.rng.uniform(1.0, 1.3) / 32767.0], np.float32),
+                                          np.zeros(1, np.int64)) if layer_norm else
+                                  _Tensor(f"{name}/intermediate{i}", (0,), "float32")) for i, m in enumerate(maxima)]
+        inter.append(self._add_tensor(_Tensor(f"{name}/hidden_scale", (0,), "int8", np.array([hq[0]], np.float32),
+                                              np.array([hq[1]], np.int64))))
+        lns = [-1] * 4
+        if layer_norm:
+            lns = [-1] * first + [self._const(f"{name}/{g}_layer_norm", lq, "int16", ls)
+                                  for g, (lq, ls) in list(zip("ifco", norms))[first:]]
+        inputs = [x, *w_in, *w_rec, *peep, *biases, *proj, h, c, *lns]
         opts = _opts("UnidirectionalSequenceLSTMOptions", FusedActivationFunction=fb.ActivationFunctionType.TANH,
                      CellClip=float(cell_clip), ProjClip=float(projection_clip), TimeMajor=bool(time_major))
         out = self._emit(name, Op.UNIDIRECTIONAL_SEQUENCE_LSTM, 1, inputs, [x], run, t.shape[:2] + (n_out,), quant=oq,

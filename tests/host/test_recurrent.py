@@ -85,11 +85,21 @@ def test_a_model_without_state_has_an_empty_reset():
 
 
 def lstm_model(folder, seed: int, shape, units: int, time_major: bool, cell_log2: int, clip: float, zp: int,
-               stacked: int = 0, cifg: bool = False, peephole: bool = False, projection: int | None = None):
+               stacked: int = 0, cifg: bool = False, peephole: bool = False, projection: int | None = None,
+               layer_norm: bool = False, coarse_sums: float = 1.0, wide_coefficients: float = 1.0):
+    """``coarse_sums``: the layer-normalized gates' sums quantized that many times coarser (a row
+    of a few steps: its variance below one, the reference's floor); ``wide_coefficients``: the
+    normalization coefficients' scale that many times larger (the floor grows with it)."""
     from tests.tflite_builder import ModelBuilder
     b = ModelBuilder(seed=seed)
     y = b.lstm(b.input(shape), units, time_major=time_major, cell_log2=cell_log2, cell_clip=clip, hidden_zero_point=zp,
-               cifg=cifg, peephole=peephole, projection=projection, projection_clip=0.5 if projection == 3 else 0.0)
+               cifg=cifg, peephole=peephole, projection=projection, projection_clip=0.5 if projection == 3 else 0.0,
+               layer_norm=layer_norm)
+    for i in b._ops[-1].intermediates[:4] if layer_norm else ():
+        b._tensors[i].scale = (b._tensors[i].scale * coarse_sums).astype(np.float32)
+    for t in b._tensors if layer_norm else ():
+        if t.name.endswith("_layer_norm"):
+            t.scale = (t.scale * wide_coefficients).astype(np.float32)
     if stacked:
         y = b.lstm(y, stacked, time_major=time_major)
     b.output(y)
@@ -113,6 +123,34 @@ def test_random_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, 
     projection = {"projection": 6, "clipped projection": 3}.get(extra)
     model = lstm_model(tmp_path_factory.mktemp("lstm"), seed, shape, units, time_major, cell_log2, clip, zp, stacked,
                        cifg, extra == "peephole", projection)
+    _assert_stream_exact(model, deploy(model, Options()), 3, reset=2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), batch=st.integers(1, 3), steps=st.integers(1, 5), n_input=st.integers(1, 11),
+       units=st.sampled_from([1, 2, 7, 16, 37]), time_major=st.booleans(), cell_log2=st.sampled_from([-12, -11, -10]),
+       clip=st.sampled_from([0.0, 2.0, 8.0]), cifg=st.booleans(), extra=st.sampled_from(["", "peephole", "projection"]),
+       coarse=st.sampled_from([1.0, 1.0, 30000.0]))
+def test_random_layer_normalized_lstms_equal_litert_over_a_stream(tmp_path_factory, seed, batch, steps, n_input, units,
+                                                                  time_major, cell_log2, clip, cifg, extra, coarse):
+    """Layer-normalized integer LSTMs (LiteRT's integer normalization of each gate's sums over
+    the cells: mean, variance, inverse square root, coefficients and bias), with or without CIFG,
+    peepholes or a projection; coarse gate sums reach the variance floor. The executor and the
+    engine against LiteRT over a stream with a reset."""
+    shape = (steps, batch, n_input) if time_major else (batch, steps, n_input)
+    model = lstm_model(tmp_path_factory.mktemp("lnlstm"), seed, shape, units, time_major, cell_log2, clip, 2, 0,
+                       cifg, extra == "peephole", 5 if extra == "projection" else None, layer_norm=True,
+                       coarse_sums=coarse)
+    _assert_stream_exact(model, deploy(model, Options()), 3, reset=2)
+
+
+@pytest.mark.parametrize("units,cifg", [(16, False), (7, True)])
+def test_layer_normalized_gate_rows_below_unit_variance_take_the_floor(tmp_path, units, cifg):
+    """Gate sums quantized so coarsely that a row spans a step or two: its variance is below one
+    and LiteRT normalizes by its floor (10000 x the coefficients' scale, truncated: wide
+    coefficients make it more than one), bit-exact."""
+    model = lstm_model(tmp_path, 3, (2, 4, 6), units, False, -11, 8.0, 2, cifg=cifg, layer_norm=True, coarse_sums=30000.0,
+                       wide_coefficients=20.0)
     _assert_stream_exact(model, deploy(model, Options()), 3, reset=2)
 
 
@@ -184,8 +222,11 @@ def _builder_lstm(tmp_path, edit=None, **kw):
     ("partial CIFG", {}, lambda b, op: op.inputs.__setitem__(5, -1), "ModelFormatError", "omitted or given alone"),
     ("partial peepholes", dict(peephole=True), lambda b, op: op.inputs.__setitem__(10, -1), "ModelFormatError",
      "all of the gates' or none"),
-    ("layer norm", {}, lambda b, op: op.inputs.__setitem__(21, op.inputs[13]), "UnsupportedOperator",
-     "layer normalization is not supported yet"),
+    ("layer norm without the cell gate's coefficients", dict(layer_norm=True),
+     lambda b, op: op.inputs.__setitem__(22, -1), "ModelFormatError", "layer normalization coefficients"),
+    ("layer norm without the gate sums' scales", dict(layer_norm=True),
+     lambda b, op: setattr(b._tensors[op.intermediates[2]], "scale", None), "ModelFormatError",
+     "intermediates 0-3 quantized"),
 ])
 def test_lstm_forms_the_reference_does_not_run_are_refused(tmp_path, name, kw, edit, error, message):
     from network_parser import errors

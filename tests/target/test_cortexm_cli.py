@@ -142,6 +142,20 @@ def test_lstm_dsp_cell_and_input_tails_on_the_board(tmp_path, target, time_major
     assert out.rstrip().endswith("bit-exact")
 
 
+@pytest.mark.parametrize("target,cifg,peephole", [("cortex-m4", False, True), ("cortex-m7", True, False)])
+def test_layer_normalized_lstm_on_the_board(tmp_path, target, cifg, peephole):
+    """A layer-normalized LSTM (the portable kernel: each gate's row normalized after every cell's
+    sums) with peepholes or without an input gate, one with coarse gate sums (the variance
+    floor), against LiteRT as one stream."""
+    from tests.host.test_recurrent import lstm_model
+    for n, coarse in enumerate((1.0, 30000.0)):
+        model = lstm_model(tmp_path, 5 + n, (2, 4, 7), 13, False, -11, 4.0, 3, cifg=cifg, peephole=peephole,
+                           layer_norm=True, coarse_sums=coarse, wide_coefficients=20.0 if n else 1.0)
+        code, out, err = run_clirunner("verify", str(model), "--target", target, "--qemu", "--seeds", "3")
+        assert code == 0, err
+        assert out.rstrip().endswith("bit-exact")
+
+
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
 def test_svdf_keyword_spotter_on_the_board(tmp_path, target):
     """The SMLAD SVDF (filters 32 and 32: no filter tail; 40 and 32 inputs) streaming frames, and
