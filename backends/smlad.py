@@ -346,8 +346,8 @@ def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
     int8 words are sign-extended at their use (SXTB16, the weights stay as stored); SMLALD adds two
     products to a 64-bit accumulator, as the reference sums. A convolution's kernel row inside
     the image is one contiguous run of inputs and weights: one dot product per row."""
-    if use != "whole" or not isinstance(kern, (K.Conv, K.FullyConnected)) or not kern.acc64:
-        return None
+    if use != "whole" or not isinstance(kern, (K.Conv, K.FullyConnected)) or not kern.acc64 or kern.input_offset:
+        return None  # (16-bit inputs are symmetric: the kernel adds no offset)
     if isinstance(kern, K.Conv) and (kern.depthwise or kern.dil_w != 1):
         return None
 

@@ -117,6 +117,9 @@ def lower_lstm(g: Graph, layer: Layer, where: str) -> Lstm:
     if norm:  # LiteRT's Prepare: the coefficients' scale decomposed, the variance floor in float32
         def normalization(g_):
             s_ln = t[LSTM_LAYER_NORM[g_]].scale
+            if f32(10000.0) * f32(s_ln) >= 2.0 ** 31:  # (LiteRT's int32 floor would wrap; its rescale overflow)
+                raise UnsupportedOperator(f"{where}: layer normalization coefficients' scale {s_ln:g} is beyond the "
+                                          f"reference's range (below {2.0 ** 31 / 10000:g})")
             return (*quantize_multiplier(s_ln), max(1, int(f32(10000.0) * f32(s_ln))))
         layer_norm = per_gate(normalization)
     recurrent_bias = tuple(zeros if g_ not in gates else

@@ -543,7 +543,7 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
     """TFLite's integer LSTM (int8 activations and weights, int16 cell state), with or without an
     input gate (CIFG), peephole weights, a projection or layer normalization."""
     o = _options(op, tflite.UnidirectionalSequenceLSTMOptions)
-    if len(ins) < 20 or len(outs) != 1:
+    if len(ins) not in (20, 24) or len(outs) != 1:
         raise ModelFormatError(f"{where}: {len(ins)} inputs and {len(outs)} outputs (an LSTM has 20 or 24 "
                                f"inputs and one output)")
     given = lambda i: i < len(ins) and ins[i] >= 0  # noqa: E731
@@ -594,6 +594,8 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise UnsupportedOperator(f"{where}: LSTM activation code {o.FusedActivationFunction()} (the integer "
                                   f"kernel's is TANH)")
     inter = op.IntermediatesAsNumpy().tolist() if op.IntermediatesLength() else []
+    if any(not 0 <= i < len(tensors) for i in inter):
+        raise ModelFormatError(f"{where}: intermediate tensors {inter} (the model has {len(tensors)} tensors)")
     if len(inter) != 5 or tensors[inter[4]].quant is None:
         raise ModelFormatError(f"{where}: the integer LSTM needs its five intermediate tensors, the last one "
                                f"quantized (the hidden scale)")

@@ -154,6 +154,36 @@ def test_layer_normalized_gate_rows_below_unit_variance_take_the_floor(tmp_path,
     _assert_stream_exact(model, deploy(model, Options()), 3, reset=2)
 
 
+@pytest.mark.parametrize("bias", [2 ** 31 - 100, -2 ** 31 + 100])
+def test_layer_normalized_gates_round_a_bias_at_the_int32_limits_in_64_bits(tmp_path, bias):
+    """A coefficient of 0 and a bias within 512 of an int32 limit: the reference widens the sum
+    to 64 bits before it rounds (an int32 rounding would wrap to the other sign)."""
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=7)
+    b.output(b.lstm(b.input((1, 3, 5)), 8, layer_norm=True))
+    for t in b._tensors:
+        if t.name.endswith(("/f_bias", "/f_layer_norm")):
+            kind = np.int32 if t.name.endswith("bias") else np.int16
+            values = np.frombuffer(b._buffers[t.buffer], kind).copy()
+            values[:3] = bias if kind is np.int32 else 0
+            b._buffers[t.buffer] = values.tobytes()
+    model = tmp_path / "limits.tflite"
+    b.save(model)
+    _assert_stream_exact(model, deploy(model, Options()), 3, reset=2)
+
+
+def test_a_layer_norm_scale_beyond_the_reference_range_is_refused(tmp_path):
+    from network_parser.errors import UnsupportedOperator
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=1)
+    b.output(b.lstm(b.input((1, 3, 5)), 6, layer_norm=True))
+    next(t for t in b._tensors if t.name.endswith("/o_layer_norm")).scale = np.array([1e6], np.float32)
+    model = tmp_path / "wide.tflite"
+    b.save(model)
+    with pytest.raises(UnsupportedOperator, match="coefficients' scale 1e\\+06 is beyond the reference's range"):
+        deploy(model, Options())
+
+
 def svdf_kws_model(folder, seed: int = 0):
     """A streaming keyword spotter as TFLite's SVDF examples build it: one frame of 40 features
     per inference, two SVDF layers carrying the history, a classifier."""
@@ -227,6 +257,10 @@ def _builder_lstm(tmp_path, edit=None, **kw):
     ("layer norm without the gate sums' scales", dict(layer_norm=True),
      lambda b, op: setattr(b._tensors[op.intermediates[2]], "scale", None), "ModelFormatError",
      "intermediates 0-3 quantized"),
+    ("an intermediate outside the model", {}, lambda b, op: setattr(op, "intermediates", (*op.intermediates[:4], 9999)),
+     "ModelFormatError", "intermediate tensors"),
+    ("22 inputs", dict(layer_norm=True), lambda b, op: setattr(op, "inputs", op.inputs[:22]), "ModelFormatError",
+     "an LSTM has 20 or 24 inputs"),
 ])
 def test_lstm_forms_the_reference_does_not_run_are_refused(tmp_path, name, kw, edit, error, message):
     from network_parser import errors

@@ -297,7 +297,14 @@ def test_a_fully_connected_result_beyond_int32_follows_the_reference(tmp_path):
     weights = next(t for t in mb._tensors if t.name.endswith("/weights"))
     out.scale = np.array([1e-3 * float(weights.scale[0]) / 4000.0], np.float32)  # a rescale of 4000
     mb.save(path)
-    _exact(deploy(path, Options(target="host")), path)
+    dep = deploy(path, Options(target="host"))
+    kern = dep.kernels[-1]
+    g = dep.graph
+    w, b = g.tensors[kern.weights].data.astype(np.int64), g.tensors[kern.bias].data.astype(np.int64)
+    reached = max(float(np.abs((x[0].reshape(1, -1).astype(np.int64) @ w.T + b) * kern.scale[0]).max())
+                  for x in (random_inputs(g, s) for s in range(3)))
+    assert reached > 2.0 ** 31  # the samples do leave int32
+    _exact(dep, path)
 
 
 def test_16x8_rescales_beyond_the_reference_range_are_refused(tmp_path):
