@@ -315,9 +315,10 @@ def _batch_matmul(kern, weight_bytes: int, use: str) -> Variant | None:
 
 
 def _lstm(kern, weight_bytes: int, use: str) -> Variant | None:
-    """The integer LSTM's gate products four cells at a time: each input word sign-extended once
-    (SXTB16) for the four rows, each weight word at its use; the weights stay int8 as stored."""
-    if use != "whole" or not isinstance(kern, K.Lstm) or kern.layer_norm:  # (normalized: the portable kernel)
+    """The integer LSTM's gate products four cells at a time (a layer-normalized one's too, before
+    its rows are normalized): each input word sign-extended once (SXTB16) for the four rows, each
+    weight word at its use; the weights stay int8 as stored."""
+    if use != "whole" or not isinstance(kern, K.Lstm):
         return None
 
     def context(kern, k, sym, variant, in_place=False):

@@ -144,9 +144,9 @@ def test_lstm_dsp_cell_and_input_tails_on_the_board(tmp_path, target, time_major
 
 @pytest.mark.parametrize("target,cifg,peephole", [("cortex-m4", False, True), ("cortex-m7", True, False)])
 def test_layer_normalized_lstm_on_the_board(tmp_path, target, cifg, peephole):
-    """A layer-normalized LSTM (the portable kernel: each gate's row normalized after every cell's
-    sums) with peepholes or without an input gate, one with coarse gate sums (the variance
-    floor), against LiteRT as one stream."""
+    """A layer-normalized LSTM on the SMLAD kernel (every cell's gate sums four cells at a time, a
+    cell tail of one, then each gate's row normalized) with peepholes or without an input gate,
+    one with coarse gate sums (the variance floor), against LiteRT as one stream."""
     from tests.host.test_recurrent import lstm_model
     for n, coarse in enumerate((1.0, 30000.0)):
         model = lstm_model(tmp_path, 5 + n, (2, 4, 7), 13, False, -11, 4.0, 3, cifg=cifg, peephole=peephole,
