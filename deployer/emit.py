@@ -429,7 +429,7 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
     kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.IntAdd: "binary", K.MinMax: "binary", K.Transpose: "transpose",
             K.Quantize: "quantize"}[type(kern)]
     ctx = dict(kind=kind, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
-               out_type="int8_t", out_w=out_t.shape[2], full_out=None,
+               out_type=CTYPES[out_t.dtype], out_w=out_t.shape[2], full_out=None,
                out_ptr=f"(arena + {macro[view.output]})")
     if view.output == st.output:
         ctx.update(out_ptr=f"(arena + {macro[scratch_key(k)]})", full_out=f"(arena + {macro[view.output]})")

@@ -11,7 +11,7 @@ row of patches smaller); each patch runs every stage op on just the region it ne
 
 Regions are separable: the rows a patch needs depend only on its patch row, the columns
 only on its patch column. So a grid is analysed per axis (``AxisPlan``) and a pair of axis
-plans gives every buffer size (max rows x max cols x channels) and the MACs (sum of rows x
+plans gives every buffer size (max rows x max cols x a pixel's bytes) and the MACs (sum of rows x
 sum of cols x MACs per output pixel).
 """
 from __future__ import annotations
@@ -20,6 +20,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
+
+from network_parser.ir import DTYPE_BYTES
 
 from . import kernels as K
 
@@ -61,12 +63,10 @@ def spatial_layer(kernel, k: int, inputs: tuple[int, ...], output: int, out_shap
     """The spatial view of a lowered kernel, or None when it cannot run patch by patch."""
     if not isinstance(kernel, SPATIAL):
         return None
-    if K.activation_dtype(kernel) != "int8":
-        return None  # 16-bit layers run whole: patch buffers and region kernels hold 8-bit values
     if getattr(kernel, "float_avg", None) is not None:
         return None  # onnxruntime's float average pooling runs whole
-    if getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128:
-        return None  # an integer graph's raw int32 output, a QUANTIZE to int16: patch buffers hold int8
+    if K.activation_dtype(kernel) == "int8" and (getattr(kernel, "act_max", 0) > 127 or getattr(kernel, "act_min", 0) < -128):
+        return None  # an integer graph's raw int32 output: patch buffers hold the layers' own types
     match kernel:
         case K.Transpose(perm=(0, 2, 3, 1)) if len(kernel.in_shape) == 4 and kernel.in_shape[0] == 1:
             _, c, h, w = kernel.in_shape  # NCHW -> NHWC: a patch reads its rows and columns of every plane
@@ -99,7 +99,7 @@ class Stage:
     layers: tuple[SpatialLayer, ...]
     inputs: tuple[int, ...]  # full tensors the stage reads (model inputs, outputs of the ops before it)
     output: int  # the one full tensor the stage writes
-    channels: dict  # tensor -> channels
+    pixel_bytes: dict  # tensor -> bytes of one of its pixels (channels x element size)
     span: dict  # patch tensor -> (first op, last op) inside the stage
 
     @property
@@ -197,13 +197,14 @@ class Stages:
         """The stage ending at op ``end`` (one of ``ends``)."""
         info = self._at[end]
         layers = tuple(self.spatial[:end - self.start + 1])
-        channels = {s.output: self.graph.tensors[s.output].shape[-1] for s in layers}
+        pixel_bytes = {s.output: self.graph.tensors[s.output].shape[-1] * DTYPE_BYTES[self.graph.tensors[s.output].dtype]
+                       for s in layers}
         span = {}
         for s in layers:
             readers = self.readers.get(s.output, [])
             last = readers[bisect_right(readers, end) - 1] if readers and readers[0] <= end else end
             span[s.output] = (s.layer, max(last, s.layer))
-        return Stage(self.start, end, layers, tuple(sorted(self.inputs[:info.input_count])), info.output, channels,
+        return Stage(self.start, end, layers, tuple(sorted(self.inputs[:info.input_count])), info.output, pixel_bytes,
                      span)
 
 
@@ -271,7 +272,7 @@ def axis_extents(stage: Stage, axis: str, max_parts: int) -> dict[int, tuple[dic
 
 def patch_buffers(stage: Stage, rows: AxisPlan, cols: AxisPlan) -> dict[int, int]:
     """Bytes of every per-patch buffer: the largest region of the tensor over the patches."""
-    return {t: rows.largest(t) * cols.largest(t) * stage.channels[t] for t in stage.patch_tensors}
+    return {t: rows.largest(t) * cols.largest(t) * stage.pixel_bytes[t] for t in stage.patch_tensors}
 
 
 def patch_macs(stage: Stage, rows: AxisPlan, cols: AxisPlan) -> int:

@@ -39,7 +39,7 @@ def stage_table(stage: Stage, graph: Graph, live: list[int], grid: tuple[AxisPla
     else:
         rows, cols = ({a.parts: ({t: a.largest(t) for t in patch}, {t: a.total(t) for t in patch}, a.size)}
                       for a in grid)
-    return StageTable(stage.end, full, rest, stage_macs(stage), {t: stage.channels[t] for t in patch},
+    return StageTable(stage.end, full, rest, stage_macs(stage), {t: stage.pixel_bytes[t] for t in patch},
                       {t: stage.span[t] for t in patch}, tuple((s.layer, s.output, s.macs_per_pixel) for s in stage.layers),
                       rows, cols)
 

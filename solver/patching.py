@@ -3,12 +3,12 @@
     plan_split(tables, method, max_overhead, sram, config) -> SplitChoice
 
 One ``StageTable`` per candidate stage end holds plain numbers (built by
-solver.patch_split from layer_analyzer.receptive_field): per patch tensor its channels and
+solver.patch_split from layer_analyzer.receptive_field): per patch tensor its pixel's bytes and
 the ops it lives across inside a patch, per op the tensor it writes and its MACs per output
 pixel, and per number of patch rows (columns) every tensor's largest and summed extent.
 For a stage end ``e`` and a grid ``R x C``:
 
-    buffer(t)  = rows_largest[R][t] * cols_largest[C][t] * channels[t]
+    buffer(t)  = rows_largest[R][t] * cols_largest[C][t] * pixel_bytes[t]
     peak       = max(rest, full + max over stage ops k of sum of buffer(t) live at k)
     macs       = sum over stage ops of rows_total[R][out] * cols_total[C][out] * macs_per_pixel
     overhead   = (macs - stage_macs) / network_macs
@@ -47,7 +47,7 @@ class StageTable:
     full: int  # bytes of full tensors live through the stage
     rest: int  # largest live bytes after the stage
     stage_macs: int  # the stage's MACs unsplit
-    channels: dict  # patch tensor -> channels
+    pixel_bytes: dict  # patch tensor -> bytes of one of its pixels (channels x element size)
     span: dict  # patch tensor -> (first op, last op)
     ops: tuple  # (op index, output tensor, MACs per output pixel)
     rows: dict  # parts -> ({tensor: largest}, {tensor: total}, stage-output rows per patch)
@@ -77,7 +77,7 @@ def evaluate(t: StageTable, r: int, c: int) -> tuple[int, int]:
     (rl, rt, _), (cl, ct, _) = t.rows[r], t.cols[c]
     first = t.ops[0][0] if t.ops else 0
     diff = [0] * (len(t.ops) + 1)
-    for x, ch in t.channels.items():
+    for x, ch in t.pixel_bytes.items():
         a, b = t.span[x]
         diff[a - first] += rl[x] * cl[x] * ch
         diff[b - first + 1] -= rl[x] * cl[x] * ch
@@ -93,11 +93,11 @@ def evaluate_all(t: StageTable) -> list[tuple[int, int, int, int]]:
     """(R, C, peak, extra MACs) of every grid of stage ``t`` but 1 x 1, in (R, C) order: what
     ``evaluate`` gives, for all grids at once (arrays of grids x tensors)."""
     rs, cs = list(t.rows), list(t.cols)
-    xs = list(t.channels)
+    xs = list(t.pixel_bytes)
     if not xs:
         return []
     first = t.ops[0][0]
-    ch = np.array([t.channels[x] for x in xs], dtype=np.int64)
+    ch = np.array([t.pixel_bytes[x] for x in xs], dtype=np.int64)
     rl = np.array([[t.rows[r][0][x] for x in xs] for r in rs], dtype=np.int64)
     cl = np.array([[t.cols[c][0][x] for x in xs] for c in cs], dtype=np.int64)
     buf = rl[:, None, :] * cl[None, :, :] * ch  # grids x tensors
@@ -230,13 +230,13 @@ def _stage_model(t: StageTable, network_macs: int, max_overhead: float):
         return ab
 
     area = {x: product([t.rows[r][0][x] for r in r_opts], [t.cols[c][0][x] for c in c_opts], f"area{x}")
-            for x in t.channels}
+            for x in t.pixel_bytes}
     top = t.full + sum(max(t.rows[r][0][x] for r in r_opts) * max(t.cols[c][0][x] for c in c_opts) * ch
-                       for x, ch in t.channels.items())
+                       for x, ch in t.pixel_bytes.items())
     peak = m.NewIntVar(t.rest, max(top, t.rest), "peak")
     born: dict[int, list] = {}
     dead: dict[int, list] = {}  # op -> tensors whose last op it was
-    for x, ch in t.channels.items():
+    for x, ch in t.pixel_bytes.items():
         born.setdefault(t.span[x][0], []).append(area[x] * ch)
         dead.setdefault(t.span[x][1], []).append(area[x] * ch)
     live = 0

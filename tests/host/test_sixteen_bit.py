@@ -105,6 +105,20 @@ def test_whole_16x8_convolutions_run_the_smlald_kernel_on_cortex_m(tmp_path):
     assert names == ["convolve_s16_smlald", "depthwise_conv_s16", "convolve_s16_smlald"]
 
 
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_a_16_bit_front_end_runs_patch_by_patch(tmp_path, target):
+    """The 16-bit front end (QUANTIZE to int16, the 16x8 convolutions, the ADD) as a patch stage:
+    its patch buffers hold 2-byte elements; bit-exact."""
+    path = audio_front_end_model(tmp_path)
+    dep = deploy(path, Options(target=target, patch="3x2@4"))
+    assert [lp.index for lp in dep.layers if lp.in_stage] == [0, 1, 2, 3, 4]
+    g, patch = dep.graph, dep.patch
+    for t, size in patch.buffers.items():
+        rows, cols = patch.rows.largest(t), patch.cols.largest(t)
+        assert size == rows * cols * g.tensors[t].shape[-1] * 2 and g.tensors[t].dtype == "int16"
+    _exact(dep, path)
+
+
 def test_the_16_bit_elementwise_add_writes_over_its_dying_input(tmp_path):
     path = audio_front_end_model(tmp_path)
     dep = deploy(path, Options(target="host"))

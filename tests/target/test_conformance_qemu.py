@@ -65,16 +65,17 @@ def test_batch_matmul_dsp_forms(tmp_path, target):
         assert exact(result), (xs, ys, result["outputs"])
 
 
-@pytest.mark.parametrize("target,l1", [("cortex-m4", None), ("cortex-m7", None), ("stm32h743", 4096)])
-def test_16x8_models_bit_exact_on_qemu(tmp_path, target, l1):
+@pytest.mark.parametrize("target,l1,patch", [("cortex-m4", None, "auto"), ("cortex-m7", None, "3x2@4"),
+                                             ("stm32h743", 4096, "auto")])
+def test_16x8_models_bit_exact_on_qemu(tmp_path, target, l1, patch):
     """The 16x8 audio front end before an int8 body (the body on the DSP kernels, tiled in the
-    H743's DTCM) and the model in 16 bits throughout, on QEMU."""
+    H743's DTCM; on the M7 the front end patch by patch) and the model in 16 bits throughout, on QEMU."""
     from deployer.pipeline import Options, deploy
     from deployer.verify import random_inputs
     from tests.host.test_sixteen_bit import all_16_bit_model, audio_front_end_model
 
     for make in (audio_front_end_model, all_16_bit_model):
         path = make(tmp_path)
-        dep = deploy(path, Options(target=target, l1=l1))
+        dep = deploy(path, Options(target=target, l1=l1, patch=patch if make is audio_front_end_model else "auto"))
         result = qemu.verify_on_qemu(dep, path, [random_inputs(dep.graph, s) for s in range(3)])
         assert exact(result), (make.__name__, result["outputs"])
