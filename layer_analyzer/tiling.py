@@ -97,9 +97,8 @@ class TileGeometry:
 
     @property
     def streams(self) -> bool:
-        """Its tiles may be staged in L2 slabs from L3 (the slab schedule cuts windows of strides;
-        its transfers move 8-bit values)."""
-        return not self.rows and self.elem == 1
+        """Its tiles may be staged in L2 slabs from L3 (the slab schedule cuts windows of strides)."""
+        return not self.rows
 
     @property
     def weight_bytes_per_channel(self) -> int:

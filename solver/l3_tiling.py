@@ -80,12 +80,12 @@ def evaluate(g, rows: int, chans: int, streamed, alignment: int = 16) -> SlabPla
             # every row slab reads its window; a regular conv reads it again per channel slab
             last = g.out_h - (row_slabs - 1) * rows
             per_c = g.in_c if not g.channels_follow_output else g.out_c
-            window = ((row_slabs - 1) * g.in_rows(rows) + g.in_rows(last)) * g.in_w * per_c
+            window = ((row_slabs - 1) * g.in_rows(rows) + g.in_rows(last)) * g.in_w * per_c * g.elem
             traffic += window * (1 if g.channels_follow_output else chan_slabs)
         elif p == "w":
             traffic += g.out_c * g.weight_bytes_per_channel
         else:
-            traffic += g.out_h * g.out_w * g.out_c
+            traffic += g.out_h * g.out_w * g.out_c * g.elem
     return replace(plan, l2_bytes=l2, l3_traffic=traffic)
 
 

@@ -374,3 +374,24 @@ def test_options_without_quantized_bias_type_read_as_the_default():
     class Old:  # an options table of a schema before the field
         pass
     assert _bias32(Old()) is False
+
+
+def test_16_bit_layers_stream_from_l3_at_the_smallest_budgets(tmp_path):
+    """With L3 and the smallest flash and SRAM the deployer reports, 16-bit layers stream their
+    weights and their activations through L2 slabs (2-byte elements in every transfer); bit-exact."""
+    from tests.host.test_l3 import L3, reported_need
+    mb = ModelBuilder(5, activations="int16")
+    x = mb.conv2d(mb.input((1, 24, 24, 8)), 16, (3, 3), activation="RELU")
+    x = mb.depthwise_conv2d(x, 1, (3, 3))
+    x = mb.max_pool(mb.add(x, mb.conv2d(x, 16, (1, 1))))
+    mb.output(mb.fully_connected(mb.reshape(x, (1, 12 * 12 * 16)), 10))
+    path = tmp_path / "l3.tflite"
+    mb.save(path)
+    base = Options(patch="off", target="host", l1=4096, l3=L3, time_limit_s=2.0)
+    flash = reported_need(path, Options(**{**base.__dict__, "flash": 1}))
+    sram = reported_need(path, Options(**{**base.__dict__, "flash": flash, "sram": 1}))
+    dep = deploy(path, Options(**{**base.__dict__, "flash": flash, "sram": sram}))
+    slabs = dep.l3.placement.slabs
+    moved = {part for k, s in slabs.items() if dep.kernels[k].dtype == "int16" for part in s.streamed}
+    assert {"w", "in", "out"} <= moved
+    _exact(dep, path, 2)
