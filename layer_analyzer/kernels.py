@@ -15,7 +15,7 @@ from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer,
 
 from network_parser import conv_geometry as geo
 from .recurrent import Lstm, Svdf, lower_lstm, lower_svdf
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, dtype_range, int16_lut, sigmoid16_input_rescale, sigmoid_table16, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, checked_log2, dtype_range, int16_lut, sigmoid16_input_rescale, sigmoid_table16, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -316,8 +316,17 @@ class Softmax:
     diff_min: int
 
 
+class _Int16Only:
+    """A kernel of int16 activations only (its 8-bit form is another record)."""
+    __slots__ = ()
+
+    @property
+    def dtype(self) -> str:
+        return "int16"
+
+
 @dataclass(frozen=True, slots=True)
-class Sigmoid16:
+class Sigmoid16(_Int16Only):
     """LOGISTIC and TANH of int16 activations (LiteRT's 16-bit kernels, output scale 2^-15): the
     input rescaled to the table's 1/24ths, its magnitude's entry of the 256-entry sigmoid table
     interpolated linearly (tanh: at twice the argument), mirrored for negative inputs."""
@@ -327,16 +336,12 @@ class Sigmoid16:
     tanh: bool
 
     @property
-    def dtype(self) -> str:
-        return "int16"
-
-    @property
     def table(self) -> tuple[int, ...]:
         return sigmoid_table16()
 
 
 @dataclass(frozen=True, slots=True)
-class Softmax16:
+class Softmax16(_Int16Only):
     """SOFTMAX of int16 activations (LiteRT's SoftmaxInt16): per row, each difference from the
     row's maximum rescaled onto [-10, 0] and looked up in an exponential table, the sum's
     reciprocal looked up in a 1 / (1 + x) table, their product rounded to the output (scale
@@ -345,10 +350,6 @@ class Softmax16:
     depth: int
     multiplier: int
     shift: int
-
-    @property
-    def dtype(self) -> str:
-        return "int16"
 
     @property
     def exp_table(self) -> tuple[int, ...]:
@@ -404,18 +405,14 @@ class Lookup:
 
 
 @dataclass(frozen=True, slots=True)
-class Slopes:
+class Slopes(_Int16Only):
     """LEAKY_RELU of int16 activations (LiteRT's QuantizeLeakyRelu, zero points 0): x rescaled to
     the output by one multiplier at or above zero, by alpha's below, clamped to int16."""
     elements: int
     multiplier: int
     shift: int
     alpha_multiplier: int  # negative for a negative alpha
-    alpha_shift: int
-
-    @property
-    def dtype(self) -> str:
-        return "int16"  # (8-bit LEAKY_RELU is a table: Lookup)
+    alpha_shift: int  # (8-bit LEAKY_RELU is a table: Lookup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -924,7 +921,7 @@ def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
     left_shift = 20  # int8 ADD headroom
     if y.dtype == "int16":
-        if l.attrs.pot_scale_int16 and all(_power_of_two(t.scale) for t in (a, b, y)):
+        if l.attrs.pot_scale_int16 and all(checked_log2(t.scale) is not None for t in (a, b, y)):
             raise UnsupportedOperator(f"{where}: int16 {l.op} with power-of-two scales and pot_scale_int16 set runs "
                                       f"TFLite's shift-only kernel, which the engine does not have")
         left_shift = 15  # the general int16 kernel's headroom
@@ -935,12 +932,6 @@ def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
     lo, hi = _act(y, l.attrs.activation)
     return Add(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, left_shift,
                am, ash, bm, bsh, om, osh, y.zero_point, lo, hi, subtract=l.op == "SUB", dtype=y.dtype)
-
-
-def _power_of_two(scale: float) -> bool:
-    """Whether a scale is 2^n as TFLite's CheckedLog2 sees it (log2 within 1e-3 of an integer)."""
-    e = math.log2(scale) if scale > 0 else 0.5
-    return abs(e - round(e)) < 1e-3
 
 
 def _squared_difference(g: Graph, l: Layer, where: str) -> Add:

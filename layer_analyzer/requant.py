@@ -263,14 +263,21 @@ def sigmoid_table16() -> tuple[int, ...]:
     return tuple(table) + (65535,)
 
 
+def checked_log2(scale: float) -> int | None:
+    """TFLite's CheckedLog2: the exponent n of a scale that is 2^n to within 1e-3 in log2, else None."""
+    if scale <= 0:
+        return None
+    log2 = math.log(scale) / math.log(2.0)
+    return round(log2) if abs(log2 - round(log2)) < 1e-3 else None
+
+
 def sigmoid16_input_rescale(scale: float, tanh: bool) -> tuple[int, int]:
     """(multiplier, shift) LiteRT's 16-bit LOGISTIC / TANH apply to the input before the table:
     x * 3 * 2^12 * scale as (x * multiplier + rounding) >> shift. A power-of-two scale that makes
     the product a whole multiple of 3 (2^-12; TANH also 2^-11) multiplies by 3 << shift exactly."""
-    log2 = math.log(scale) / math.log(2.0)
-    shift = 12 + round(log2)
-    if abs(log2 - round(log2)) < 1e-3 and shift in ((0, 1) if tanh else (0,)):
-        return 3 << shift, 0
+    log2 = checked_log2(scale)
+    if log2 is not None and 12 + log2 in ((0, 1) if tanh else (0,)):
+        return 3 << (12 + log2), 0
     m, shift = scale * 4096.0 * 3.0, 0
     while m <= 32767.0 / 2.0 and shift <= 30:
         shift += 1
