@@ -559,13 +559,17 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise ModelFormatError(f"{where}: inputs {missing or alone} are omitted or "
                                f"given alone; the LSTM needs its gates' weights, biases and both states (a CIFG "
                                f"LSTM omits the input gate's weights and bias together)")
+
+    def every_gate(positions: tuple[int, ...]) -> list[int]:
+        """A per-gate input's positions an LSTM gives (the first, the input gate's: not with CIFG)."""
+        return [i for i in positions if not (cifg and i == positions[0])]
     peephole = [i for i in _LSTM_PEEPHOLE if given(i)]
-    if peephole and peephole != [i for i in _LSTM_PEEPHOLE if not (cifg and i == LSTM_PEEPHOLE[0])]:
+    if peephole and peephole != every_gate(_LSTM_PEEPHOLE):
         raise ModelFormatError(f"{where}: peephole weights {peephole} (all of the gates' or none)")
     layer_norm = given(LSTM_LAYER_NORM[1])  # LiteRT's test: the forget gate's coefficients
     if layer_norm:
         norms = [i for i in LSTM_LAYER_NORM if given(i)]
-        if norms != [i for i in LSTM_LAYER_NORM if not (cifg and i == LSTM_LAYER_NORM[0])]:
+        if norms != every_gate(LSTM_LAYER_NORM):
             raise ModelFormatError(f"{where}: layer normalization coefficients {norms} (every gate's, the input "
                                    f"gate's only without CIFG)")
     if given(LSTM_PROJECTION_BIAS) and not given(LSTM_PROJECTION):
