@@ -225,7 +225,8 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     # the short pointwise ones of few channels ran up to 22% more instructions on the M7, im2col 25%
     return Variant(name, "smlad", MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES[s.variant],
                    LANES if s.variant == "depthwise" else 1, True, False, LANES, s, template_context, _window,
-                   shares_whole=s.variant == "depthwise" and use == "whole", lane_bytes=lane_arrays_bytes(kern, s))
+                   shares_whole=s.variant == "depthwise" and use == "whole", lane_bytes=lane_arrays_bytes(kern, s),
+                   walk=None if s.variant == "depthwise" else "pixels")  # depthwise: 4 channels' planes at a time
 
 
 def _window(variant: Variant, kern) -> Variant:
@@ -357,7 +358,7 @@ def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
 
     fc = isinstance(kern, K.FullyConnected)
     return Variant("fully_connected_s16_smlald" if fc else "convolve_s16_smlald", "smlad", "conv_fc_s16", weight_bytes,
-                   CODE_BYTES_DSP, 1, True, False, 1, None, context, None)
+                   CODE_BYTES_DSP, 1, True, False, 1, None, context, None, walk="pixels")
 
 
 def _offset_pair(offset: int) -> int:

@@ -47,6 +47,10 @@ class Variant:
     # (bias, requantization) bytes of its own per-channel arrays, when it lays them out itself
     # (padded, or inline in a weight stream); None: the layer's biases and parameters as they are
     lane_bytes: tuple[int, int] | None = None
+    # the order its whole kernel walks the layer in, which an output over its input may rely on
+    # (layer_analyzer.overlap): "pixels" (output pixel by pixel in row order, every channel of one
+    # before the next, reading only the pixel's window); None: no order to rely on
+    walk: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,9 @@ PORTABLE_NAMES = {
 
 
 def _portable(kern, weight_bytes: int, use: str) -> Variant:
-    return Variant(portable_name(kern), "kernels", type(kern).__name__, weight_bytes)
+    pixels = isinstance(kern, (K.Conv, K.FullyConnected)) or (isinstance(kern, K.Pool) and kern.float_avg is None)
+    return Variant(portable_name(kern), "kernels", type(kern).__name__, weight_bytes,
+                   walk="pixels" if pixels else None)
 
 
 PORTABLE = VariantRule("portable", _portable, dtypes=("int8", "int16"))  # every kernel

@@ -231,9 +231,9 @@ def _slab_context(g, t, slabs, stage: str, addresses: dict) -> dict:
                 l2_bytes=slabs.l2_bytes, traffic=slabs.l3_traffic)
 
 
-def _tiling_context(kern, g, t, l3=None) -> dict:
+def _tiling_context(kern, g, t, l3=None, reverse: bool = False) -> dict:
     """The tile grid and the L1 layout of one tiled layer (input, weights, output: two slots each;
-    the accumulator of split input channels: one)."""
+    the accumulator of split input channels: one); ``reverse``: its tiles run last first."""
     f = g.footprint(t.tile_h, t.tile_w, t.tile_c, t.tile_ci)
     split = 0 < t.tile_ci < g.in_c
     double = t.tiles > 1
@@ -266,7 +266,7 @@ def _tiling_context(kern, g, t, l3=None) -> dict:
                 channels_follow_output=g.channels_follow_output,
                 weights_per_channel=g.weight_bytes_per_channel if g.stage_weights else 0,
                 in_off=layout["in"], w_off=layout["w"], out_off=layout["out"], l1_used=cursor,
-                elem=g.elem, partial_ctype="int64_t" if g.acc_bytes == 8 else "int32_t")
+                elem=g.elem, partial_ctype="int64_t" if g.acc_bytes == 8 else "int32_t", reverse=reverse)
 
 
 # ---- the target's variants on windows: L1 tiles and patch regions ------------------------------
@@ -357,7 +357,7 @@ def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, i
     syms = _ArgSymbols(graph, per_group)
     ctx = bound.context(kern, k, syms, bound, in_place)
     F = dict(k=kern, simd=ctx, func="KERNEL_FN", params=KERNEL_SIGNATURE, x="src", x2="src2", y="dst",
-             in_place=in_place, scratch=Code("(int8_t *)src2"))
+             in_place=in_place, scratch=Code("(int8_t *)src2"), reverse=False)
     F["prologue"] = syms.prologue()
     text = env.get_template("kernel_function.c.j2").render(F=F)
     shape = f"{kern.out_h}x{kern.out_w}x{kern.out_c}" if isinstance(kern, (K.Conv, K.TransposeConv)) else \
@@ -445,13 +445,13 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
     return ctx
 
 
-def _stage_context(patch, layers: list[dict]) -> dict:
+def _stage_context(patch, layers: list[dict], reverse: bool = False) -> dict:
     st = patch.stage
     tensors = [dict(name=f"P{t}", rows=[iv[t] for iv in patch.rows.intervals],
                     cols=[iv[t] for iv in patch.cols.intervals]) for t in st.patch_tensors]
     return dict(start=st.start, end=st.end, rows=patch.rows.parts, cols=patch.cols.parts, tensors=tensors,
                 funcs=[layers[k]["func"] for k in patch.layers], macs_extra=patch.choice.macs_extra,
-                overhead=f"{100 * patch.choice.overhead:.1f}%")
+                overhead=f"{100 * patch.choice.overhead:.1f}%", reverse=reverse)
 
 
 def render(plan, guard: int = 0) -> dict[str, str | bytes]:
@@ -507,7 +507,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  in2_ctype=CTYPES[graph.tensors[data[1]].dtype] if len(data) > 1 else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
-                 alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None)
+                 alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None,
+                 reverse=lp.overlap is not None and lp.overlap.reverse and lp.overlap.order != "patches")
         if k in in_place:
             L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)(arena + {macro[scratch_key(k)]})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
@@ -531,7 +532,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                             w=l3_macro.get(("w", k)))
                 slab = _slab_context(*tilings[k], l3.placement.slabs[k],
                                      f"(arena + {macro[scratch_key(k)]})", addr)
-            L["tiling"] = _tiling_context(kern, *tilings[k], slab)
+            L["tiling"] = _tiling_context(kern, *tilings[k], slab, L["reverse"])
             if variant.dsp:
                 L["tile_dsp"] = _dsp_tiles(L, kern, k, sym, variant, *tilings[k], env)
                 _keep_functions(functions, (f for plane in L["tile_dsp"]["table"] for row in plane for f in row), True)
@@ -556,7 +557,14 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     state = [dict(macro=sym.state[t], offset=off, bytes=graph.tensors[t].nbytes, fill=graph.tensors[t].state_fill,
                   comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} {DTYPE_SHORT.get(graph.tensors[t].dtype)}")
              for t, off in state_offsets.items()]
-    guards = dict(bytes=guard, regions=guard_regions(lives, offsets, guard, macro, patch)) if guard else None
+    guards = None
+    if guard:  # the owners of an output planned over the input it consumes guard only what neither touches
+        owner = {lt.tensor: lt.owner for lt in lives}
+        paired = {frozenset((owner[o.input], owner[o.output])) for o in plan.overlaps
+                  if o.input in owner and o.output in owner}
+        guards = dict(bytes=guard, canaries=guard_canaries(
+            guard_regions(lives, offsets, guard, macro, patch), guard,
+            lambda a, b: frozenset((a["owner"], b["owner"])) not in paired))
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,
                debug_guards=bool(guard),
                arena_bytes=max(plan.arena.peak, 16), planner=plan.arena.method, tensors=tensors,
@@ -569,7 +577,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                kernel_functions=list(functions.values()),
                sixteen_bit=any(K.activation_dtype(lp.kernel) == "int16" for lp in plan.layers),
                stack=network_stack_need(layers), core_flags=core_flags(backend),
-               patch=_stage_context(patch, layers) if patch is not None else None,
+               patch=_stage_context(patch, layers, plan.layers[patch.stage.end].overlap is not None
+                                    and plan.layers[patch.stage.end].overlap.reverse) if patch is not None else None,
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
                                                if l3.image_bytes else None))
@@ -597,6 +606,21 @@ def guard_bytes(options) -> int:
     return GUARD_BYTES if options.debug_guards else 0
 
 
+def guard_canaries(regions: list[dict], guard: int, apart=lambda a, b: True) -> list[dict]:
+    """The canaries of every guarded buffer (``regions``: name, lo, hi, first, last): the one just
+    below its bytes and the one just above, each written before its first op and checked after
+    each op while it lives; but a canary lying where a buffer it may share bytes with has its own
+    bytes or canaries (an output over the input it consumes: ``apart(a, b)`` is False for the
+    pair's regions) is left out, since the other one writes there while both live."""
+    out = []
+    for r in regions:
+        partners = [o for o in regions if o is not r and not apart(r, o)]
+        for at in (r["lo"], r["hi"]):
+            if all(at + guard <= o["lo"] or at >= o["hi"] + guard for o in partners):
+                out.append(dict(name=r["name"], at=at, first=r["first"], last=r["last"]))
+    return out
+
+
 def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, macro: dict, patch=None) -> list[dict]:
     """The two canaries of every arena buffer: ``lo`` just below its bytes, ``hi`` just above
     its largest tensor, written before its first op (``first``) and checked after each op while
@@ -608,7 +632,8 @@ def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, ma
         if patch is not None and patch.stage.start < first <= patch.stage.end:
             continue
         off, size = offsets[owner], max(m.size for m in members)
-        regions.append(dict(name=macro[owner], lo=off - guard, hi=off + size, first=max(first, 0), last=last))
+        regions.append(dict(name=macro[owner], owner=owner, lo=off - guard, hi=off + size, first=max(first, 0),
+                            last=last))
     return sorted(regions, key=lambda r: (r["lo"], r["name"]))
 
 

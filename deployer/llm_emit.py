@@ -16,7 +16,7 @@ from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, Laye
 
 from . import gptneo_quant as Q
 from . import llm_passes
-from .emit import (c_array, c_identifier, core_flags, environment, guard_bytes, qemu_files,
+from .emit import (c_array, c_identifier, core_flags, environment, guard_bytes, guard_canaries, qemu_files,
                    stack_need, template_environment)
 from .llm_passes import KV_LEVELS
 
@@ -123,7 +123,7 @@ def render_engine(plan) -> dict:
                elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
                gelu_sizes=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Gelu)}),
                max_blocks=max(op.cols for op in matmuls) // Q.BLOCK,
-               guards=dict(bytes=guard, regions=regions) if guard else None,
+               guards=dict(bytes=guard, canaries=guard_canaries(regions, guard)) if guard else None,
                core_flags=core_flags(backend))
     env = template_environment(("llm", "host"))
     names = {"engine.c.j2": f"{ident}_engine.c", "inference_api.h.j2": "inference_api.h",

@@ -100,6 +100,16 @@ def manifest_text(manifest: dict) -> str:
     return json.dumps(manifest, indent=2, sort_keys=False) + "\n"
 
 
+def _overlap(o, graph, offsets) -> dict | None:
+    """A layer's output planned over the input it consumes: which tensors, the order it walks,
+    the windows that order allows and where the output sits."""
+    if o is None or o.input not in offsets or o.output not in offsets:
+        return None
+    return dict(input=graph.tensors[o.input].name, output=graph.tensors[o.output].name, order=o.order,
+                direction="backward" if o.reverse else "forward", window=o.window, rise=o.rise,
+                shift=offsets[o.output] - offsets[o.input])
+
+
 def build_manifest(plan) -> dict:
     """manifest.json's content, read off the plan: what every kind of model has (the target, the
     budgets, the memory, the arena tensor by tensor), then its kind's own part."""
@@ -157,7 +167,8 @@ def build_manifest(plan) -> dict:
                         tiling=_tiling(plan.tilings, k, l3),
                         patch_stage=lp.in_stage,
                         kernel=lp.variant.name if lp.variant is not None else None,
-                        writes_over=lp.reuse.rule if lp.reuse is not None else None)
+                        writes_over=lp.reuse.rule if lp.reuse is not None else None,
+                        overlap=_overlap(lp.overlap, graph, offsets))
                    for k, (layer, lp) in enumerate(zip(graph.layers, plan.layers))],
     })
     return manifest

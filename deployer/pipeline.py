@@ -14,6 +14,7 @@ from pathlib import Path
 from backends import BACKENDS, Backend
 from backends.variants import CODE_BYTES_PORTABLE, choose
 from layer_analyzer import kernels as K
+from layer_analyzer.overlap import OutputOverInput, element_bytes, patch_walk, pixel_walk, tile_walk
 from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import window_shapes, writes_behind_reads
 from network_parser.cut import CutSpec, float_edges
@@ -24,6 +25,7 @@ from network_parser.rewrites import apply_rewrites
 from network_parser.validate import check_graph
 from solver.arena import ArenaProblem
 from solver.plan import LayerPlan, Memory, Plan
+from solver.plan_checker import PlanError, check_schedule
 from solver import progress
 from solver.tensor_arena import arena_problem, plan_level
 from solver.l3_placement import layout_l3, place, staging_lifetimes
@@ -57,6 +59,8 @@ class Options:
     patch: str = "auto"  # "auto" | "off" | "RxC@LAYER": run the first stage patch by patch
     max_overhead: float = 0.2  # MACs a patch split may recompute, as a share of the network's
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
+    overlap: bool = True  # outputs over the inputs they consumed (layer_analyzer.overlap); off with in_place off
+    input_memory: str = "arena"  # "arena" | "external": the network's input in the application's own buffer
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
     kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
     part_budgets: bool = True  # a real part's memories fill an unset --sram / --flash
@@ -102,6 +106,7 @@ def plan_back(plan: Plan) -> Plan:
     plan = plan_memory(plan)  # patch split, L1 tiles, in-place, lifetimes, L3, arena offsets
     plan = bind_variants(plan)  # each layer's kernel as it really runs (whole, tile, region, streamed)
     plan = fit_flash(plan)  # over --flash: the layers whose packed weights cost most keep int8 ones
+    plan = prove_overlaps(plan)  # every output over its input replayed at its addresses, byte by byte
     return plan.but(relaxed=relaxations.taken(plan))
 
 
@@ -246,7 +251,7 @@ def _variant_for_tiles(plan: Plan, k: int):
 
 def deployment_problem(plan: Plan) -> ArenaProblem:
     """The arena problem a plan's L2 arena solved."""
-    return arena_problem(list(plan.lives), plan.backend.alignment, guard_bytes(plan.options))[0]
+    return arena_problem(list(plan.lives), plan.backend.alignment, guard_bytes(plan.options), plan.overlaps)[0]
 
 
 def code_estimate(layers, patch=None) -> int:
@@ -371,6 +376,7 @@ def plan_memory(plan: Plan) -> Plan:
         p = split_patches(plan, target)
         p = tile(p, tile_cache, over)
         p = in_place(p, over)
+        p = overlap(p)
         p = place_and_plan(p)
         return p
 
@@ -523,6 +529,108 @@ def in_place(plan: Plan, over_input: bool = True) -> Plan:
     return plan.but(lives=tuple(lives))
 
 
+def _overlap_schedule(plan: Plan, lp: LayerPlan):
+    """The order layer ``lp`` runs in (forwards), as reads and writes (layer_analyzer.overlap), or
+    None when there is none an output over its input may rely on."""
+    graph, k = plan.graph, lp.index
+    if lp.overlap is not None and lp.overlap.order == "patches":
+        return stage_schedule(plan, lp.overlap.input)
+    if lp.tiling is not None:
+        return tile_walk(*lp.tiling, plan.backend.async_dma)
+    if lp.variant is None or lp.variant.walk != "pixels" or lp.in_stage:
+        return None
+    layer = graph.layers[k]
+    data = K.data_inputs(layer, lp.kernel)
+    return pixel_walk(lp.kernel, element_bytes(graph.tensors[data[0]].dtype),
+                      element_bytes(graph.tensors[layer.outputs[0]].dtype)) if len(data) == 1 else None
+
+
+def _found(k: int, x: int, y: int, schedule) -> OutputOverInput:
+    return OutputOverInput(k, x, y, schedule.order, schedule.window(), schedule.reversed().rise())
+
+
+def stage_schedule(plan: Plan, source: int):
+    """The patch stage, whole input ``source`` against its whole output, patch by patch."""
+    graph, patch = plan.graph, plan.patch
+    first = next(v.layer for v in patch.stage.layers if source in v.inputs)
+    tensors = graph.tensors
+    return patch_walk(patch, source, {t: tensors[t].shape for t in (source, patch.stage.output)},
+                      {t: tensors[t].dtype for t in (source, patch.stage.output)},
+                      nchw=isinstance(plan.kernels[first], K.Transpose))
+
+
+def overlap(plan: Plan) -> Plan:
+    """Outputs over consumed inputs (no MAC recomputed): a layer whose output is a buffer of its
+    own and one of whose inputs dies there, run in an order an overlap may rely on (a whole
+    kernel's pixel walk, the tile loop, the patch stage's patches), may start its output inside
+    that input, as far up as the order allows (layer_analyzer.overlap). A patch stage is one such
+    layer, its whole input against its whole output, recorded on its last op."""
+    options, graph = plan.options, plan.graph
+    if not (options.overlap and options.in_place):
+        return plan
+    owner = {lt.tensor: lt.owner for lt in plan.lives}
+    last: dict[int, int] = {}
+    for lt in plan.lives:
+        last[lt.owner] = max(last.get(lt.owner, -1), lt.last_op)
+    kept = set(graph.outputs) | set(graph.state())  # read after the run, or kept across runs
+
+    def dying(x: int, k: int, others) -> bool:
+        return (x in owner and x not in kept and last[owner[x]] == k
+                and all(owner.get(t) != owner[x] for t in others if t != x))
+
+    found: dict[int, OutputOverInput] = {}
+    for lp in plan.layers:
+        layer = graph.layers[lp.index]
+        y = layer.outputs[0] if len(layer.outputs) == 1 else None
+        if lp.reuse is not None or lp.in_stage or y is None or owner.get(y) != y:
+            continue
+        data = K.data_inputs(layer, lp.kernel)
+        schedule = _overlap_schedule(plan, lp)
+        if schedule is not None and len(data) == 1 and dying(data[0], lp.index, ()):
+            found[lp.index] = _found(lp.index, data[0], y, schedule)
+    if plan.patch is not None:
+        st = plan.patch.stage
+        sources = sorted((x for x in st.inputs if dying(x, st.end, st.inputs)), key=lambda x: -graph.tensors[x].nbytes)
+        if sources and owner.get(st.output) == st.output:
+            schedule = stage_schedule(plan, sources[0])
+            found[st.end] = _found(st.end, sources[0], st.output, schedule)
+    return plan.with_layers(lambda lp: replace(lp, overlap=found.get(lp.index)))
+
+
+def shares_bytes(plan: Plan, o: OutputOverInput) -> bool:
+    """Whether the arena put an output over (part of) the input it consumes."""
+    if o.input not in plan.offsets or o.output not in plan.offsets:
+        return False
+    d = plan.offsets[o.output] - plan.offsets[o.input]
+    return -plan.graph.tensors[o.output].nbytes < d < plan.graph.tensors[o.input].nbytes
+
+
+def walk_way(o: OutputOverInput | None, offsets, graph) -> OutputOverInput | None:
+    """Which way a layer walks, now its output's place is known: backwards where its output starts
+    above the forward window but inside the input (the arena put it within the backward one),
+    else forwards (clear of its input, either way would do)."""
+    if o is None or o.input not in offsets or o.output not in offsets:
+        return o
+    return replace(o, reverse=o.window < offsets[o.output] - offsets[o.input] < graph.tensors[o.input].nbytes)
+
+
+def prove_overlaps(plan: Plan) -> Plan:
+    """Every output planned over its input, replayed at its planned addresses in the order its
+    final kernel runs, byte by byte (solver.plan_checker.check_schedule)."""
+    for lp in plan.layers:
+        o = lp.overlap
+        if o is None or o.input not in plan.offsets or o.output not in plan.offsets:
+            continue
+        schedule = _overlap_schedule(plan, lp)
+        if schedule is None or schedule.order != o.order:
+            raise PlanError(f"op {lp.index}: its output was planned over its input walking {o.order}, but its "
+                            f"kernel {lp.variant.name} runs no such order")
+        schedule = schedule.reversed() if o.reverse else schedule
+        check_schedule(schedule.reads, schedule.writes, schedule.ahead, plan.offsets[o.input],
+                       plan.offsets[o.output], f"op {lp.index} {plan.graph.layers[lp.index].op}")
+    return plan
+
+
 def place_and_plan(plan: Plan) -> Plan:
     """The L2 arena, once what does not fit has moved to L3 (with --l3). Placement works from
     live bytes, a lower bound of the arena; when the planned arena still exceeds --sram, it
@@ -536,10 +644,12 @@ def place_and_plan(plan: Plan) -> Plan:
         streamed = set(l3.weights) if l3 is not None else set()
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
+        slabs = l3.placement.slabs if l3 is not None else {}
         arena, offsets = plan_level(l2, options.planner, options.time_limit_s, plan.backend.alignment,
-                                    guard_bytes(options))
+                                    guard_bytes(options), [o for o in plan.overlaps if o.layer not in slabs])
         placed = plan.but(l3=l3, lives=tuple(l2), arena=arena, offsets=offsets).with_layers(
-            lambda lp: replace(lp, l3_weights=lp.index in streamed))
+            lambda lp: replace(lp, l3_weights=lp.index in streamed,
+                               overlap=None if lp.index in slabs else walk_way(lp.overlap, offsets, plan.graph)))
         return measure(placed)
 
     result = attempt(options.sram)

@@ -31,6 +31,10 @@ RELAXATIONS = (
     Relaxation("in-place ops", "SRAM", "nothing: a layer writes over an input that dies there",
                lambda o: o.in_place, "on unless --no-in-place",
                lambda p: any(r.rule != "zero-copy-reshape" for r in p.reuses)),  # reshapes alias always
+    Relaxation("outputs over inputs", "SRAM", "nothing: a layer writes its output over the input it consumes, "
+               "walking forwards or backwards so that no byte is overwritten before its last read",
+               lambda o: o.overlap and o.in_place, "--overlap on (unless --no-in-place)",
+               lambda p: any(_shares(p, o) for o in p.overlaps)),
     Relaxation("patch inference", "SRAM", "recomputed MACs (the patches' halos), within --max-overhead",
                lambda o: o.patch != "off", "--patch auto", lambda p: p.patch is not None),
     Relaxation("L3 streaming", "SRAM and flash", "DMA traffic per inference, through the L1 tiles",
@@ -41,6 +45,12 @@ RELAXATIONS = (
 )
 
 BY_NAME = {r.name: r for r in RELAXATIONS}
+
+
+def _shares(plan: Plan, o) -> bool:
+    """Whether the arena put output ``o.output`` over (part of) input ``o.input``."""
+    from deployer.pipeline import shares_bytes
+    return shares_bytes(plan, o)
 
 
 def taken(plan: Plan) -> tuple[str, ...]:

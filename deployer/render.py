@@ -157,6 +157,15 @@ def c_comment_lines(text: str, width: int = 92, prefix: str = " * ") -> Code:
     return Code(f"\n{prefix}".join([*lines, line] if line else lines))
 
 
+def c_loop(var: str, count, reverse: bool = False) -> Code:
+    """A counting loop's header over [0, count): upwards, or downwards (a layer walking its output
+    backwards, which then starts above the input it consumes: layer_analyzer.overlap)."""
+    if reverse:
+        last = count - 1 if isinstance(count, int) else f"{count} - 1"
+        return Code(f"for (int32_t {var} = {last}; {var} >= 0; --{var})")
+    return Code(f"for (int32_t {var} = 0; {var} < {count}; ++{var})")
+
+
 @functools.lru_cache(maxsize=None)
 def environment(dirs: tuple[str, ...]) -> jinja2.Environment:
     """The environment of the template folders ``dirs`` (searched in order), kept: it caches
@@ -166,6 +175,7 @@ def environment(dirs: tuple[str, ...]) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=True, finalize=_finalize)
     env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_text)
+    env.globals.update(c_loop=c_loop)
     return env
 
 

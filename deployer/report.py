@@ -102,6 +102,14 @@ def dump_arena_plan(dep) -> str:
     for r in dep.reuses:
         lines.append(f"  in place: op {r.layer} {r.rule}: t{r.output} over t{r.input}"
                      f"{f' (+{r.scratch_bytes} B scratch)' if r.scratch_bytes else ''}")
+    tensors = dep.graph.tensors
+    for o in dep.overlaps:  # the outputs the arena put over the inputs they consume
+        shift = dep.offsets.get(o.output, 0) - dep.offsets.get(o.input, 0)
+        if o.input in dep.offsets and o.output in dep.offsets and \
+                -tensors[o.output].nbytes < shift < tensors[o.input].nbytes:
+            lines.append(f"  overlap: op {o.layer} walks its {o.order} {'backward' if o.reverse else 'forward'}: "
+                         f"t{o.output} at {shift:+} B from t{o.input} (window <= {o.window:+}, or >= {o.rise:+} "
+                         f"backward)")
     for lt in sorted(dep.lives, key=lambda lt: (dep.offsets[lt.tensor], lt.first_op)):
         alias = f" alias of t{lt.alias_of}" if lt.alias_of is not None else ""
         lines.append(f"  [{dep.offsets[lt.tensor]:>9}, {dep.offsets[lt.tensor] + lt.size:>9}) ops "

@@ -24,8 +24,8 @@ from solver import progress
 from .render import display
 from solver.plan import Memory, Plan
 
-from .pipeline import (Options, arena_problem, floor, floor_text, over_budget, plan_deployment, plan_front, replan,
-                       resolve_options, split_choice)
+from .pipeline import (Options, deployment_problem, floor, floor_text, over_budget, plan_deployment, plan_front,
+                       replan, resolve_options, shares_bytes, split_choice)
 
 PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
 MED_SHARE = 0.10  # a saving of at least this share of the memory's need is worth a MED
@@ -174,9 +174,26 @@ def _in_place(model: Path, s: Suggestion) -> Recommendation:
                           detail, () if on else ("(drop --no-in-place)",), () if on else (("in_place", True),))
 
 
+def _overlap(model: Path, s: Suggestion) -> Recommendation:
+    base = s.deployment
+    on = s.options.overlap and s.options.in_place
+    if not s.options.in_place:
+        return Recommendation("outputs over inputs", "SRAM", False, 0, "needs the in-place ops (--no-in-place is on)")
+    alt = _measure(s, replace(s.options, overlap=not s.options.overlap))
+    with_, without = (base, alt) if on else (alt, base)
+    if with_ is None or without is None:
+        return Recommendation("outputs over inputs", "SRAM", on, 0, "not measurable with this L1")
+    taken = [o for o in with_.overlaps if shares_bytes(with_, o)]
+    backward = sum(o.reverse for o in taken)
+    detail = (f"{len(taken)} layers write their output over the input they consume ({backward} walking backwards), "
+              f"no MAC recomputed; SRAM {without.memory.sram_bytes:,} B without, {with_.memory.sram_bytes:,} B with")
+    return Recommendation("outputs over inputs", "SRAM", on, without.memory.sram_bytes - with_.memory.sram_bytes,
+                          detail, () if on else ("--overlap on",), () if on else (("overlap", True),))
+
+
 def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
-    problem, _ = arena_problem(list(base.lives), base.backend.alignment)
+    problem = deployment_problem(base)
     greedy = [plan_arena(problem, m) for m in GREEDY]
     best = min(greedy, key=lambda p: (p.peak, p.method))
     on = base.arena.method == "cpsat"
@@ -346,7 +363,7 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
 
 # Each relaxation of the memory search (deployer.relaxations) measured by the knob that names it,
 # in the search's order; then the choices that are not relaxations (the arena planner, tiling).
-KNOBS = ((("in-place ops",), _in_place), (("patch inference",), _patch),
+KNOBS = ((("in-place ops",), _in_place), (("outputs over inputs",), _overlap), (("patch inference",), _patch),
          (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling),
          ((), _integer_io))
 

@@ -43,7 +43,7 @@ from ortools.sat.python import cp_model
 
 from . import cpsat
 from .cpsat import new_solver
-from .arena_types import ArenaPlan, ArenaProblem, SolverConfig, align
+from .arena_types import ArenaPlan, ArenaProblem, SolverConfig, align, pair_footprint
 
 __all__ = ["ORDERS", "ArenaVars", "SolveResult", "add_hint", "add_redundant_constraints", "add_search_strategy",
            "add_symmetry_breaking", "build_arena_model", "canonical", "fits", "max_live", "plan_cpsat", "sections",
@@ -54,11 +54,42 @@ __all__ = ["ORDERS", "ArenaVars", "SolveResult", "add_hint", "add_redundant_cons
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One buffer as the model sees it: size in units, lifetime [start, end) in op indices."""
+    """One buffer as the model sees it: size in units, lifetime [start, end) in op indices;
+    ``over``: (later buffer's index, forward window, backward rise or None, in units) of each
+    overlap pair it is the earlier of (solver.arena_types.Overlap); ``steps``: (start, end, size) pieces of a buffer whose height
+    changes over time (an in-place layer writing a smaller tensor over a larger one), ``size``
+    their largest."""
     index: int  # position in problem.buffers
     size: int
     start: int
     end: int
+    over: tuple[tuple[int, int, int | None], ...] = ()
+    steps: tuple[tuple[int, int, int], ...] = ()
+
+    def pieces(self) -> tuple[tuple[int, int, int], ...]:
+        return self.steps or ((self.start, self.end, self.size),)
+
+    def height(self, a: int, b: int) -> int:
+        """Its largest height over ops [a, b)."""
+        return max((size for s, e, size in self.pieces() if s < b and a < e), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PairVars:
+    """An overlap pair in the model: positions in items, and whether the later buffer takes the
+    window (``lit``: then the two span one hull while both live) or stays clear of the earlier."""
+    earlier: int
+    later: int
+    lit: cp_model.IntVar
+    hull: cp_model.IntervalVar
+    apart: tuple  # the two buffers' offset intervals, present when they stay clear of each other
+
+
+def item_pairs(items) -> list[tuple[int, int, int, int | None]]:
+    """(earlier, later, window, rise) of every overlap pair among ``items``, by position."""
+    pos = {it.index: k for k, it in enumerate(items)}
+    return [(k, pos[later], window, rise) for k, it in enumerate(items) for later, window, rise in it.over
+            if later in pos]
 
 
 @dataclass(slots=True)
@@ -69,6 +100,8 @@ class ArenaVars:
     y_intervals: list[cp_model.IntervalVar]
     peak: cp_model.IntVar
     cliques: list[list[int]] = field(default_factory=list)  # positions in items
+    pairs: list[PairVars] = field(default_factory=list)
+    y_at: object = None  # (position, height) -> that buffer's offset interval of that height
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +118,17 @@ class SolveResult:
 # --------------------------------------------------------------------------- geometry
 
 def max_live(items) -> int:
-    """The largest total size live at one op (the cross-section lower bound)."""
-    events = sorted([(it.start, it.size) for it in items] + [(it.end, -it.size) for it in items],
-                    key=lambda e: (e[0], e[1]))  # ends (negative) before starts at the same op
+    """The largest total size live at one op (the cross-section lower bound): an overlap pair,
+    while both its buffers live, counts as the least the two span together."""
+    events = [e for it in items for s, end, size in it.pieces() for e in ((s, size), (end, -size))]
+    for e, later, window, rise in item_pairs(items):
+        a, b = items[e], items[later]
+        for t in range(b.start, a.end):
+            ha, hb = a.height(t, t + 1), b.height(t, t + 1)
+            saving = ha + hb - pair_footprint(window, ha, hb, rise)
+            if saving > 0:
+                events += [(t, -saving), (t + 1, saving)]
+    events.sort(key=lambda e: (e[0], e[1]))  # ends (negative) before starts at the same op
     live = best = 0
     for _, delta in events:
         live += delta
@@ -108,9 +149,9 @@ def sections(items) -> list[list[Item]]:
     return out
 
 
-def maximal_cliques(items) -> list[list[int]]:
+def maximal_cliques(items, at: list | None = None) -> list[list[int]]:
     """Positions of the buffers live at each op where the live set is maximal (interval graph):
-    a sweep over the starts, the live buffers in a heap by end."""
+    a sweep over the starts, the live buffers in a heap by end. ``at`` receives an op of each."""
     starts = sorted({it.start for it in items})
     by_start = sorted(range(len(items)), key=lambda k: items[k].start)
     ends: list[tuple[int, int]] = []  # (end, position) of the live buffers
@@ -129,42 +170,106 @@ def maximal_cliques(items) -> list[list[int]]:
             continue
         if len(live) > 1:
             cliques.append(sorted(live))
+            if at is not None:
+                at.append(t)
     return cliques
 
 
 def build_arena_model(items, upper: int, lower: int = 0, minimize: bool = True) -> ArenaVars:
     """Geometric model: per buffer a fixed time interval and an offset interval, no two rectangles
     overlapping, ``lower <= peak <= upper`` above every buffer; minimise the peak (or, with
-    ``minimize=False``, any plan fitting under ``upper``: the decision model)."""
+    ``minimize=False``, any plan fitting under ``upper``: the decision model). The two buffers of
+    an overlap pair, over the ops both live, are either two rectangles or, when the later one
+    starts within the window, one rectangle spanning both (``PairVars``)."""
     model = cp_model.CpModel()
-    offsets, y_intervals, x_intervals = [], [], []
-    for k, it in enumerate(items):
+    offsets, y_intervals = [], []
+    for it in items:
         y = model.new_int_var(0, max(0, upper - it.size), f"y{it.index}")
         offsets.append(y)
         y_intervals.append(model.new_fixed_size_interval_var(y, it.size, f"yi{it.index}"))
-        x_intervals.append(model.new_fixed_size_interval_var(it.start, it.end - it.start, f"xi{it.index}"))
-    model.add_no_overlap_2d(x_intervals, y_intervals)
+    heights: dict[tuple[int, int], cp_model.IntervalVar] = {}  # a stepped buffer's offset interval per height
+
+    def y_interval(k: int, size: int) -> cp_model.IntervalVar:
+        if size == items[k].size:
+            return y_intervals[k]
+        if (k, size) not in heights:
+            heights[k, size] = model.new_fixed_size_interval_var(offsets[k], size, f"yi{items[k].index}_{size}")
+        return heights[k, size]
+    pairs = item_pairs(items)
+    shared = {k: [] for k in range(len(items))}  # position -> the [start, end) of each pair span it is in
+    for e, later, _, _ in pairs:
+        for k in (e, later):
+            shared[k].append((items[later].start, items[e].end))
+    xs, ys = [], []
+    for k, it in enumerate(items):  # each piece of a buffer's life outside its pair spans: fixed rectangles
+        for a, b, size in it.pieces():
+            t = a
+            for s0, s1 in sorted(shared[k]) + [(b, b)]:
+                if min(s0, b) > t:
+                    xs.append(model.new_fixed_size_interval_var(t, min(s0, b) - t, f"xi{it.index}_{t}"))
+                    ys.append(y_interval(k, size))
+                t = max(t, s1)
+                if t >= b:
+                    break
+    pair_vars = []
+    for n, (e, later, window, rise) in enumerate(pairs):
+        a, b = items[e], items[later]
+        s0, s1 = b.start, a.end
+        ha, hb = a.height(s0, s1), b.height(s0, s1)  # their heights while both live
+        lit = model.new_bool_var(f"over{n}")
+        if rise is None:
+            model.add(offsets[later] - offsets[e] <= window).only_enforce_if(lit)
+        else:  # walking forwards (the later one low) or backwards (high)
+            up = model.new_bool_var(f"up{n}")
+            model.add(offsets[later] - offsets[e] <= window).only_enforce_if([lit, ~up])
+            model.add(offsets[later] - offsets[e] >= rise).only_enforce_if([lit, up])
+        apart = tuple(model.new_optional_fixed_size_interval_var(offsets[k], h, ~lit, f"ya{n}_{k}")
+                      for k, h in ((e, ha), (later, hb)))
+        for k, y in zip((e, later), apart):
+            xs.append(model.new_optional_fixed_size_interval_var(s0, s1 - s0, ~lit, f"xa{n}_{k}"))
+            ys.append(y)
+        lo, hi = model.new_int_var(0, upper, f"lo{n}"), model.new_int_var(0, upper, f"hi{n}")
+        model.add_min_equality(lo, [offsets[e], offsets[later]])
+        model.add_max_equality(hi, [offsets[e] + ha, offsets[later] + hb])
+        hull = model.new_optional_interval_var(lo, model.new_int_var(0, upper, f"span{n}"), hi, lit, f"hull{n}")
+        xs.append(model.new_optional_fixed_size_interval_var(s0, s1 - s0, lit, f"xh{n}"))
+        ys.append(hull)
+        pair_vars.append(PairVars(e, later, lit, hull, apart))
+    model.add_no_overlap_2d(xs, ys)
     peak = model.new_int_var(lower, upper, "peak")
     for y, it in zip(offsets, items):
         model.add(y + it.size <= peak)
     if minimize:
         model.minimize(peak)
-    return ArenaVars(model, tuple(items), offsets, y_intervals, peak)
+    v = ArenaVars(model, tuple(items), offsets, y_intervals, peak, pairs=pair_vars)
+    v.y_at = y_interval
+    return v
 
 
 def add_redundant_constraints(v: ArenaVars) -> None:
     """A 1-D NoOverlap per maximal clique (buffers live at the same op): implied by the 2-D
-    constraint, propagated far harder (edge finding on a nearly perfect packing)."""
-    v.cliques = maximal_cliques(v.items)
-    for clique in v.cliques:
-        v.model.add_no_overlap([v.y_intervals[k] for k in clique])
+    constraint, propagated far harder (edge finding on a nearly perfect packing). In a clique
+    holding both buffers of an overlap pair, they are their hull or two intervals apart."""
+    at: list[int] = []
+    v.cliques = maximal_cliques(v.items, at)
+    for clique, t in zip(v.cliques, at):
+        members = set(clique)
+        intervals = {k: [v.y_at(k, v.items[k].height(t, t + 1))] for k in clique}
+        for p in v.pairs:
+            if p.earlier in members and p.later in members:
+                intervals[p.earlier] = [p.apart[0], p.hull]
+                intervals[p.later] = [p.apart[1]]
+        v.model.add_no_overlap([y for k in clique for y in intervals[k]])
 
 
 def add_symmetry_breaking(v: ArenaVars) -> int:
-    """Buffers of the same size and lifetime are interchangeable: keep them in index order."""
-    groups: dict[tuple[int, int, int], list[int]] = {}
+    """Buffers of the same size and lifetime are interchangeable: keep them in index order (not
+    those of overlap pairs: their partners tell them apart)."""
+    paired = {k for p in v.pairs for k in (p.earlier, p.later)}
+    groups: dict[tuple, list[int]] = {}
     for k, it in enumerate(v.items):
-        groups.setdefault((it.size, it.start, it.end), []).append(k)
+        if k not in paired:
+            groups.setdefault((it.size, it.start, it.end, it.steps), []).append(k)
     n = 0
     for same in groups.values():
         for a, b in pairwise(same):
@@ -194,6 +299,9 @@ def add_search_strategy(v: ArenaVars, order: str = "start") -> None:
 def add_hint(v: ArenaVars, offsets_units) -> None:
     for y, o in zip(v.offsets, offsets_units):
         v.model.add_hint(y, o)
+    for p in v.pairs:  # the window taken where the two share bytes
+        d = offsets_units[p.later] - offsets_units[p.earlier]
+        v.model.add_hint(p.lit, -v.items[p.later].size < d < v.items[p.earlier].size)
     v.model.add_hint(v.peak, max((o + it.size for o, it in zip(offsets_units, v.items)), default=0))
 
 
@@ -342,14 +450,25 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
 
 # --------------------------------------------------------------------------- the planner
 
-def _unit(problem: ArenaProblem) -> int:
-    """The gcd of the aligned sizes (a multiple of the alignment): canonical plans sit on its multiples."""
-    sizes = [align(b.size, problem.alignment) for b in problem.buffers if b.size > 0]
+def _unit(problem: ArenaProblem, hint=()) -> int:
+    """The gcd of the aligned sizes (a multiple of the alignment): canonical plans sit on its
+    multiples. With overlap pairs, plans also sit at a window from a partner, and the hint (the
+    greedy plan's offsets, ``hint``) is kept as it is: their gcd too."""
+    sizes = [align(size, problem.alignment) for b in problem.buffers for _, _, size in b.segments() if size > 0]
+    if problem.pairs or any(b.steps for b in problem.buffers):
+        sizes += [abs(w) for p in problem.pairs for w in (problem.window(p), problem.rise(p)) if w] + list(hint)
     return reduce(math.gcd, sizes, 0) or problem.alignment
 
 
 def _items(problem: ArenaProblem, unit: int) -> list[Item]:
-    return [Item(i, align(b.size, problem.alignment) // unit, b.first, b.last + 1)
+    over: dict[int, list[tuple[int, int]]] = {}
+    for p in problem.pairs:
+        if problem.buffers[p.earlier].size > 0 and problem.buffers[p.later].size > 0:
+            rise = problem.rise(p)
+            over.setdefault(p.earlier, []).append((p.later, problem.window(p) // unit,
+                                                   None if rise is None else rise // unit))
+    return [Item(i, align(b.size, problem.alignment) // unit, b.first, b.last + 1, tuple(over.get(i, ())),
+                 tuple((first, last + 1, align(size, problem.alignment) // unit) for first, last, size in b.steps))
             for i, b in enumerate(problem.buffers) if b.size > 0]
 
 
@@ -401,7 +520,11 @@ class _Skyline:
 
 def canonical(items, offsets_bytes, unit: int) -> tuple[int, ...]:
     """Drop every buffer as low as it goes, keeping the plan's vertical order (gravity): the peak
-    never grows and every offset lands on a multiple of ``unit``. Returns offsets in units."""
+    never grows and every offset lands on a multiple of ``unit``. Returns offsets in units.
+    Gravity knows neither overlap windows nor heights changing over time: such a plan is kept as
+    it is (already on ``unit``)."""
+    if any(it.over or it.steps for it in items):
+        return tuple(offsets_bytes[it.index] // unit for it in items)
     order = sorted(range(len(items)), key=lambda k: (offsets_bytes[items[k].index], k))
     sky = _Skyline(sorted({it.start for it in items} | {it.end for it in items}))
     out = [0] * len(items)
@@ -510,7 +633,7 @@ def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, Ar
     def elapsed() -> float:
         return time.perf_counter() - start
     best = min(greedy.values(), key=lambda p: p.peak)
-    unit = _unit(problem)
+    unit = _unit(problem, best.offsets)
     items = _items(problem, unit)
     bound_units = max_live(items)
     bound = bound_units * unit

@@ -23,10 +23,62 @@ class Buffer:
 
 
 @dataclass(frozen=True, slots=True)
+class Overlap:
+    """Two buffers that may share bytes while both are live: ``later`` is written by the layer
+    (or patch stage) that reads ``earlier`` for the last time, in an order that never overwrites
+    an input byte before its last read. Walking forwards, ``later`` may start at most ``shift``
+    bytes above ``earlier`` (``shift`` < 0: below it); walking backwards (``rise`` not None), at
+    least ``rise`` bytes above it. Elsewhere they are disjoint as any two buffers."""
+    earlier: int  # index in ArenaProblem.buffers
+    later: int
+    shift: int
+    rise: int | None = None
+
+    def allows(self, earlier_offset: int, later_offset: int, earlier_size: int, later_size: int) -> bool:
+        """Whether these offsets keep the pair sound: inside a window, or clear of each other."""
+        d = later_offset - earlier_offset
+        return (d <= self.shift or (self.rise is not None and d >= self.rise) or d >= earlier_size
+                or d + later_size <= 0)
+
+
+@dataclass(frozen=True, slots=True)
 class ArenaProblem:
     buffers: tuple[Buffer, ...]
     alignment: int = 16
     capacity: int | None = None  # bytes available, when known (decision mode)
+    pairs: tuple[Overlap, ...] = ()  # buffers that may share bytes while both live (solver.arena_types.Overlap)
+
+    def window(self, pair: Overlap) -> int:
+        """The pair's forward shift on the alignment grid (offsets are multiples of it)."""
+        return pair.shift // self.alignment * self.alignment
+
+    def rise(self, pair: Overlap) -> int | None:
+        """The pair's backward rise on the alignment grid, if it may walk backwards."""
+        return None if pair.rise is None else -(-pair.rise // self.alignment) * self.alignment
+
+    def forbidden(self, pair: Overlap) -> tuple[int, int]:
+        """The open interval of offset differences (later - earlier) the pair may not take: past
+        the forward window, short of the backward one and not clear of the earlier buffer."""
+        earlier = self.buffers[pair.earlier].size
+        rise = self.rise(pair)
+        return self.window(pair), earlier if rise is None else min(rise, earlier)
+
+
+def pair_span(d: int, earlier: int, later: int) -> int:
+    """Bytes two buffers span when the later one starts ``d`` bytes above the earlier one."""
+    return max(earlier, d + later) - min(0, d)
+
+
+def pair_footprint(shift: int, earlier: int, later: int, rise: int | None = None) -> int:
+    """The fewest bytes two buffers of a pair span together: the later one at the forward window
+    (or at the earlier one's start, for a positive shift), or at the backward one."""
+    best = pair_span(min(shift, 0), earlier, later)
+    return best if rise is None else min(best, pair_span(max(rise, 0), earlier, later))
+
+
+def shared_ops(buffers, pair: Overlap) -> tuple[int, int]:
+    """The ops both buffers of a pair are live: from the later one's first to the earlier one's last."""
+    return buffers[pair.later].first, buffers[pair.earlier].last
 
 
 @dataclass(frozen=True, slots=True)

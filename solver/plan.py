@@ -54,6 +54,9 @@ class LayerPlan:
     tiling: Any = None  # (TileGeometry, LayerTiling) when it runs tile by tile in L1
     in_stage: bool = False  # runs region by region, patch by patch (the patch stage)
     reuse: Any = None  # network_parser.inplace.Reuse: it writes over an input that dies
+    # layer_analyzer.overlap.OutputOverInput: its output (a patch stage's, on the stage's last op) may
+    # start inside an input that dies here, walking in an order that reads every byte before it is overwritten
+    overlap: Any = None
     l3_weights: bool = False  # its weights stream from L3
     keep_portable: bool = False  # runs the portable kernels whatever the target has (their weights take less flash)
     bank: str = "arena"  # the memory its output lives in (one L2 arena today)
@@ -112,6 +115,10 @@ class Plan:
     @property
     def reuses(self) -> tuple:
         return tuple(layer.reuse for layer in self.layers if layer.reuse is not None)
+
+    @property
+    def overlaps(self) -> tuple:
+        return tuple(layer.overlap for layer in self.layers if layer.overlap is not None)
 
     @property
     def stage(self) -> frozenset:

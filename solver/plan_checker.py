@@ -10,11 +10,23 @@ named exactly as a reader walking the arena upwards at that op would find it fir
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 from itertools import groupby
+
+import numpy as np
 
 
 class PlanError(AssertionError):
     """A plan violates a constraint: a bug in a planner, never a user error."""
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """An overlap pair by position (the checker's own record)."""
+    earlier: int
+    later: int
+    shift: int
+    rise: int | None = None
 
 
 _EMPTY, _MIXED = object(), object()  # summaries besides "one group": no piece / pieces of several groups
@@ -117,9 +129,55 @@ def _first_collision(pieces) -> int | None:
     return None
 
 
-def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None) -> int:
-    """Raise PlanError unless no two simultaneously live buffers share a byte, every offset is
-    aligned and (when given) inside ``arena_bytes``; return the bytes the plan spans."""
+def _pair_groups(n: int, pairs, lives, name) -> list[int]:
+    """The group of each of ``n`` buffers (or tensors): its own, or one shared by every buffer
+    linked to it by a declared pair (a chain of layers writing over what they consumed). Each
+    pair must be one whose buffers live together only over a span where the earlier one dies and
+    the later one is born, and within a group only declared pairs may live together."""
+    root = list(range(n))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+    declared = set()
+    for p in pairs:
+        e, lt = p.earlier, p.later
+        if not (0 <= e < n and 0 <= lt < n) or e == lt:
+            raise PlanError(f"overlap pair ({e}, {lt}) names no two buffers of the plan")
+        (ef, el), (lf, ll) = lives(e), lives(lt)
+        if not (ef <= lf <= el <= ll):
+            raise PlanError(f"{name(lt)} may overlap {name(e)} only if it is born while {name(e)} lives and "
+                            f"outlives it: ops {lf}..{ll} against {ef}..{el}")
+        declared.add((e, lt))
+        root[find(lt)] = find(e)
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        members.setdefault(find(i), []).append(i)
+    for group in members.values():
+        for x in group:
+            for y in group:
+                if x < y and (x, y) not in declared and (y, x) not in declared:
+                    (xf, xl), (yf, yl) = lives(x), lives(y)
+                    if xf <= yl and yf <= xl:
+                        raise PlanError(f"{name(x)} and {name(y)} live together but are no declared pair")
+    return [find(i) for i in range(n)]
+
+
+def _taken(pairs, offset) -> list:
+    """The pairs whose later buffer starts within a window (at most ``shift`` bytes above the
+    earlier one, or at least ``rise``): those may share bytes; any other pair must keep clear as
+    any two buffers."""
+    def inside(d, p):
+        return d <= p.shift or (p.rise is not None and d >= p.rise)
+    return [p for p in pairs if inside(offset(p.later) - offset(p.earlier), p)]
+
+
+def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None, pairs=()) -> int:
+    """Raise PlanError unless no two simultaneously live buffers share a byte (but the buffers of
+    a declared overlap pair, within their window), every offset is aligned and (when given)
+    inside ``arena_bytes``; return the bytes the plan spans."""
     if len(offsets) != len(buffers):
         raise PlanError(f"{len(offsets)} offsets for {len(buffers)} buffers")
     end = 0
@@ -129,32 +187,50 @@ def check_plan(buffers, offsets, alignment: int, arena_bytes: int | None = None)
         end = max(end, o + b.size)
     if arena_bytes is not None and end > arena_bytes:
         raise PlanError(f"plan reaches byte {end}, beyond the arena of {arena_bytes}")
-    pieces = [(first, last, o, o + size, b.name) for b, o in zip(buffers, offsets)
+    group = list(range(len(buffers)))
+    if pairs:
+        group = _pair_groups(len(buffers), _taken(pairs, lambda i: offsets[i]),
+                             lambda i: (buffers[i].first, buffers[i].last), lambda i: f"buffer {buffers[i].name}")
+    pieces = [(first, last, o, o + size, b.name, group[k]) for k, (b, o) in enumerate(zip(buffers, offsets))
               for first, last, size in (b.steps or ((b.first, b.last, b.size),)) if size > 0]
-    # every piece is its own group: no two pieces may share a byte while both are live
-    op = _first_collision([(first, last, s, e, k) for k, (first, last, s, e, _) in enumerate(pieces)])
+    # pieces of one buffer never live together; those of a pair's buffers may share bytes
+    op = _first_collision([(first, last, s, e, g) for first, last, s, e, _, g in pieces])
     if op is None:
         return end
-    # at that op, sorted by offset, some piece starts below the end of the one before it
-    live = sorted((start, stop, name) for first, last, start, stop, name in pieces if first <= op <= last)
-    for (s0, e0, n0), (s1, e1, n1) in zip(live, live[1:]):
-        if s1 < e0:
-            raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "
-                            f"are live at op {op}")
+    # at that op, sorted by offset, some piece starts below the end of one of another group
+    live = sorted((start, stop, name, g) for first, last, start, stop, name, g in pieces if first <= op <= last)
+    for i, (s1, e1, n1, g1) in enumerate(live):
+        for s0, e0, n0, g0 in live[:i]:
+            if g0 != g1 and s1 < e0:
+                raise PlanError(f"buffers {n0} [{s0}, {e0}) and {n1} [{s1}, {e1}) overlap while both "
+                                f"are live at op {op}")
     raise AssertionError(f"the sweep found a collision at op {op} that the ordered walk does not")
 
 
-def check_tensor_plan(tensors, arena_bytes: int, alignment: int) -> None:
+def check_tensor_plan(tensors, arena_bytes: int, alignment: int, pairs=()) -> None:
     """The same proof at the level of the tensors the engine uses, before any code is emitted.
 
     ``tensors``: (name, group, first, last, offset, size) per tensor; tensors of one group
     share bytes on purpose (in-place ops, zero-copy reshapes), so only pairs from different
-    groups are checked against each other.
+    groups are checked against each other. ``pairs``: overlap pairs between groups (``earlier``,
+    ``later``: group keys; ``shift``), whose tensors may share bytes within their window.
     """
     for name, _, _, _, offset, size in tensors:
         if offset < 0 or offset % alignment or offset + size > arena_bytes:
             raise PlanError(f"tensor {name}: bytes [{offset}, {offset + size}) misaligned or outside "
                             f"the {arena_bytes}-byte arena")
+    if pairs:
+        keys = sorted({t[1] for t in tensors})
+        at = {g: i for i, g in enumerate(keys)}
+        span = {g: (min(t[2] for t in tensors if t[1] == g), max(t[3] for t in tensors if t[1] == g)) for g in keys}
+        start = {g: min(t[4] for t in tensors if t[1] == g) for g in keys}
+        label = {g: next(t[0] for t in tensors if t[1] == g) for g in keys}
+        for p in pairs:
+            if p.earlier not in at or p.later not in at:
+                raise PlanError(f"overlap pair ({p.earlier}, {p.later}) names no tensors of the plan")
+        indexed = _taken([_Pair(at[p.earlier], at[p.later], p.shift, p.rise) for p in pairs], lambda i: start[keys[i]])
+        merged = _pair_groups(len(keys), indexed, lambda i: span[keys[i]], lambda i: f"tensor {label[keys[i]]}")
+        tensors = [(t[0], keys[merged[at[t[1]]]], *t[2:]) for t in tensors]
     op = _first_collision([(t[2], t[3], t[4], t[4] + t[5], t[1]) for t in tensors if t[5] > 0])
     if op is None:
         return
@@ -176,3 +252,33 @@ def check_tensor_plan(tensors, arena_bytes: int, alignment: int) -> None:
             elif end > top[1][0]:
                 top[1] = (end, group)
     raise AssertionError(f"the sweep found a collision at op {op} that the ordered walk does not")
+
+
+def check_schedule(reads, writes, ahead: int, in_offset: int, out_offset: int, what: str) -> None:
+    """Replay one layer's recorded order at its planned addresses, byte by byte: no write may
+    reach a byte a read still needs, a read of its own step or a later one (``ahead`` 0), or of
+    a step ``ahead`` or more after it (the DMA schedules, whose stores trail their loads).
+    ``reads``/``writes``: rows of (step, first byte, end) relative to the input's / output's
+    first byte, every byte the step touches inside. Independent of how the window was derived:
+    it sees only the recorded steps and the two offsets."""
+    r = np.asarray(reads, np.int64).reshape(-1, 3)
+    w = np.asarray(writes, np.int64).reshape(-1, 3)
+    r = r[r[:, 2] > r[:, 1]]
+    w = w[w[:, 2] > w[:, 1]]
+    if r.size == 0 or w.size == 0:
+        return
+    r = r[np.argsort(r[:, 0], kind="stable")]
+    r_lo, r_hi = r[:, 1] + in_offset, r[:, 2] + in_offset
+    w_lo, w_hi = w[:, 1] + out_offset, w[:, 2] + out_offset
+    # from read i on: the lowest first byte and the highest end (a sentinel past the last read)
+    lowest = np.append(np.minimum.accumulate(r_lo[::-1])[::-1], np.iinfo(np.int64).max)
+    highest = np.append(np.maximum.accumulate(r_hi[::-1])[::-1], np.iinfo(np.int64).min)
+    first_later = np.searchsorted(r[:, 0], w[:, 0] + ahead, side="left")
+    clear = (w_hi <= lowest[first_later]) | (w_lo >= highest[first_later])
+    for n in np.flatnonzero(~clear):  # writes between later reads: each against every one of them
+        i = first_later[n]
+        hit = np.flatnonzero((r_lo[i:] < w_hi[n]) & (r_hi[i:] > w_lo[n]))
+        if hit.size:
+            j = i + hit[0]
+            raise PlanError(f"{what}: step {w[n, 0]} writes bytes [{w_lo[n]}, {w_hi[n]}) that step {r[j, 0]} still "
+                            f"reads ([{r_lo[j]}, {r_hi[j]}))")

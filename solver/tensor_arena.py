@@ -9,15 +9,25 @@ from __future__ import annotations
 from network_parser.lifetimes import Lifetime, owner_groups, owner_heights
 
 from . import progress
-from .arena import ArenaPlan, ArenaProblem, Buffer, SolverConfig, plan_arena
+from .arena import ArenaPlan, ArenaProblem, Buffer, Overlap, SolverConfig, plan_arena
 from .cpsat import watchdog_s
 from .plan_checker import check_tensor_plan
 
 
-def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tuple[ArenaProblem, list[int]]:
+def owner_pairs(lives: list[Lifetime], overlaps) -> list:
+    """The overlaps (``input``, ``output``, ``window``, ``rise``: layer_analyzer.overlap.OutputOverInput)
+    between owners of bytes: (earlier owner, later owner, window, rise), for those whose tensors
+    are both planned here."""
+    owner = {lt.tensor: lt.owner for lt in lives}
+    return [(owner[o.input], owner[o.output], o.window, o.rise) for o in overlaps
+            if o.input in owner and o.output in owner and owner[o.input] != owner[o.output]]
+
+
+def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0, overlaps=()) -> tuple[ArenaProblem, list[int]]:
     """One buffer per owner of bytes. Tensors sharing an owner's bytes make its height vary
     over time: at each op, the largest of them alive. ``guard`` bytes of canary on each side
-    make a buffer a rectangle of its largest height plus both canaries."""
+    make a buffer a rectangle of its largest height plus both canaries. ``overlaps``: outputs
+    that may start inside the input they consumed (overlap pairs between their owners)."""
     members = owner_groups(lives)
     buffers, owners = [], []
     for lt in lives:
@@ -36,7 +46,9 @@ def arena_problem(lives: list[Lifetime], alignment: int, guard: int = 0) -> tupl
         buffers.append(Buffer(lt.name, max(s[2] for s in steps), first, last,
                               tuple(map(tuple, steps)) if len(steps) > 1 else ()))
         owners.append(lt.tensor)
-    return ArenaProblem(tuple(buffers), alignment), owners
+    at = {t: i for i, t in enumerate(owners)}
+    pairs = tuple(Overlap(at[a], at[b], window, rise) for a, b, window, rise in owner_pairs(lives, overlaps))
+    return ArenaProblem(tuple(buffers), alignment, pairs=pairs), owners
 
 
 def tensor_offsets(lives: list[Lifetime], owners: list[int], plan: ArenaPlan, guard: int = 0) -> dict[int, int]:
@@ -56,12 +68,14 @@ def tensor_rows(lives: list[Lifetime], offsets: dict[int, int]) -> list[tuple]:
 
 
 def plan_level(lives: list[Lifetime], planner: str, time_limit_s: float, alignment: int,
-               guard: int = 0) -> tuple[ArenaPlan, dict[int, int]]:
-    """Offsets for one memory level's tensors, checked tensor by tensor (solver.plan_checker)."""
-    problem, owners = arena_problem(lives, alignment, guard)
+               guard: int = 0, overlaps=()) -> tuple[ArenaPlan, dict[int, int]]:
+    """Offsets for one memory level's tensors, checked tensor by tensor (solver.plan_checker).
+    ``overlaps``: outputs that may start inside the input they consumed."""
+    problem, owners = arena_problem(lives, alignment, guard, overlaps)
     with progress.step(f"arena ({planner}, {len(problem.buffers)} buffers)",
                        limit_s=watchdog_s(time_limit_s) if planner == "cpsat" else None):
         plan = plan_arena(problem, planner, SolverConfig(time_limit_s=time_limit_s))
     offsets = tensor_offsets(lives, owners, plan, guard)
-    check_tensor_plan(tensor_rows(lives, offsets), plan.peak, alignment)
+    pairs = [Overlap(a, b, window, rise) for a, b, window, rise in owner_pairs(lives, overlaps)]
+    check_tensor_plan(tensor_rows(lives, offsets), plan.peak, alignment, pairs)
     return plan, offsets
