@@ -63,7 +63,7 @@ def parse_share(text: str) -> float:
 
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
-             tile_objective="auto", l3=None, patch="auto", max_overhead="20%", kernels="auto",
+             tile_objective="auto", l3=None, patch="auto", max_overhead=None, kernels="auto",
              input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
              io=None, overlap="on", input_memory="arena") -> Options:
     check_time_limit(time_limit)
@@ -71,7 +71,8 @@ def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_pla
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    overlap=overlap == "on" and not no_in_place, input_memory=input_memory,
                    tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
-                   max_overhead=parse_share(max_overhead), kernels=kernels, input_layout=input_layout,
+                   max_overhead=None if max_overhead is None else parse_share(max_overhead), kernels=kernels,
+                   input_layout=input_layout,
                    output_layout=output_layout, input_type=input_type, cut=_cut(inputs, outputs, io))
 
 
@@ -107,10 +108,12 @@ def budget_options(f):
         click.option("--l3", default=None, help="external memory reached by DMA only (e.g. 8M): weights and "
                      "activations that do not fit flash or SRAM stream from there"),
         click.option("--patch", default="auto", show_default=True,
-                     help="run the first stage patch by patch: auto (only when --sram, or the part's own SRAM, "
-                     "needs it), off, or RxC@LAYER (e.g. 4x4@12)"),
-        click.option("--max-overhead", default="20%", show_default=True,
-                     help="MACs the automatic patch split may recompute, as a share of the network's"),
+                     help="run stages of the network patch by patch: auto (the stages that fit --sram, or the "
+                     "part's own SRAM, at the least recomputed MACs; none when it fits whole), off, or RxC@LAYER "
+                     "(the first stage, e.g. 4x4@12)"),
+        click.option("--max-overhead", default=None,
+                     help="MACs the patch stages may recompute, as a share of the network's (default 20%%); "
+                     "given without --sram: the stages needing the least SRAM within it"),
         click.option("--planner", type=click.Choice(PLANNERS), default="cpsat", show_default=True,
                      help="arena planner"),
         click.option("--time-limit", type=float, default=5.0, show_default=True,
@@ -570,7 +573,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         return
     from .compare import compare_planners, comparison_table, live_bytes
     from .report_html import planners_report
-    from .pipeline import arena_problem, plan_deployment
+    from .pipeline import deployment_problem, plan_deployment
     from solver.arena import SolverConfig, lower_bound
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -579,18 +582,17 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         # the plan deploy makes with these flags (its split, tiles, in-place, L3), budgets and all;
         # only its L2 arena is planned again, by every planner
         dep = plan_deployment(model, options)
-        problem, _ = arena_problem(list(dep.lives), dep.backend.alignment)
+        problem = deployment_problem(dep)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
     say(comparison_table(plans, lower_bound(problem)))
     before, patch_line = None, None
-    if dep.patch is not None:
+    if dep.patches:
+        from .suggest import stages_text
         whole = plan_deployment(model, replace(options, patch="off"))
-        c, st = dep.patch.choice, dep.patch.stage
-        patch_line = (f"Patch split: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
-                      f"arena without it {whole.memory.arena_bytes:,} B, with it {dep.memory.arena_bytes:,} B; "
-                      f"MAC overhead {c.macs_extra:,} ({100 * c.overhead:.1f}%).")
+        patch_line = (f"Patch stages ({dep.fusion.method}): {stages_text(dep)}; arena without them "
+                      f"{whole.memory.arena_bytes:,} B, with them {dep.memory.arena_bytes:,} B.")
         say(patch_line)
-        before = live_bytes(arena_problem(list(whole.lives), whole.backend.alignment)[0])
+        before = live_bytes(deployment_problem(whole))
     sram = dep.options.sram  # the flag, or the part's own
     if sram is not None:
         rest = dep.memory.sram_bytes - dep.memory.arena_bytes  # what SRAM holds beside the arena

@@ -6,7 +6,10 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from solver.arena import ArenaProblem, SolverConfig, plan_arena
+from solver.arena_bound import live_per_op
 
 from solver import progress
 
@@ -37,14 +40,10 @@ def compare_planners(problem: ArenaProblem, methods=METHODS, config: SolverConfi
 
 
 def live_bytes(problem: ArenaProblem) -> list[int]:
-    """Bytes of live buffers (unaligned sizes) at each op index 0..last op."""
+    """Bytes of live buffers (unaligned sizes) at each op index 0..last op; an output over the
+    input it consumes counts, while both live, as the least the two span."""
     n_ops = max((b.last + 1 for b in problem.buffers), default=0)
-    curve = [0] * n_ops
-    for b in problem.buffers:
-        for first, last, size in b.segments():
-            for k in range(first, last + 1):
-                curve[k] += size
-    return curve
+    return live_per_op(replace(problem, alignment=1), problem.pairs)[:n_ops]
 
 
 # ---- the summary table (shared by the text and the HTML forms) -------------------------

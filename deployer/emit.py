@@ -16,7 +16,7 @@ from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_W
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.tiling import LayerTiling
 
-from solver.patch_split import region_windows
+from solver.patch_split import region_windows, stage_of
 from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
                      c_int64)
 from .render import environment as template_environment
@@ -70,8 +70,9 @@ class _Symbols:
     """C names for arena tensors, state tensors and .rodata arrays, shared by every layer of one
     engine."""
 
-    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset()):
+    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset(), external=()):
         self.graph, self.macro, self.in_l3 = graph, macro, in_l3
+        self.external = {t: i for i, t in enumerate(external)}  # inputs in the application's buffers
         self.constants: list[dict] = []
         self._tensor_names: dict[int, str] = {}
         self.state = {t: f"S{t}_{_short(graph.tensors[t].name)}" for t in graph.state()}
@@ -99,6 +100,8 @@ class _Symbols:
                 self._tensor_names[t] = self.array(label, CTYPES[tt.dtype], tt.data, aligned=True)
             return self._tensor_names[t]
         qual = "" if writable else "const "
+        if t in self.external:  # read-only: nothing writes over the application's buffer
+            return f"((const {CTYPES[tt.dtype]} *)input_data[{self.external[t]}])"
         if t in self.state:
             return f"({qual}{CTYPES[tt.dtype]} *)(state_buffer + {self.state[t]})"
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
@@ -428,7 +431,7 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
 
     kind = {K.Conv: "spatial", K.Pool: "spatial", K.Add: "binary", K.Mul: "binary", K.IntAdd: "binary", K.MinMax: "binary", K.Transpose: "transpose",
             K.Quantize: "quantize"}[type(kern)]
-    ctx = dict(kind=kind, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
+    ctx = dict(kind=kind, end=st.end, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
                out_type=CTYPES[out_t.dtype], out_w=out_t.shape[2], full_out=None,
                out_ptr=f"(arena + {macro[view.output]})")
     if view.output == st.output:
@@ -445,20 +448,23 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
     return ctx
 
 
-def _stage_context(patch, layers: list[dict], reverse: bool = False) -> dict:
+def _stage_context(patch, layers: list[dict], network_macs: int, reverse: bool = False) -> dict:
+    """One patch stage: its tables (every tensor's rows and columns per patch row and column), the
+    ops it runs per patch, and which way it walks its patches."""
     st = patch.stage
     tensors = [dict(name=f"P{t}", rows=[iv[t] for iv in patch.rows.intervals],
                     cols=[iv[t] for iv in patch.cols.intervals]) for t in st.patch_tensors]
-    return dict(start=st.start, end=st.end, rows=patch.rows.parts, cols=patch.cols.parts, tensors=tensors,
-                funcs=[layers[k]["func"] for k in patch.layers], macs_extra=patch.choice.macs_extra,
-                overhead=f"{100 * patch.choice.overhead:.1f}%", reverse=reverse)
+    extra = patch.option.macs_extra
+    return dict(name=f"patch_stage_{st.start}", start=st.start, end=st.end, rows=patch.rows.parts,
+                cols=patch.cols.parts, tensors=tensors, funcs=[layers[k]["func"] for k in patch.layers],
+                macs_extra=extra, overhead=f"{100 * extra / max(network_macs, 1):.1f}%", reverse=reverse)
 
 
 def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     """The engine's files for ``plan``: the C engine and its headers, the task glue, CMake and
     (on a target with a QEMU board) the qemu/ folder. ``guard``: bytes of canary planned on each
     side of every arena buffer (--debug-guards)."""
-    graph, backend, lives, offsets, l3, patch = plan.graph, plan.backend, plan.lives, plan.offsets, plan.l3, plan.patch
+    graph, backend, lives, offsets, l3, patches = plan.graph, plan.backend, plan.lives, plan.offsets, plan.l3, plan.patches
     tilings = plan.tilings
     kernels = plan.kernels
     ident = c_identifier(graph.name)
@@ -482,7 +488,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     # depthwise layers computing over their input through a scratch plane (tiles store from L1 instead)
     in_place = {r.layer: r for r in plan.reuses if r.rule == "depthwise-in-place" and r.layer not in tilings}
     life = {lt.tensor: lt for lt in lives}
-    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset())
+    external = tuple(graph.inputs) if plan.options.input_memory == "external" else ()
+    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset(), external)
 
     tensors = []
     for lt in sorted(lives, key=lambda lt: (offsets[lt.tensor], lt.tensor)):
@@ -539,17 +546,19 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
             if L["tiling"]["l1_used"] > plan.options.l1:
                 raise AssertionError(f"op {k}: L1 layout {L['tiling']['l1_used']} B exceeds {plan.options.l1} B")
         L["patch"] = None
-        if patch is not None and lp.in_stage:
+        patch = stage_of(patches, k) if lp.in_stage else None
+        if patch is not None:
             L["patch"] = _patch_context(L, kern, k, patch, graph, sym, macro, variant, env)
             if L["patch"]["dsp"]:
                 _keep_functions(functions, (f for row in L["patch"]["dsp"]["table"] for f in row), True)
             L["patch_first"] = k == patch.stage.start
+            L["patch_last"] = k == patch.stage.end
             if layer.outputs[0] != patch.stage.output:
                 L["y"] = None  # a patch buffer: nothing whole to trace
         layers.append(L)
 
     def io(ts):
-        return [dict(macro=macro[t], bytes=graph.tensors[t].nbytes,
+        return [dict(macro=macro.get(t), bytes=graph.tensors[t].nbytes,
                      comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} "
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
@@ -563,13 +572,14 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         paired = {frozenset((owner[o.input], owner[o.output])) for o in plan.overlaps
                   if o.input in owner and o.output in owner}
         guards = dict(bytes=guard, canaries=guard_canaries(
-            guard_regions(lives, offsets, guard, macro, patch), guard,
+            guard_regions(lives, offsets, guard, macro, patches), guard,
             lambda a, b: frozenset((a["owner"], b["owner"])) not in paired))
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,
                debug_guards=bool(guard),
                arena_bytes=max(plan.arena.peak, 16), planner=plan.arena.method, tensors=tensors,
                state=state, state_bytes=state_bytes,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
+               external_inputs=bool(external),
                macs=plan.macs, l1_bytes=plan.options.l1 if tilings else None,
                l1_attribute=Code(backend.l1_attribute),
                engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
@@ -577,8 +587,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                kernel_functions=list(functions.values()),
                sixteen_bit=any(K.activation_dtype(lp.kernel) == "int16" for lp in plan.layers),
                stack=network_stack_need(layers), core_flags=core_flags(backend),
-               patch=_stage_context(patch, layers, plan.layers[patch.stage.end].overlap is not None
-                                    and plan.layers[patch.stage.end].overlap.reverse) if patch is not None else None,
+               stages={p.stage.end: _stage_context(p, layers, plan.macs, plan.layers[p.stage.end].overlap is not None
+                                                   and plan.layers[p.stage.end].overlap.reverse) for p in patches},
                l3=None if l3 is None else dict(symbols=l3_symbols, image_bytes=l3.image_bytes, bytes=l3.bytes,
                                                image=c_array(np.frombuffer(l3.image(graph, kernels), np.uint8))
                                                if l3.image_bytes else None))
@@ -621,7 +631,7 @@ def guard_canaries(regions: list[dict], guard: int, apart=lambda a, b: True) -> 
     return out
 
 
-def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, macro: dict, patch=None) -> list[dict]:
+def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, macro: dict, patches=()) -> list[dict]:
     """The two canaries of every arena buffer: ``lo`` just below its bytes, ``hi`` just above
     its largest tensor, written before its first op (``first``) and checked after each op while
     it lives. A buffer whose life begins inside a patch stage is left out: the stage runs its
@@ -629,7 +639,7 @@ def guard_regions(lives: list[Lifetime], offsets: dict[int, int], guard: int, ma
     regions = []
     for owner, members in owner_groups(lives).items():
         first, last = min(m.first_op for m in members), max(m.last_op for m in members)
-        if patch is not None and patch.stage.start < first <= patch.stage.end:
+        if any(p.stage.start < first <= p.stage.end for p in patches):
             continue
         off, size = offsets[owner], max(m.size for m in members)
         regions.append(dict(name=macro[owner], owner=owner, lo=off - guard, hi=off + size, first=max(first, 0),

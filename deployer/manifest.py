@@ -13,7 +13,7 @@ from .relaxations import BY_NAME
 
 # 2: each layer's kernel variant and in-place rule; the relaxations taken. 3: one schema for every
 # kind of model ("kind"; a language model's own part under "language_model")
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
@@ -49,14 +49,17 @@ def _l3(l3, graph: Graph) -> dict | None:
                                                      "peak": l3.plan.peak}}
 
 
-def patch_entry(patch) -> dict | None:
-    if patch is None:
+def fusion_entry(plan) -> dict | None:
+    """The stages run patch by patch and how they were chosen (None: no split was asked for)."""
+    c = plan.fusion
+    if c is None:
         return None
-    c = patch.choice
-    return {"stage": [patch.stage.start, patch.stage.end], "grid": list(c.grid), "macs_recomputed": c.macs_extra,
-            "overhead": round(c.overhead, 6), "estimated_peak": c.peak, "unsplit_estimated_peak": c.unsplit_peak,
-            "solver": c.method, "status": c.status,
-            "buffers": {str(t): b for t, b in sorted(patch.buffers.items())}}
+    return {"method": c.method,
+            "stages": [{"ops": [p.stage.start, p.stage.end], "grid": list(p.grid), "macs_recomputed": p.option.macs_extra,
+                        "estimated_peak": p.option.peak, "buffers": {str(t): b for t, b in sorted(p.buffers.items())}}
+                       for p in plan.patches],
+            "macs_recomputed": c.macs_extra, "overhead": round(c.overhead, 6), "estimated_peak": c.peak,
+            "unsplit_estimated_peak": c.unsplit_peak}
 
 
 def _source(graph: Graph) -> dict:
@@ -81,7 +84,7 @@ def _source(graph: Graph) -> dict:
 def solver_statistics(plan) -> dict:
     """Every optimisation's statistics (wall times stay out: the files are byte-identical run
     to run; ``deploy --json`` prints them)."""
-    arena, options, patch = plan.arena, plan.options, plan.patch
+    arena, options, fusion = plan.arena, plan.options, plan.fusion
     tiled = [t for _, t in (plan.tilings or {}).values()]
     return {
         "arena": {"method": arena.method, "status": arena.status, "objective": arena.peak, "bound": arena.lower_bound,
@@ -90,8 +93,8 @@ def solver_statistics(plan) -> dict:
             "layers": len(tiled), "method": options.tiler, "objective": plan.tile_objective,
             "by_status": {s: sum(1 for t in tiled if t.status == s) for s in sorted({t.status for t in tiled})},
             "modeled_cycles": sum(t.modeled_cycles for t in tiled), "time_limit_s": min(options.time_limit_s, 2.0)},
-        "patch": None if patch is None else {"method": patch.choice.method, "status": patch.choice.status,
-                                             "objective": patch.choice.peak, "grid": list(patch.choice.grid)},
+        "fusion": None if fusion is None else {"method": fusion.method, "objective": fusion.peak,
+                                               "stages": len(fusion.stages)},
     }
 
 
@@ -144,10 +147,10 @@ def build_manifest(plan) -> dict:
     if plan.kind == "language model":
         manifest["language_model"] = language_model_section(plan, tokenizer="tokenizer/vocab.json" in plan.files)
         return manifest
-    graph, l3, patch = plan.graph, plan.l3, plan.patch
+    graph, l3 = plan.graph, plan.l3
 
     def io(ts):
-        return [dict(_tensor_info(graph.tensors[t]), offset=offsets[t], bytes=graph.tensors[t].nbytes)
+        return [dict(_tensor_info(graph.tensors[t]), offset=offsets.get(t), bytes=graph.tensors[t].nbytes)
                 for t in ts]
 
     manifest.update({
@@ -155,7 +158,7 @@ def build_manifest(plan) -> dict:
         "relaxations": [dict(name=r.name, memory=r.memory, cost=r.cost) for r in map(BY_NAME.get, plan.relaxed)],
         "macs": plan.macs,
         "l3": _l3(l3, graph),
-        "patch": patch_entry(patch),
+        "fusion": fusion_entry(plan),
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
         "state": [dict(_tensor_info(graph.tensors[t]), offset=off, bytes=graph.tensors[t].nbytes)

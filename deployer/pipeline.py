@@ -29,7 +29,8 @@ from solver.plan_checker import PlanError, check_schedule
 from solver import progress
 from solver.tensor_arena import arena_problem, plan_level
 from solver.l3_placement import layout_l3, place, staging_lifetimes
-from solver.patch_split import forced_plan, make_plan, parse_patch, patch_lifetimes, plan_split, region_windows
+from solver.arena_bound import live_per_op
+from solver.patch_split import forced_plan, parse_patch, patch_lifetimes, plan_stages, region_windows, stage_of
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
 from . import emit, language_model, llm_emit, relaxations
@@ -39,6 +40,7 @@ from .render import display
 from .manifest import build_manifest, manifest_text
 from .report_html import deployment_report, language_model_report
 
+DEFAULT_MAX_OVERHEAD = 0.2
 CODE_BYTES_BASE = 1024  # the engine's fixed runtime (inference_run, the API); a layer's own code: its variant's
 CODE_BYTES_CALL = 32  # a layer calling a function it shares with others (its arguments, the call)
 
@@ -56,8 +58,10 @@ class Options:
     # heuristics) | "cycles" (the backend's cost model)
     tile_objective: str = "auto"
     l3: int | None = None  # external memory reached by DMA only: what does not fit streams from there
-    patch: str = "auto"  # "auto" | "off" | "RxC@LAYER": run the first stage patch by patch
-    max_overhead: float = 0.2  # MACs a patch split may recompute, as a share of the network's
+    patch: str = "auto"  # "auto" | "off" | "RxC@LAYER": run stages patch by patch (forced: the first)
+    # MACs the patch stages may recompute, as a share of the network's (None: DEFAULT_MAX_OVERHEAD; given
+    # without --sram, the stages that need the least SRAM within it)
+    max_overhead: float | None = None
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     overlap: bool = True  # outputs over the inputs they consumed (layer_analyzer.overlap); off with in_place off
     input_memory: str = "arena"  # "arena" | "external": the network's input in the application's own buffer
@@ -254,7 +258,7 @@ def deployment_problem(plan: Plan) -> ArenaProblem:
     return arena_problem(list(plan.lives), plan.backend.alignment, guard_bytes(plan.options), plan.overlaps)[0]
 
 
-def code_estimate(layers, patch=None) -> int:
+def code_estimate(layers, patches=()) -> int:
     """The engine's code: its runtime and each layer's function; a layer whose variant runs its
     tiles (or its patch-stage regions) has its tile loop and one kernel per distinct window (shared
     by layers whose windows and literals are the same, as the engine shares them)."""
@@ -274,10 +278,12 @@ def code_estimate(layers, patch=None) -> int:
             shape = (k.out_h, k.out_w, k.out_c, k.in_h, k.in_w, k.pad_t, k.pad_l, lp.reuse is not None)
             windows.add((literals, v.code_bytes, shape))
             total += CODE_BYTES_CALL
-        elif lp.in_stage and v.dsp and patch is not None and isinstance(k, K.Conv):  # as emit runs regions
-            # a region kernel computes all the layer's channels: their count is one of its literals
+        elif lp.in_stage and v.dsp and stage_of(patches, lp.index) is not None and isinstance(k, K.Conv):
+            # as emit runs regions: a region kernel computes all the layer's channels (their count is
+            # one of its literals)
             windows |= {((*literals, k.out_c), v.code_bytes, (rows, cols, width))
-                        for row in region_windows(k, patch, lp.index) for rows, cols, _, width in row}
+                        for row in region_windows(k, stage_of(patches, lp.index), lp.index)
+                        for rows, cols, _, width in row}
             total += CODE_BYTES_PORTABLE  # its region loop
         else:
             total += v.code_bytes
@@ -298,7 +304,7 @@ def measure(plan: Plan) -> Plan:
     sections = emit.constant_sections(graph, plan.layers)
     sections["weights"] -= sum(graph.tensors[plan.layers[k].kernel.weights].nbytes for k in (l3.weights if l3 else ()))
     weights = sum(sections.values())
-    code = code_estimate(plan.layers, plan.patch)
+    code = code_estimate(plan.layers, plan.patches)
     scratch = l1_scratch(plan)
     arena = plan.arena.peak if plan.arena is not None else 0
     _, state = emit.state_layout(graph)
@@ -363,17 +369,19 @@ def check_budgets(plan: Plan) -> Plan:
 # ---- the memory plan: patch split -> L1 tiles -> in-place -> lifetimes -> L3 -> arena ------------
 
 def plan_memory(plan: Plan) -> Plan:
-    """patch split -> L1 tiles -> in-place rules -> lifetimes -> L3 placement -> arena, the SRAM
-    relaxations in the search's order (deployer.relaxations). An automatic split aims at --sram
-    from live bytes; when the planned arena is still over, it aims lower by the excess, and at
-    last takes the split with the least peak (whose need is then the smallest --sram reported,
-    and the one a rerun with it reaches), unless that needs more than the first plan."""
+    """patch stages -> L1 tiles -> in-place rules -> overlaps -> lifetimes -> L3 placement ->
+    arena, the SRAM relaxations in the search's order (deployer.relaxations). Automatic stages
+    aim at --sram from the arena's lower bound; when the planned arena is still over, they aim
+    lower by the excess, and at last take the stages with the least peak (whose need is then the
+    smallest --sram reported, and the one a rerun with it reaches), unless that needs more than
+    the first plan."""
     options = plan.options
     tile_cache: dict = {}
+    stage_cache: dict = {}
     over = True  # depthwise tiles may write over their input (whole-row tiles)
 
     def attempt(target):
-        p = split_patches(plan, target)
+        p = split_patches(plan, target, stage_cache)
         p = tile(p, tile_cache, over)
         p = in_place(p, over)
         p = overlap(p)
@@ -417,33 +425,43 @@ def _lanes(plan: Plan) -> dict[int, int]:
     return {lp.index: lp.variant.lanes for lp in plan.layers if lp.variant is not None}
 
 
-def split_patches(plan: Plan, sram_target: int | None) -> Plan:
-    """The first stage split into patches: as forced (--patch RxC@LAYER), or (auto) when the
-    split is needed to fit --sram, aiming at ``sram_target``: recomputing MACs nobody needs to
-    save memory for is not a saving."""
+def max_overhead(options: Options) -> float:
+    return DEFAULT_MAX_OVERHEAD if options.max_overhead is None else options.max_overhead
+
+
+def outside_arena(plan: Plan) -> frozenset:
+    """Tensors the arena does not hold: the network's inputs, with --input-memory external."""
+    return frozenset(plan.graph.inputs) if plan.options.input_memory == "external" else frozenset()
+
+
+def unsplit_profile(plan: Plan) -> tuple[list, list[int]]:
+    """The lifetimes of the network run whole (in-place rules taken) and its profile: the arena's
+    lower bound at every op, each output over the input it consumes at its least span."""
+    whole = overlap(in_place(plan.but(patches=()).with_layers(lambda lp: replace(lp, in_stage=False, tiling=None))))
+    problem = deployment_problem(whole)
+    return list(whole.lives), live_per_op(problem, problem.pairs)[:len(plan.layers)]
+
+
+def split_patches(plan: Plan, sram_target: int | None, cache: dict | None = None) -> Plan:
+    """The stages run patch by patch: as forced (--patch RxC@LAYER, one stage at the head), or
+    (auto) those the exact search picks (solver.fusion) when --sram needs them, at the least
+    recomputed MACs that fit ``sram_target``, or with --max-overhead alone the least SRAM within
+    it: recomputing MACs nobody needs to save memory for is not a saving."""
     options = plan.options
-    patch = None
-    if options.patch != "off" and (options.patch != "auto" or options.sram is not None):
-        lives = lifetimes(plan.graph, plan_in_place(plan.graph, options.in_place, lanes=_lanes(plan)))
-        if options.patch != "auto":
-            patch = forced_plan(plan.graph, plan.kernels, lives, parse_patch(options.patch))
+    choice, patches = None, ()
+    auto = options.patch == "auto"
+    if options.patch != "off" and (not auto or options.sram is not None or options.max_overhead is not None):
+        lives, profile = unsplit_profile(plan)
+        alignment, outside = plan.backend.alignment, outside_arena(plan)
+        if not auto:
+            choice, patches = forced_plan(plan.graph, plan.kernels, lives, profile, alignment,
+                                          parse_patch(options.patch), outside)
         else:
-            arena_target = sram_target - emit.state_layout(plan.graph)[1]  # SRAM beside the state kept across runs
-            choice = split_choice(plan, arena_target, lives)
-            if choice.end is not None and choice.unsplit_peak > arena_target:
-                patch = make_plan(plan.graph, plan.kernels, choice)
-    stage = set(patch.layers) if patch else set()
-    return plan.but(patch=patch).with_layers(lambda lp: replace(lp, in_stage=lp.index in stage))
-
-
-def split_choice(plan: Plan, sram_target: int | None, lives=None):
-    """The split CP-SAT picks within --max-overhead: the least peak (no ``sram_target``), or the
-    least recompute that fits it."""
-    options = plan.options
-    if lives is None:
-        lives = lifetimes(plan.graph, plan_in_place(plan.graph, options.in_place, lanes=_lanes(plan)))
-    return plan_split(plan.graph, plan.kernels, lives, "cpsat", options.max_overhead, sram_target,
-                      min(options.time_limit_s, 1.0))
+            target = None if sram_target is None else sram_target - emit.state_layout(plan.graph)[1]
+            choice, patches = plan_stages(plan.graph, plan.kernels, lives, profile, alignment, max_overhead(options),
+                                          target, cache, outside)
+    stage = {k for p in patches for k in p.layers}
+    return plan.but(patches=patches, fusion=choice).with_layers(lambda lp: replace(lp, in_stage=lp.index in stage))
 
 
 def tile(plan: Plan, cache: dict | None = None, over_input: bool = True) -> Plan:
@@ -521,12 +539,11 @@ def in_place(plan: Plan, over_input: bool = True) -> Plan:
             if over_input and writes_behind_reads(g, t.tile_h, t.tile_w, t.tile_c, plan.backend.async_dma)}
     keep = {k for k, (g, _) in tilings.items() if g.kind != "eltwise" and k not in over} | plan.stage
     reuses = {r.layer: r for r in plan_in_place(plan.graph, plan.options.in_place, keep=keep, lanes=_lanes(plan),
-                                                planeless=over)}
+                                                planeless=over, readonly=outside_arena(plan))}
     plan = plan.with_layers(lambda lp: replace(lp, reuse=reuses.get(lp.index)))
-    lives = lifetimes(plan.graph, plan.reuses)
-    if plan.patch is not None:
-        lives = patch_lifetimes(lives, plan.patch)
-    return plan.but(lives=tuple(lives))
+    outside = outside_arena(plan)
+    lives = [lt for lt in lifetimes(plan.graph, plan.reuses) if lt.tensor not in outside]
+    return plan.but(lives=tuple(patch_lifetimes(lives, plan.patches)))
 
 
 def _overlap_schedule(plan: Plan, lp: LayerPlan):
@@ -534,7 +551,7 @@ def _overlap_schedule(plan: Plan, lp: LayerPlan):
     None when there is none an output over its input may rely on."""
     graph, k = plan.graph, lp.index
     if lp.overlap is not None and lp.overlap.order == "patches":
-        return stage_schedule(plan, lp.overlap.input)
+        return stage_schedule(plan, stage_of(plan.patches, k), lp.overlap.input)
     if lp.tiling is not None:
         return tile_walk(*lp.tiling, plan.backend.async_dma)
     if lp.variant is None or lp.variant.walk != "pixels" or lp.in_stage:
@@ -549,9 +566,9 @@ def _found(k: int, x: int, y: int, schedule) -> OutputOverInput:
     return OutputOverInput(k, x, y, schedule.order, schedule.window(), schedule.reversed().rise())
 
 
-def stage_schedule(plan: Plan, source: int):
-    """The patch stage, whole input ``source`` against its whole output, patch by patch."""
-    graph, patch = plan.graph, plan.patch
+def stage_schedule(plan: Plan, patch, source: int):
+    """A patch stage, whole input ``source`` against its whole output, patch by patch."""
+    graph = plan.graph
     first = next(v.layer for v in patch.stage.layers if source in v.inputs)
     tensors = graph.tensors
     return patch_walk(patch, source, {t: tensors[t].shape for t in (source, patch.stage.output)},
@@ -572,7 +589,7 @@ def overlap(plan: Plan) -> Plan:
     last: dict[int, int] = {}
     for lt in plan.lives:
         last[lt.owner] = max(last.get(lt.owner, -1), lt.last_op)
-    kept = set(graph.outputs) | set(graph.state())  # read after the run, or kept across runs
+    kept = set(graph.outputs) | set(graph.state()) | outside_arena(plan)  # read after the run, kept, or not ours
 
     def dying(x: int, k: int, others) -> bool:
         return (x in owner and x not in kept and last[owner[x]] == k
@@ -588,12 +605,11 @@ def overlap(plan: Plan) -> Plan:
         schedule = _overlap_schedule(plan, lp)
         if schedule is not None and len(data) == 1 and dying(data[0], lp.index, ()):
             found[lp.index] = _found(lp.index, data[0], y, schedule)
-    if plan.patch is not None:
-        st = plan.patch.stage
-        sources = sorted((x for x in st.inputs if dying(x, st.end, st.inputs)), key=lambda x: -graph.tensors[x].nbytes)
+    for patch in plan.patches:
+        st = patch.stage
+        sources = sorted((x for x in st.inputs if dying(x, st.end, st.inputs)), key=lambda x: (-graph.tensors[x].nbytes, x))
         if sources and owner.get(st.output) == st.output:
-            schedule = stage_schedule(plan, sources[0])
-            found[st.end] = _found(st.end, sources[0], st.output, schedule)
+            found[st.end] = _found(st.end, sources[0], st.output, stage_schedule(plan, patch, sources[0]))
     return plan.with_layers(lambda lp: replace(lp, overlap=found.get(lp.index)))
 
 
@@ -667,7 +683,7 @@ def stream_from_l3(plan: Plan, lives, sram_target: int | None):
     placement = place(graph, plan.kernels, lives, plan.tilings,
                       sram=None if sram_target is None else sram_target - scratch - emit.state_layout(graph)[1],
                       flash=options.flash,
-                      code_bytes=code_estimate(plan.layers, plan.patch),
+                      code_bytes=code_estimate(plan.layers, plan.patches),
                       resident_bytes=sum(emit.constant_sections(graph, plan.layers).values()),
                       weights_in_sram=backend.weights_in_sram, alignment=backend.alignment)
     if not placement:
@@ -709,7 +725,7 @@ def fit_flash(plan: Plan) -> Plan:
     relaxed = plan.with_layers(lambda lp: replace(lp, keep_portable=lp.keep_portable or lp.index in plain))
     relaxed = relaxed.but(notes=(*plan.notes, note))
     if any(plan.layers[k].tiling is not None for k in plain):  # their tiles now move int8 weights too
-        return bind_variants(plan_memory(choose_variants(relaxed.but(patch=None, l3=None, arena=None))))
+        return bind_variants(plan_memory(choose_variants(relaxed.but(patches=(), fusion=None, l3=None, arena=None))))
     return bind_variants(relaxed)
 
 

@@ -52,19 +52,19 @@ def modeled_layer_cycles(plan: Plan) -> list[int | None]:
 
 
 def layer_times(plan: Plan, instructions: list[int]) -> list[LayerTime]:
-    """One row per layer; the patch stage, which runs its layers region by region (the first
+    """One row per layer; a patch stage, which runs its layers region by region (the first
     stage op's mark sees them all), is one row of its own with the MACs it recomputes, and the
     tiling cost model has no figure for it."""
     modeled = modeled_layer_cycles(plan)
-    stage = sorted(plan.stage)
     rows = []
     for lp, n, m in zip(plan.layers, instructions, modeled):
-        if lp.index in plan.stage:
-            if lp.index == stage[0]:
-                c = plan.patch.choice
-                macs = sum(K.macs(plan.layers[k].kernel) for k in stage) + c.macs_extra
+        if lp.in_stage:
+            p = next(p for p in plan.patches if lp.index in p.layers)
+            if lp.index == p.stage.start:
+                stage = list(p.layers)
+                macs = sum(K.macs(plan.layers[k].kernel) for k in stage) + p.option.macs_extra
                 rows.append(LayerTime(lp.index, "patch stage", f"ops {stage[0]}..{stage[-1]}", "stage",
-                                      f"regions of {c.grid[0]}x{c.grid[1]} patches", False, macs,
+                                      f"regions of {p.grid[0]}x{p.grid[1]} patches", False, macs,
                                       sum(instructions[k] for k in stage), None))
             continue
         layer = plan.graph.layers[lp.index]

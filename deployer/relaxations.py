@@ -36,7 +36,7 @@ RELAXATIONS = (
                lambda o: o.overlap and o.in_place, "--overlap on (unless --no-in-place)",
                lambda p: any(_shares(p, o) for o in p.overlaps)),
     Relaxation("patch inference", "SRAM", "recomputed MACs (the patches' halos), within --max-overhead",
-               lambda o: o.patch != "off", "--patch auto", lambda p: p.patch is not None),
+               lambda o: o.patch != "off", "--patch auto", lambda p: bool(p.patches)),
     Relaxation("L3 streaming", "SRAM and flash", "DMA traffic per inference, through the L1 tiles",
                lambda o: o.l3 is not None, "--l3 SIZE (with --l1)", lambda p: p.l3 is not None),
     Relaxation("plain kernels", "flash", "the DSP kernels' speed on the layers kept plain",

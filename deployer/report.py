@@ -5,7 +5,7 @@ from __future__ import annotations
 from layer_analyzer import kernels as K
 
 from .emit import shape_text
-from .manifest import patch_entry, solver_statistics
+from .manifest import fusion_entry, solver_statistics
 from .render import display
 from .qemu import BUILD_TOOLS, INSTALL, missing_tools
 
@@ -56,9 +56,10 @@ def summary_table(dep) -> str:
         f"   (weights {m['weights_bytes']:,} B + code estimate {m['code_bytes_estimate']:,} B)",
         *_elf_lines(dep, elf),
     ]
-    if dep.patch is not None:
-        c, st = dep.patch.choice, dep.patch.stage
-        rows.append(f"patches: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches ({c.method}); "
+    if dep.patches:
+        c = dep.fusion
+        stages = ", ".join(f"ops {p.stage.start}..{p.stage.end} in {p.grid[0]}x{p.grid[1]}" for p in dep.patches)
+        rows.append(f"patches: {len(dep.patches)} stage{'s' if len(dep.patches) > 1 else ''} ({c.method}): {stages}; "
                     f"estimated peak {c.unsplit_peak:,} -> {c.peak:,} B; MAC overhead {c.macs_extra:,} "
                     f"({100 * c.overhead:.1f}%)")
     if dep.l3 is not None:
@@ -164,8 +165,8 @@ def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
     times (which the output folder leaves out, to stay byte-identical run to run)."""
     solvers = solver_statistics(dep)
     solvers["arena"] = dict(solvers["arena"], wall_s=round(dep.arena.wall_s, 4))
-    if solvers.get("patch") is not None:
-        solvers["patch"] = dict(solvers["patch"], wall_s=round(dep.patch.choice.wall_s, 4))
+    if solvers.get("fusion") is not None:
+        solvers["fusion"] = dict(solvers["fusion"], wall_s=round(dep.fusion.wall_s, 4))
     return {
         "model": dep.graph.name, "target": dep.backend.name, "output": str(out_dir),
         "files": {name: len(text if isinstance(text, bytes) else text.encode()) for name, text in sorted(dep.files.items())},
@@ -173,7 +174,7 @@ def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
         "budgets": {"l1_bytes": dep.options.l1, "sram_bytes": dep.options.sram, "flash_bytes": dep.options.flash,
                     "l3_bytes": dep.options.l3},
         "memory": dep.memory.as_dict(), "elf": dep.elf or None,
-        "solvers": solvers, "patch": patch_entry(dep.patch),
+        "solvers": solvers, "fusion": fusion_entry(dep),
         "auto_optimize": [{"name": st.recommendation.name, "flags": list(st.recommendation.flags),
                            "sram_bytes": [st.before.sram_bytes, st.after.sram_bytes],
                            "flash_bytes": [st.before.flash_bytes, st.after.flash_bytes]} for st in steps],

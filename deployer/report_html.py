@@ -167,8 +167,8 @@ def curve_figure(dep, curve: list[int]) -> dict:
     stage as a band (and its estimated peak unsplit)."""
     n_ops = len(dep.graph.layers)
     budget = _arena_budget(dep)
-    patch = dep.patch
-    tops = [*curve, dep.arena.peak, budget or 0, patch.choice.unsplit_peak if patch else 0]
+    fusion = dep.fusion if dep.patches else None
+    tops = [*curve, dep.arena.peak, budget or 0, fusion.unsplit_peak if fusion else 0]
     axes = _Axes(n_ops, _axis_top(max(tops)), CURVE_HEIGHT)
     names = _layer_names(dep)
     bars = [dict(x=axes.x(k) + 0.5, y=axes.y(v), w=max(round(axes.dx - 1, 2), 0.5), h=round(v * axes.sy, 2),
@@ -180,14 +180,13 @@ def curve_figure(dep, curve: list[int]) -> dict:
     if budget is not None:
         lines.append(dict(y=axes.y(max(budget, 0)), cls="budget", label=f"--sram left for the arena {budget:,} B",
                           x=LEFT + 4, anchor="start"))
-    band = None
-    if patch is not None:
-        st, c = patch.stage, patch.choice
-        band = dict(x=axes.x(st.start), w=round((st.end - st.start + 1) * axes.dx, 2),
-                    label=f"patch stage {c.grid[0]}x{c.grid[1]}")
-        lines.append(dict(y=axes.y(c.unsplit_peak), cls="unsplit",
-                          label=f"estimated peak without the split {c.unsplit_peak:,} B", x=WIDTH - RIGHT, anchor="end"))
-    return dict(axes.frame(), bars=bars, lines=lines, band=band)
+    bands = [dict(x=axes.x(p.stage.start), w=round((p.stage.end - p.stage.start + 1) * axes.dx, 2),
+                  label=f"{p.grid[0]}x{p.grid[1]}") for p in dep.patches]
+    if fusion is not None:
+        lines.append(dict(y=axes.y(fusion.unsplit_peak), cls="unsplit",
+                          label=f"estimated peak without the split {fusion.unsplit_peak:,} B", x=WIDTH - RIGHT,
+                          anchor="end"))
+    return dict(axes.frame(), bars=bars, lines=lines, bands=bands)
 
 
 def flash_figure(dep) -> dict:
@@ -215,7 +214,7 @@ def short_name(name: str, width: int = 48) -> str:
 
 
 def _layer_rows(dep, curve: list[int]) -> list[dict]:
-    g, stage = dep.graph, set(dep.patch.layers) if dep.patch else set()
+    g, stage = dep.graph, {k: n for n, p in enumerate(dep.patches) for k in p.layers}
     slabs = dep.l3.placement.slabs if dep.l3 is not None else {}
     rows = []
     for k, (layer, kern) in enumerate(zip(g.layers, dep.kernels)):
@@ -228,38 +227,50 @@ def _layer_rows(dep, curve: list[int]) -> list[dict]:
             cycles=f"{t.modeled_cycles:,}" if t else "", solver=f"{t.solver} {t.status}" if t else "",
             l3=f"{'+'.join(PARTS.get(x, x) for x in s.streamed)}: {s.slabs} slab{'s' if s.slabs > 1 else ''}, "
                f"{s.l3_traffic:,} B" if s else "",
-            patch="yes" if k in stage else ""))
+            patch=f"stage {stage[k] + 1}" if k in stage else ""))
     return rows
 
 
-def patch_figure(dep) -> dict | None:
-    """The patch grid over the stage's input: each patch's input region (halos overlap)."""
-    p = dep.patch
-    if p is None:
+def patch_figures(dep) -> list[dict]:
+    """Per stage, its patch grid over the stage's input: each patch's input region (halos overlap)."""
+    figures = []
+    for n, p in enumerate(dep.patches):
+        st, o = p.stage, p.option
+        src = st.inputs[0]
+        shape = dep.graph.tensors[src].shape
+        h, w = (shape[1], shape[2]) if len(shape) == 4 else (shape[0], shape[1])
+        scale = GRID_SIZE / max(h, w)
+        regions = []
+        for i, rows in enumerate(p.rows.intervals):
+            for j, cols in enumerate(p.cols.intervals):
+                (r0, r1), (c0, c1) = rows[src], cols[src]
+                r0, r1, c0, c1 = max(r0, 0), min(r1, h), max(c0, 0), min(c1, w)
+                regions.append(dict(x=round(8 + c0 * scale, 2), y=round(8 + r0 * scale, 2),
+                                    w=round((c1 - c0) * scale, 2), h=round((r1 - r0) * scale, 2),
+                                    fill=_colour(f"patch:{i}:{j}"),
+                                    title=f"patch ({i}, {j}): input rows [{r0}, {r1}), columns [{c0}, {c1})"))
+        figures.append(dict(
+            id=f"patch-{n + 1}", width=round(w * scale + 16, 2), height=round(h * scale + 16, 2),
+            image_w=round(w * scale, 2), image_h=round(h * scale, 2), regions=regions,
+            text=(f"Stage {n + 1}: ops {st.start}..{st.end} run in {p.grid[0]}x{p.grid[1]} patches: estimated peak "
+                  f"{o.peak:,} B while it runs; {o.macs_extra:,} MACs recomputed "
+                  f"({100 * o.macs_extra / max(dep.macs, 1):.1f}% of the network's)."),
+            input=f"{dep.graph.tensors[src].name} {shape_text(dep.graph.tensors[src])}",
+            buffers=[dict(tensor=short_name(dep.graph.tensors[t].name), full_name=dep.graph.tensors[t].name,
+                          bytes=f"{b:,}") for t, b in sorted(p.buffers.items())]))
+    return figures
+
+
+def fusion_text(dep) -> str | None:
+    """How the stages were chosen, for the report's patch section."""
+    c = dep.fusion
+    if c is None or not dep.patches:
         return None
-    st, c = p.stage, p.choice
-    src = st.inputs[0]
-    shape = dep.graph.tensors[src].shape
-    h, w = (shape[1], shape[2]) if len(shape) == 4 else (shape[0], shape[1])
-    scale = GRID_SIZE / max(h, w)
-    regions = []
-    for i, rows in enumerate(p.rows.intervals):
-        for j, cols in enumerate(p.cols.intervals):
-            (r0, r1), (c0, c1) = rows[src], cols[src]
-            r0, r1, c0, c1 = max(r0, 0), min(r1, h), max(c0, 0), min(c1, w)
-            regions.append(dict(x=round(8 + c0 * scale, 2), y=round(8 + r0 * scale, 2),
-                                w=round((c1 - c0) * scale, 2), h=round((r1 - r0) * scale, 2),
-                                fill=_colour(f"patch:{i}:{j}"),
-                                title=f"patch ({i}, {j}): input rows [{r0}, {r1}), columns [{c0}, {c1})"))
-    return dict(width=round(w * scale + 16, 2), height=round(h * scale + 16, 2), image_w=round(w * scale, 2),
-                image_h=round(h * scale, 2), regions=regions,
-                text=(f"Ops {st.start}..{st.end} run in {c.grid[0]}x{c.grid[1]} patches ({c.method} {c.status}): "
-                      f"estimated peak {c.unsplit_peak:,} B unsplit, {c.peak:,} B split; {c.macs_extra:,} MACs "
-                      f"recomputed ({100 * c.overhead:.1f}% of the network's)."),
-                input=f"{dep.graph.tensors[src].name} {shape_text(dep.graph.tensors[src])}",
-                buffers=[dict(tensor=short_name(dep.graph.tensors[t].name), full_name=dep.graph.tensors[t].name,
-                              bytes=f"{b:,}")
-                         for t, b in sorted(p.buffers.items())])
+    how = {"dp": "the exact search over every stage of the network", "single": "one stage at the network's head",
+           "forced": "--patch RxC@LAYER"}[c.method]
+    return (f"{len(dep.patches)} stage{'s' if len(dep.patches) > 1 else ''} run patch by patch ({how}): estimated "
+            f"peak {c.unsplit_peak:,} B unsplit, {c.peak:,} B split; {c.macs_extra:,} MACs recomputed "
+            f"({100 * c.overhead:.1f}% of the network's).")
 
 
 def _solver_rows(dep) -> list[tuple[str, str]]:
@@ -308,7 +319,8 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
         budgets=", ".join(f"{flag} {v:,}" for flag, v in (("--l1", o.l1), ("--sram", o.sram), ("--flash", o.flash),
                                                           ("--l3", o.l3)) if v is not None) or "none",
         memory=_memory_rows(dep), curve=curve_figure(dep, curve), flash=flash_figure(dep),
-        layer_rows=_layer_rows(dep, curve), patch=patch_figure(dep), solvers=_solver_rows(dep),
+        layer_rows=_layer_rows(dep, curve), patches=patch_figures(dep), fusion=fusion_text(dep),
+        solvers=_solver_rows(dep),
         notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None, times=_time_rows(times))
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,

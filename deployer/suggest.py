@@ -17,15 +17,14 @@ from layer_analyzer.tiling import geometry as tiling_geometry
 from network_parser.errors import InfeasibleBudget, UnsupportedOperator
 from network_parser.inventory import Inventory, inventory
 from network_parser.cut import float_edges
-from network_parser.lifetimes import live_bytes_per_op
 from solver.arena import GREEDY, SolverConfig, plan_arena
 
 from solver import progress
 from .render import display
 from solver.plan import Memory, Plan
 
-from .pipeline import (Options, deployment_problem, floor, floor_text, over_budget, plan_deployment, plan_front,
-                       replan, resolve_options, shares_bytes, split_choice)
+from .pipeline import (Options, deployment_problem, floor, floor_text, max_overhead, over_budget, plan_deployment,
+                       plan_front, replan, resolve_options, shares_bytes)
 
 PRIORITIES = ("HIGH", "MED", "LOW", "SKIP")
 MED_SHARE = 0.10  # a saving of at least this share of the memory's need is worth a MED
@@ -207,50 +206,46 @@ def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
                           () if on else ("--planner cpsat",), () if on else (("planner", "cpsat"),))
 
 
+def stages_text(plan: Plan) -> str:
+    """The patch stages of a plan in a line: each stage's ops and grid, the MACs recomputed."""
+    c = plan.fusion
+    stages = ", ".join(f"ops {p.stage.start}..{p.stage.end} in {p.grid[0]}x{p.grid[1]} patches" for p in plan.patches)
+    return f"{stages}; recomputes {c.macs_extra:,} MACs ({100 * c.overhead:.1f}%){_dsp_note(plan)}"
+
+
 def _patch(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
     o = s.options
     over = o.sram is not None and base.memory.sram_bytes > o.sram
-    if base.patch is not None:
+    if base.patches:
         more = _more_overhead(model, s) if over and o.patch == "auto" else None  # allow more recompute
         if more is not None:
             return more
-        c, st = base.patch.choice, base.patch.stage
         alt = _measure(s, replace(o, patch="off"))
         saving = alt.memory.sram_bytes - base.memory.sram_bytes if alt else 0
-        return Recommendation("patch inference", "SRAM", True, saving,
-                              f"ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} patches; recomputes "
-                              f"{c.macs_extra:,} MACs ({100 * c.overhead:.1f}%){_dsp_note(base)}")
+        return Recommendation("patch inference", "SRAM", True, saving, stages_text(base))
     if o.patch not in ("auto", "off"):
         return Recommendation("patch inference", "SRAM", False, 0, f"--patch {o.patch} gives no split")
-    choice = split_choice(base, None)  # the least peak within --max-overhead
-    if choice.end is None:
+    share = max_overhead(o)
+    alt = _measure(s, replace(o, patch="auto", max_overhead=share))  # the least SRAM within --max-overhead
+    if alt is None or not alt.patches or alt.memory.sram_bytes >= base.memory.sram_bytes:
         more = _more_overhead(model, s) if over else None
         if more is not None:
             return more
         return Recommendation("patch inference", "SRAM", False, 0,
-                              f"no split within --max-overhead {100 * o.max_overhead:g}% lowers the peak")
-    flag = f"{choice.grid[0]}x{choice.grid[1]}@{choice.end}"
-    alt = _measure(s, replace(o, patch=flag))
-    saving = base.memory.sram_bytes - alt.memory.sram_bytes if alt else 0
-    return Recommendation("patch inference", "SRAM", False, saving,
-                          f"ops ..{choice.end} in {choice.grid[0]}x{choice.grid[1]} patches: SRAM "
-                          f"{alt.memory.sram_bytes if alt else 0:,} B; recomputes {choice.macs_extra:,} MACs "
-                          f"({100 * choice.overhead:.1f}%){_dsp_note(base)}", (f"--patch {flag}",),
-                          (("patch", flag),))
+                              f"no split within --max-overhead {100 * share:g}% lowers the peak")
+    return Recommendation("patch inference", "SRAM", False, base.memory.sram_bytes - alt.memory.sram_bytes,
+                          f"SRAM {alt.memory.sram_bytes:,} B: {stages_text(alt)}",
+                          (f"--max-overhead {100 * share:g}%",), (("patch", "auto"), ("max_overhead", share)))
 
 
 def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
-    """The smallest larger --max-overhead whose split fits --sram (else the one that saves most)."""
+    """The smallest larger --max-overhead whose stages fit --sram (else the one that saves most)."""
     base, o = s.deployment, s.options
     best = None
-    peak = base.patch.choice.peak if base.patch else max(live_bytes_per_op(list(base.lives), len(base.graph.layers)))
-    for share in (x for x in OVERHEADS if x > o.max_overhead):
-        choice = split_choice(base.but(options=replace(o, max_overhead=share)), o.sram)
-        if choice.end is None or choice.peak >= peak:  # the split's own estimate: no lower peak, no plan
-            continue
+    for share in (x for x in OVERHEADS if x > max_overhead(o)):
         alt = _measure(s, replace(o, patch="auto", max_overhead=share))
-        if alt is None or alt.patch is None:
+        if alt is None or not alt.patches:
             continue
         saving = base.memory.sram_bytes - alt.memory.sram_bytes
         if best is None or saving > best[0]:
@@ -260,12 +255,9 @@ def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:
     if best is None or best[0] <= 0:
         return None
     saving, share, alt = best
-    c, st = alt.patch.choice, alt.patch.stage
     return Recommendation("patch inference", "SRAM", False, saving,
-                          f"with --max-overhead {100 * share:g}%: ops {st.start}..{st.end} in {c.grid[0]}x{c.grid[1]} "
-                          f"patches, SRAM {alt.memory.sram_bytes:,} B; recomputes {c.macs_extra:,} MACs "
-                          f"({100 * c.overhead:.1f}%){_dsp_note(base)}", (f"--max-overhead {100 * share:g}%",),
-                          (("patch", "auto"), ("max_overhead", share)))
+                          f"with --max-overhead {100 * share:g}%: SRAM {alt.memory.sram_bytes:,} B; {stages_text(alt)}",
+                          (f"--max-overhead {100 * share:g}%",), (("patch", "auto"), ("max_overhead", share)))
 
 
 def _integer_io(model: Path, s: Suggestion) -> Recommendation:

@@ -141,24 +141,41 @@ class StageEnd:
     length: int  # its ops
 
 
-class Stages:
-    """Every prefix of the network that can run patch by patch, found in one pass over the ops
-    (O(ops + edges)); a ``Stage`` and its per-tensor tables are built only for the ends asked
-    for, in O(its ops): a network of n ops has n stage ends but their stages hold ~n^2 / 2
-    tensors together. ``data_inputs(layer, kernel)`` gives a layer's activation operands."""
+@dataclass(frozen=True)
+class Spatial:
+    """What every stage search of one network shares: each op's spatial view (None where it
+    cannot run patch by patch) and the ops reading each tensor, in order."""
+    views: tuple
+    readers: dict
 
-    def __init__(self, graph, kernels, data_inputs):
-        self.graph = graph
-        self.readers: dict[int, list[int]] = {}  # tensor -> the ops reading it, in order
+    @classmethod
+    def of(cls, graph, kernels, data_inputs) -> Spatial:
+        readers: dict[int, list[int]] = {}
         for k, layer in enumerate(graph.layers):
             for t in layer.inputs:
-                self.readers.setdefault(t, []).append(k)
+                readers.setdefault(t, []).append(k)
+        views = tuple(spatial_layer(kern, k, tuple(data_inputs(layer, kern)), layer.outputs[0],
+                                    graph.tensors[layer.outputs[0]].shape) if len(layer.outputs) == 1 else None
+                      for k, (layer, kern) in enumerate(zip(graph.layers, kernels)))
+        return cls(views, readers)
+
+
+class Stages:
+    """Every run of ops from op ``start`` (by default the network's first spatial op) that can run
+    patch by patch, found in one pass over the ops (O(ops + edges)); a ``Stage`` and its
+    per-tensor tables are built only for the ends asked for, in O(its ops): a network of n ops
+    has n stage ends but their stages hold ~n^2 / 2 tensors together. ``data_inputs(layer,
+    kernel)`` gives a layer's activation operands; ``spatial``: the network's views, when a
+    search builds the stages of many starts."""
+
+    def __init__(self, graph, kernels, data_inputs, start: int | None = None, spatial: Spatial | None = None):
+        self.graph = graph
+        spatial = spatial or Spatial.of(graph, kernels, data_inputs)
+        self.readers = spatial.readers  # tensor -> the ops reading it, in order
         outputs = set(graph.outputs)
-        views = [spatial_layer(kern, k, tuple(data_inputs(layer, kern)), layer.outputs[0],
-                               graph.tensors[layer.outputs[0]].shape) if len(layer.outputs) == 1 else None
-                 for k, (layer, kern) in enumerate(zip(graph.layers, kernels))]
+        views = spatial.views
         # the stage starts at the first op that can run patch by patch; the ops before it run whole
-        self.start = next((k for k, v in enumerate(views) if v is not None), len(views))
+        self.start = next((k for k, v in enumerate(views) if v is not None), len(views)) if start is None else start
         before = {t for layer in graph.layers[:self.start] for t in layer.outputs} | set(graph.inputs)
         self.spatial: list[SpatialLayer] = []
         self.ends: list[StageEnd] = []
@@ -235,12 +252,13 @@ def axis_plan(stage: Stage, parts: int, axis: str) -> AxisPlan:
     return AxisPlan(parts, size, tuple(intervals))
 
 
-def axis_extents(stage: Stage, axis: str, max_parts: int) -> dict[int, tuple[dict, dict, int]]:
+def axis_extents(stage: Stage, axis: str, max_parts: int, intervals=()) -> dict[int, tuple]:
     """What ``axis_plan`` gives for every number of patches up to ``max_parts`` along ``axis``
     (those that differ), in one backward walk over the stage: parts -> (every patch tensor's
-    largest extent, its total extent over the patches, the stage-output extent of a patch).
-    The walk carries every patch of every count at once as arrays (the same arithmetic as
-    ``Window.need``), so a stage of n ops costs n steps, not n times the patches."""
+    largest extent, its total extent over the patches, the stage-output extent of a patch), and
+    for each tensor of ``intervals`` its (lo, hi) arrays over the patches. The walk carries
+    every patch of every count at once as arrays (the same arithmetic as ``Window.need``), so a
+    stage of n ops costs n steps, not n times the patches."""
     extent = stage.out_h if axis == "rows" else stage.out_w
     counts: list[tuple[int, int]] = []  # (parts, rows or columns per patch)
     for asked in range(1, min(max_parts, extent) + 1):
@@ -266,8 +284,14 @@ def axis_extents(stage: Stage, axis: str, max_parts: int) -> dict[int, tuple[dic
     starts = np.cumsum([0] + [parts for parts, _ in counts[:-1]])
     largest = np.maximum.reduceat(widths, starts, axis=1).tolist()
     total = np.add.reduceat(widths, starts, axis=1).tolist()
-    return {parts: ({t: largest[i][n] for i, t in enumerate(patch)}, {t: total[i][n] for i, t in enumerate(patch)},
-                    size) for n, (parts, size) in enumerate(counts)}
+    out = {}
+    for n, (parts, size) in enumerate(counts):
+        entry = ({t: largest[i][n] for i, t in enumerate(patch)}, {t: total[i][n] for i, t in enumerate(patch)}, size)
+        if intervals:
+            at = slice(starts[n], starts[n] + parts)
+            entry = (*entry, {t: (need[t][0][at], need[t][1][at]) for t in intervals})
+        out[parts] = entry
+    return out
 
 
 def patch_buffers(stage: Stage, rows: AxisPlan, cols: AxisPlan) -> dict[int, int]:

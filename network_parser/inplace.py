@@ -96,12 +96,14 @@ RULES: list[tuple[str, Callable]] = [
 
 
 def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset(),
-                  lanes: int | dict[int, int] = 1, planeless: set[int] = frozenset()) -> tuple[Reuse, ...]:
+                  lanes: int | dict[int, int] = 1, planeless: set[int] = frozenset(),
+                  readonly: frozenset = frozenset()) -> tuple[Reuse, ...]:
     """Apply the rules layer by layer; only zero-copy reshapes when ``enabled`` is False.
     Layers in ``keep`` never overwrite their input (run tile by tile from L1 in an order where a
     later tile's halo would read rows an earlier tile already replaced). ``lanes``: the channels
     each layer's kernel computes at once (per layer, or one count for all); ``planeless``: layers
-    that need no scratch plane to write over their input (tiles: their L1 output is the plane)."""
+    that need no scratch plane to write over their input (tiles: their L1 output is the plane);
+    ``readonly``: tensors nothing may write over or alias (an input the application keeps)."""
     n = len(graph.layers)
     last_read: dict[int, int] = {}
     for k, layer in enumerate(graph.layers):
@@ -132,6 +134,8 @@ def plan_in_place(graph: Graph, enabled: bool = True, keep: set[int] = frozenset
             return last_of(t) == k
         for _, rule in rules:
             r = rule(graph, k, dies_here, lanes.get(k, 1) if isinstance(lanes, dict) else lanes)
+            if r is not None and root(r.input) in readonly:
+                r = None
             if r is not None and k in planeless:
                 r = Reuse(r.rule, r.layer, r.output, r.input)
             if r is not None:

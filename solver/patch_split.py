@@ -1,130 +1,74 @@
-"""Patch-based inference, planning side: the split tables of every candidate stage, built
-from the network's lifetimes and the receptive fields of its first ops, and the split the
-solver picks (solver.patching)."""
+"""Patch-based inference, planning side: the stages that run patch by patch (solver.fusion picks
+them from the network's stages and their grids), each as a plan of its patches, and what running
+them that way does to the lifetimes."""
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, replace
 
 from layer_analyzer import kernels as K
-from layer_analyzer.receptive_field import AxisPlan, Stage, Stages, axis_extents, axis_plan, patch_buffers, stage_macs
+from layer_analyzer.receptive_field import AxisPlan, Spatial, Stage, Stages, axis_plan, patch_buffers
 from network_parser.errors import UsageError
 from network_parser.ir import Graph
-from network_parser.lifetimes import Lifetime, live_bytes_per_op, scratch_key
-from solver.patching import Candidate, SplitChoice, StageTable, _key, evaluate, exhaustive, plan_split_cpsat, search
+from network_parser.lifetimes import Lifetime, scratch_key
 
 from . import progress
+from .fusion import (FusionChoice, StageOption, Surroundings, axis_table, candidates, plan_fusion, stage_grids)
 from .l3_placement import data_inputs
-
-MAX_PARTS = 8  # patches per axis considered
-# Stage ops whose tables the split search may build per second of time limit, and those CP-SAT
-# may pose models for: counts, so the same stage ends are searched on any machine. A table
-# costs ~0.07 ms per op of its stage (its receptive fields for every patch count, every grid
-# scored), a CP-SAT model ~0.5 ms (building and presolve). Real networks need up to ~1,000:
-# the floors prune most stage ends; a long chain meets the budget.
-SPLIT_WORK_PER_S = 5_000
-CPSAT_SPLIT_WORK_PER_S = 2_000
-
-
-def stage_table(stage: Stage, graph: Graph, live: list[int], grid: tuple[AxisPlan, AxisPlan] | None = None
-                ) -> StageTable:
-    """The numbers the split solvers score a stage's grids by: every grid up to MAX_PARTS
-    patches per axis, or just ``grid`` (a forced split's, which may have more)."""
-    full = sum(graph.tensors[t].nbytes for t in (*stage.inputs, stage.output))
-    rest = max(live[stage.end + 1:], default=0)
-    patch = stage.patch_tensors
-    if grid is None:
-        rows, cols = axis_extents(stage, "rows", MAX_PARTS), axis_extents(stage, "cols", MAX_PARTS)
-    else:
-        rows, cols = ({a.parts: ({t: a.largest(t) for t in patch}, {t: a.total(t) for t in patch}, a.size)}
-                      for a in grid)
-    return StageTable(stage.end, full, rest, stage_macs(stage), {t: stage.pixel_bytes[t] for t in patch},
-                      {t: stage.span[t] for t in patch}, tuple((s.layer, s.output, s.macs_per_pixel) for s in stage.layers),
-                      rows, cols)
-
-
-def split_tables(graph: Graph, kernels, lives: list[Lifetime]) -> tuple[list[StageTable], int]:
-    """Tables of every candidate stage and the unsplit peak (live bytes, the arena's lower bound).
-    Every stage end: quadratic in a long chain's length (the split search builds fewer)."""
-    live = live_bytes_per_op(lives, len(graph.layers))
-    found = Stages(graph, kernels, data_inputs)
-    return [stage_table(found.stage(e.end), graph, live) for e in found.ends], max(live, default=0)
-
-
-def _candidates(graph: Graph, found: Stages, live: list[int]) -> list[Candidate]:
-    """Every stage end with its floor: the bytes of its full tensors (inputs and output), or the
-    largest live bytes after it when more (suffix maxima: O(ops) for all of them)."""
-    after = [0] * (len(live) + 1)  # after[k]: the largest live bytes at ops >= k
-    for k in range(len(live) - 1, -1, -1):
-        after[k] = max(live[k], after[k + 1])
-    out = []
-    for e in found.ends:
-        full = e.input_bytes + graph.tensors[e.output].nbytes
-        out.append(Candidate(e.end, max(full, after[min(e.end + 1, len(live))]), e.length))
-    return out
-
-
-def plan_split(graph: Graph, kernels, lives: list[Lifetime], method: str = "cpsat", max_overhead: float = 0.2,
-               sram: int | None = None, time_limit_s: float = 1.0) -> SplitChoice:
-    """The split: tables for the stage ends worth one (``solver.patching.search``, within a work
-    budget of ``SPLIT_WORK_PER_S`` per second of ``time_limit_s``), then CP-SAT over them,
-    checked and settled by the exhaustive twin."""
-    live = live_bytes_per_op(lives, len(graph.layers))
-    unsplit = max(live, default=0)
-    macs = max(sum(K.macs(k) for k in kernels), 1)
-    found = Stages(graph, kernels, data_inputs)
-    candidates = _candidates(graph, found, live)
-    with progress.step("patch split: stage ends", total=len(candidates)) as step:
-        tried = search(candidates, lambda end: stage_table(found.stage(end), graph, live), macs, unsplit,
-                       max_overhead, sram, int(SPLIT_WORK_PER_S * time_limit_s), step.advance)
-    tables = list(tried.tables)
-    status = "OPTIMAL" if tried.complete else "FEASIBLE"  # FEASIBLE: the budget left stage ends untried
-    if method == "exhaustive":
-        return replace(exhaustive(tables, macs, unsplit, max_overhead, sram), status=status)
-    try:
-        with progress.step("patch split (CP-SAT)", total=len(tables)) as step:
-            choice = plan_split_cpsat(tables, macs, unsplit, max_overhead, sram, time_limit_s, step.advance,
-                                      int(CPSAT_SPLIT_WORK_PER_S * time_limit_s))
-    except Exception as e:  # noqa: BLE001 - any solver failure: the exhaustive twin's split, with a warning
-        warnings.warn(f"patch split: CP-SAT failed ({type(e).__name__}: {e}); using the exhaustive search's split",
-                      RuntimeWarning, stacklevel=2)
-        return replace(exhaustive(tables, macs, unsplit, max_overhead, sram), status="FALLBACK")
-    # The exhaustive twin (every grid of every stage end tried, cheap to score) checks the
-    # answer and settles it: it completes a search the time limit cut short, and among splits
-    # that score the same it takes the first, so the output never depends on how fast the
-    # solver ran.
-    other = exhaustive(tables, macs, unsplit, max_overhead, sram)
-    if _key(choice, sram) < _key(other, sram):  # cannot happen: the exhaustive search is complete
-        return choice
-    return replace(other, method=choice.method, status=status, wall_s=choice.wall_s + other.wall_s)
 
 
 @dataclass(frozen=True)
 class PatchPlan:
-    """The chosen split: the stage, its grid per axis, every per-patch buffer's bytes."""
+    """One stage run patch by patch: its grid per axis, every per-patch buffer's bytes, and the
+    option it was chosen as (estimated peak, MACs recomputed)."""
     stage: Stage
     rows: AxisPlan
     cols: AxisPlan
-    choice: SplitChoice
+    option: StageOption
     buffers: dict  # patch tensor -> bytes
 
     @property
     def layers(self) -> range:
         return range(self.stage.start, self.stage.end + 1)
 
-
-def _grid_at(graph: Graph, kernels, end: int, r: int, c: int) -> tuple[Stage, AxisPlan, AxisPlan]:
-    """The stage ending at op ``end`` and its r x c grid, axis by axis."""
-    stage = Stages(graph, kernels, data_inputs).stage(end)
-    return stage, axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.rows.parts, self.cols.parts
 
 
-def make_plan(graph: Graph, kernels, choice: SplitChoice) -> PatchPlan | None:
-    if choice.end is None:
-        return None
-    stage, rows, cols = _grid_at(graph, kernels, choice.end, *choice.grid)
-    return PatchPlan(stage, rows, cols, choice, patch_buffers(stage, rows, cols))
+def stage_plan(graph: Graph, kernels, option: StageOption, spatial: Spatial | None = None) -> PatchPlan:
+    """The patch plan of a chosen stage option."""
+    stage = Stages(graph, kernels, data_inputs, start=option.start, spatial=spatial).stage(option.end)
+    rows, cols = axis_plan(stage, option.grid[0], "rows"), axis_plan(stage, option.grid[1], "cols")
+    return PatchPlan(stage, rows, cols, option, patch_buffers(stage, rows, cols))
+
+
+def plan_stages(graph: Graph, kernels, lives, profile: list[int], alignment: int, max_overhead: float,
+                sram: int | None, cache: dict | None = None, outside=frozenset()) -> tuple[FusionChoice, tuple]:
+    """The stages the exact search picks (solver.fusion.plan_fusion) and their patch plans.
+    ``cache`` keeps the network's stage candidates across calls with other targets; ``outside``:
+    tensors not in the arena (an input the application keeps)."""
+    cache = {} if cache is None else cache
+    if "candidates" not in cache:
+        with progress.step("fused stages: candidates", total=len(graph.layers)) as step:
+            cache["candidates"] = candidates(graph, kernels, lives, data_inputs, alignment, outside=outside,
+                                             on_start=step.advance)
+    macs = max(sum(K.macs(k) for k in kernels), 1)
+    choice = plan_fusion(profile, cache["candidates"], macs, max_overhead, sram)
+    spatial = Spatial.of(graph, kernels, data_inputs)
+    return choice, tuple(stage_plan(graph, kernels, o, spatial) for o in choice.stages)
+
+
+def single_stage(graph: Graph, kernels, lives, profile: list[int], alignment: int, max_overhead: float,
+                 sram: int | None, cache: dict | None = None, outside=frozenset()) -> FusionChoice:
+    """The twin: one stage at the network's head (MCUNetV2's split), by the same search."""
+    cache = {} if cache is None else cache
+    if "candidates" not in cache:
+        cache["candidates"] = candidates(graph, kernels, lives, data_inputs, alignment, outside=outside)
+    head = Stages(graph, kernels, data_inputs).start
+    macs = max(sum(K.macs(k) for k in kernels), 1)
+    return plan_fusion(profile, [c for c in cache["candidates"] if c.stage.start == head], macs, max_overhead, sram,
+                       most=1, method="single")
 
 
 def parse_patch(text: str) -> tuple[int, int, int] | None:
@@ -145,49 +89,58 @@ def _listed(ends: list[int], most: int = 12) -> str:
     return ", ".join(map(str, ends)) or "none"
 
 
-def forced_plan(graph: Graph, kernels, lives, grid_at: tuple[int, int, int]) -> PatchPlan:
+def forced_plan(graph: Graph, kernels, lives, profile: list[int], alignment: int, grid_at: tuple[int, int, int],
+                outside=frozenset()) -> tuple[FusionChoice, tuple]:
+    """--patch RxC@LAYER: the stage from the network's first spatial op to op LAYER, on that grid."""
     r, c, end = grid_at
     found = Stages(graph, kernels, data_inputs)
     if all(e.end != end for e in found.ends):
         raise UsageError(f"--patch {r}x{c}@{end}: op {end} cannot end a patch stage (possible ends: "
                          f"{_listed([e.end for e in found.ends])})")
-    live = live_bytes_per_op(lives, len(graph.layers))
-    unsplit = max(live, default=0)
     stage = found.stage(end)
     if r > stage.out_h or c > stage.out_w:
         raise UsageError(f"--patch {r}x{c}@{end}: the stage output is {stage.out_h}x{stage.out_w}, so at most "
                          f"{stage.out_h}x{stage.out_w} patches")
     rows, cols = axis_plan(stage, r, "rows"), axis_plan(stage, c, "cols")
-    table = stage_table(stage, graph, live, (rows, cols))
     if (rows.parts, cols.parts) == (1, 1):
         raise UsageError(f"--patch {r}x{c}@{end}: a 1x1 grid is no split")
+    around = Surroundings.of(graph, lives, found.readers, outside)
+    (_, _, peak, extra), = stage_grids(stage, graph, kernels, around, alignment, axis_table(rows), axis_table(cols))
+    option = StageOption(stage.start, stage.end, (rows.parts, cols.parts), peak, extra)
     macs = max(sum(K.macs(k) for k in kernels), 1)
-    peak, extra = evaluate(table, rows.parts, cols.parts)
-    choice = SplitChoice(end, (rows.parts, cols.parts), peak, extra, extra / macs, method="forced",
-                         unsplit_peak=unsplit)
-    return PatchPlan(stage, rows, cols, choice, patch_buffers(stage, rows, cols))
+    covered = range(stage.start, stage.end + 1)
+    total = max([peak] + [p for k, p in enumerate(profile) if k not in covered])
+    choice = FusionChoice((option,), total, extra, extra / macs, max(profile, default=0), "forced")
+    return choice, (PatchPlan(stage, rows, cols, option, patch_buffers(stage, rows, cols)),)
 
 
-def patch_lifetimes(lives: list[Lifetime], plan: PatchPlan) -> list[Lifetime]:
-    """Lifetimes once the stage runs patch by patch: its inner tensors shrink to their largest
+def patch_lifetimes(lives: list[Lifetime], patches) -> list[Lifetime]:
+    """Lifetimes once each stage runs patch by patch: its inner tensors shrink to their largest
     patch region, living (per patch) from the op writing them to the last op reading them in
     the stage; the full tensors it reads live through the whole stage (every patch reads
     them) and its full output from the stage's start (the first patch writes it); the output's
     patch is computed into a buffer of its own (``scratch_key(end)``) and copied over."""
-    s = plan.stage
-    result = []
-    for lt in lives:
-        if lt.tensor == s.output:
-            result.append(replace(lt, first_op=min(lt.first_op, s.start)))
-        elif lt.tensor in plan.buffers:
-            first, last = s.span[lt.tensor]
-            result.append(replace(lt, size=plan.buffers[lt.tensor], first_op=first, last_op=last))
-        elif lt.tensor in s.inputs:
-            result.append(replace(lt, last_op=max(lt.last_op, s.end)))
-        else:
-            result.append(lt)
-    result.append(Lifetime(scratch_key(s.end), f"op{s.end}_patch", plan.buffers[s.output], s.end, s.end, None))
-    return result
+    for plan in patches:
+        s = plan.stage
+        result = []
+        for lt in lives:
+            if lt.tensor == s.output:
+                result.append(replace(lt, first_op=min(lt.first_op, s.start)))
+            elif lt.tensor in plan.buffers:
+                first, last = s.span[lt.tensor]
+                result.append(replace(lt, size=plan.buffers[lt.tensor], first_op=first, last_op=last))
+            elif lt.tensor in s.inputs:
+                result.append(replace(lt, last_op=max(lt.last_op, s.end)))
+            else:
+                result.append(lt)
+        result.append(Lifetime(scratch_key(s.end), f"op{s.end}_patch", plan.buffers[s.output], s.end, s.end, None))
+        lives = result
+    return lives
+
+
+def stage_of(patches, k: int):
+    """The stage (PatchPlan) op ``k`` runs in, or None."""
+    return next((p for p in patches if p.stage.start <= k <= p.stage.end), None)
 
 
 def region_windows(kern, patch: PatchPlan, k: int) -> list[list[tuple]]:

@@ -71,7 +71,8 @@ class Plan:
     graph: Any = None  # network_parser.ir.Graph after the rewrites (a transformer IR for a language model)
     layers: tuple[LayerPlan, ...] = ()
     notes: tuple[str, ...] = ()  # what the reader, the rewrites and the passes decided that a user should read
-    patch: Any = None  # solver.patch_split.PatchPlan: the first stage, run patch by patch
+    patches: tuple = ()  # solver.patch_split.PatchPlan of each stage run patch by patch, in op order
+    fusion: Any = None  # solver.fusion.FusionChoice: how those stages were chosen (None: no split was asked for)
     lives: tuple = ()  # network_parser.lifetimes.Lifetime of every buffer of the L2 arena
     l3: Any = None  # solver.l3_placement.L3Layout: what lives in L3, how the layers touching it stream
     arena: Any = None  # solver.arena.ArenaPlan of the L2 arena
@@ -122,5 +123,5 @@ class Plan:
 
     @property
     def stage(self) -> frozenset:
-        """The ops of the patch stage."""
+        """The ops of the patch stages."""
         return frozenset(layer.index for layer in self.layers if layer.in_stage)

@@ -18,6 +18,22 @@ void inference_trace(int layer, const void *data, unsigned bytes)
 }
 #endif
 
+#ifdef INFERENCE_INPUT_EXTERNAL
+/* the application's input buffers, passed to the engine before each run */
+static uint8_t external_input[INFERENCE_NUM_INPUTS][INFERENCE_INPUT_MAX_BYTES] __attribute__((aligned(16)));
+
+static void *input_buffer(int i)
+{
+    inference_set_input(i, external_input[i]);
+    return external_input[i];
+}
+#else
+static void *input_buffer(int i)
+{
+    return inference_get_input(i);
+}
+#endif
+
 #ifdef VERIFY_SETUP
 /* A target's start-up before the first run (e.g. storing the L3 weight image), 0 = ok */
 int VERIFY_SETUP(void);
@@ -44,14 +60,14 @@ int main(void)
         }
         for (int i = 0; i < INFERENCE_NUM_INPUTS; ++i) {
             const unsigned n = inference_input_bytes(i);
-            if (fread(inference_get_input(i), 1, n, stdin) != n) {
+            if (fread(input_buffer(i), 1, n, stdin) != n) {
                 return 3;
             }
         }
 #else
         for (int i = 0; i < INFERENCE_NUM_INPUTS; ++i) {
             const unsigned n = inference_input_bytes(i);
-            if (fread(inference_get_input(i), 1, n, stdin) != n) {
+            if (fread(input_buffer(i), 1, n, stdin) != n) {
                 return (i == 0 && feof(stdin)) ? 0 : 3;
             }
         }
