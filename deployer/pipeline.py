@@ -407,9 +407,10 @@ def plan_memory(plan: Plan) -> Plan:
 
 
 def aim_lower(attempt, budget: int, first: Plan, tries: int, keep_first: bool) -> Plan:
-    """A relaxation that aims at a byte target (the patch split, the L3 placement) and misses
+    """A relaxation that aims at a byte target (the patch stages, the L3 placement) and misses
     the SRAM ``budget``: aim lower by the excess, ``tries`` times, then as low as it goes; that
-    last plan (or ``first``, when ``keep_first`` and it needs less) is the one reported over."""
+    last plan (or ``first`` when ``keep_first``, it took no stages and it needs less: a plan the
+    budget asked for does not change) is the one reported over, whose need a rerun reaches."""
     result, target = first, budget
     for _ in range(tries):
         target = max(1, target - (result.memory.sram_bytes - budget))
@@ -417,7 +418,7 @@ def aim_lower(attempt, budget: int, first: Plan, tries: int, keep_first: bool) -
         if result.memory.sram_bytes <= budget or target == 1:
             return result
     least = attempt(1)
-    return first if keep_first and first.memory.sram_bytes < least.memory.sram_bytes else least
+    return first if keep_first and not first.patches and first.memory.sram_bytes < least.memory.sram_bytes else least
 
 
 def _lanes(plan: Plan) -> dict[int, int]:
