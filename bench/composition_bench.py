@@ -54,8 +54,9 @@ def patch_split() -> None:
     whole = deploy(path, Options(target="cortex-m7", flash=1 << 20))
     split = deploy(path, Options(target="cortex-m7", flash=1 << 20, sram=48 * K))
     a, b = instructions(whole), instructions(split)
-    c = split.patch.choice
-    print(f"vww_96_int8 cortex-m7 --sram 48K: grid {c.grid[0]}x{c.grid[1]}, SRAM {split.memory.sram_bytes:,} B "
+    c = split.fusion
+    grids = ", ".join(f"{p.grid[0]}x{p.grid[1]}@{p.stage.start}..{p.stage.end}" for p in split.patches)
+    print(f"vww_96_int8 cortex-m7 --sram 48K: stages {grids or 'none'}, SRAM {split.memory.sram_bytes:,} B "
           f"(unsplit {whole.memory.sram_bytes:,}); instructions {b:,} vs {a:,} = {b / a:.3f}x "
           f"(bound 1.1 x (1 + {100 * c.overhead:.1f} %) = {1.1 * (1 + c.overhead):.3f})")
 

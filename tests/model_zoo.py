@@ -46,3 +46,32 @@ def detection_fpn(seed: int = 12) -> ModelBuilder:
         scores.append(mb.reshape(mb.logistic(mb.conv2d(h, 3, kernel=(1, 1))), (1, ph * pw, 3)))
     mb.output(mb.concat(boxes, axis=1), mb.concat(scores, axis=1))
     return mb
+
+
+def _divisible(v: float, by: int = 8) -> int:
+    """MobileNet's channel rounding: to a multiple of ``by``, never 10 % below ``v``."""
+    n = max(by, int(v + by / 2) // by * by)
+    return n + by if n < 0.9 * v else n
+
+
+def mobilenet_v2(width: float = 0.35, resolution: int = 144, classes: int = 10, seed: int = 13) -> ModelBuilder:
+    """MobileNetV2 (inverted residual blocks: 1x1 expand, 3x3 depthwise, 1x1 project, a skip ADD
+    where shape allows) at a width multiplier and square input resolution, ReLU6 as published;
+    the head pools globally into a small classifier."""
+    mb = ModelBuilder(seed)
+    x = mb.conv2d(mb.input((1, resolution, resolution, 3)), _divisible(32 * width), stride=(2, 2),
+                  activation="RELU6")
+    channels = _divisible(32 * width)
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)):
+        out = _divisible(c * width)
+        for i in range(n):
+            y = x if t == 1 else mb.conv2d(x, channels * t, kernel=(1, 1), activation="RELU6")
+            y = mb.depthwise_conv2d(y, stride=(s, s) if i == 0 else (1, 1), activation="RELU6")
+            y = mb.conv2d(y, out, kernel=(1, 1))
+            x = mb.add(x, y) if i and out == channels else y
+            channels = out
+    x = mb.conv2d(x, 1280, kernel=(1, 1), activation="RELU6")
+    x = mb.avg_pool(x, filter=(resolution // 32, resolution // 32), stride=(1, 1))
+    mb.output(mb.fully_connected(mb.reshape(x, (1, -1)), classes))
+    return mb

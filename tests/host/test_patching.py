@@ -1,6 +1,7 @@
-"""Patch-based inference, run: the first stage computed patch by patch is bit-exact with the
-reference on random CNN stacks (random grids and stage ends) and on the shared MobileNet-style
-models, and mobilenet_v2 at 224x224 fits 256 KiB."""
+"""Patch-based inference, run: stages computed patch by patch are bit-exact with the reference on
+random CNN stacks (a forced stage with random grids and ends, and the stages the search picks
+at the least SRAM), on the shared MobileNet-style models, and mobilenet_v2 at 224x224 fits
+256 KiB."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deployer.cli import main
-from solver.patch_split import split_tables
+from layer_analyzer.receptive_field import Stages, axis_plan
+from solver.l3_placement import data_inputs
 from deployer.pipeline import Options, deploy
 from deployer.verify import build_engine, random_inputs
 from tests.tflite_builder import ModelBuilder
@@ -57,22 +59,26 @@ def test_random_stack_random_split_bit_exact(tmp_path, case):
     path = tmp_path / "stack.tflite"
     mb.save(path)
     whole = deploy(path, Options(patch="off"))
-    tables, _ = split_tables(whole.graph, whole.kernels, whole.lives)
-    if not tables:
+    found = Stages(whole.graph, whole.kernels, data_inputs)
+    if not found.ends:
         return
-    end = tables[pick % len(tables)].end
-    table = next(t for t in tables if t.end == end)
-    r, c = min(r, max(table.rows)), min(c, max(table.cols))
+    end = found.ends[pick % len(found.ends)].end
+    stage = found.stage(end)
+    r, c = axis_plan(stage, r, "rows").parts, axis_plan(stage, c, "cols").parts
     if r * c == 1:  # a 1x1 grid is no split: cut whichever axis can be
-        if max(table.rows) > 1:
+        if stage.out_h > 1:
             r = 2
-        elif max(table.cols) > 1:
+        elif stage.out_w > 1:
             c = 2
         else:
             return
     dep = deploy(path, Options(patch=f"{r}x{c}@{end}"))
-    assert dep.patch is not None and dep.patch.stage.end == end
+    assert len(dep.patches) == 1 and dep.patches[0].stage.end == end
     assert_bit_exact(path, dep, build_engine(dep), [random_inputs(dep.graph, s) for s in range(2)])
+    least = deploy(path, Options(max_overhead=1.0))  # the least SRAM within 100 % recomputed: any stages
+    assert least.memory.sram_bytes <= whole.memory.sram_bytes or not least.patches
+    if least.patches:
+        assert_bit_exact(path, least, build_engine(least), [random_inputs(least.graph, 5)])
 
 
 FORCED = [("mlperf_tiny/vww_96_int8.tflite", "3x3@6"), ("tflm/person_detect.tflite", "4x2@9"),
@@ -83,7 +89,7 @@ FORCED = [("mlperf_tiny/vww_96_int8.tflite", "3x3@6"), ("tflm/person_detect.tfli
 @pytest.mark.parametrize("rel, patch", FORCED)
 def test_shared_models_with_patching_forced_bit_exact(rel, patch):
     dep = deploy(shared_model(rel), Options(patch=patch))
-    assert dep.patch is not None and dep.patch.choice.method == "forced"
+    assert len(dep.patches) == 1 and dep.fusion.method == "forced"
     assert_bit_exact(shared_model(rel), dep, build_engine(dep), [random_inputs(dep.graph, s) for s in range(2)])
 
 
@@ -95,7 +101,7 @@ def test_mobilenet_v2_224_fits_256k_bit_exact(tmp_path):
     assert result.exit_code == 0, result.output
     assert "MAC overhead" in result.output
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["memory"]["sram_bytes"] <= 262_144 and manifest["patch"]["overhead"] < 0.2
+    assert manifest["memory"]["sram_bytes"] <= 262_144 and manifest["fusion"]["overhead"] < 0.2
     dep = deploy(model, Options(sram=256 * K, planner="first-fit"))
     assert dep.memory.sram_bytes <= 262_144
     assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, 0)])
@@ -118,8 +124,8 @@ def test_patch_stage_with_the_rest_tiled_bit_exact(target):
     model = shared_model("mlperf_tiny/vww_96_int8.tflite")
     whole = deploy(model, Options(target=target, l1=16 * K, l3=0, patch="off"))
     dep = deploy(model, Options(target=target, l1=16 * K, l3=0, patch="auto", sram=whole.memory.sram_bytes - 4 * K))
-    assert dep.patch is not None and dep.tilings
-    assert not set(dep.tilings) & set(dep.patch.layers)
+    assert dep.patches and dep.tilings
+    assert not set(dep.tilings) & {k for p in dep.patches for k in p.layers}
     engine = build_engine(dep) if target == "host" else emulated(dep)
     assert_bit_exact(model, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])
 
@@ -130,8 +136,8 @@ def test_compare_shows_the_split_and_draws_the_curve_before(tmp_path):
     result = CliRunner().invoke(main, ["compare", str(model), "--sram", "48K", "--planner", "first-fit",
                                        "--report", str(report)])
     assert result.exit_code == 0, result.output
-    line = next(x for x in result.output.splitlines() if x.startswith("Patch split:"))
-    assert "arena without it 55,296 B" in line and "MAC overhead" in line
+    line = next(x for x in result.output.splitlines() if x.startswith("Patch stages"))
+    assert "arena without them" in line and "MAC overhead" in line
     # the plan deploy makes with the same flags: its arena is compare's row for deploy's planner
     dep = deploy(model, Options(sram=48 * K, planner="first-fit"))
     row = next(x for x in result.output.splitlines() if x.startswith("first-fit ") and "of SRAM" in x)

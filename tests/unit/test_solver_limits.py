@@ -1,5 +1,5 @@
 """Every solver stage keeps --time-limit, and the same model and flags give the same files on
-any machine: the patch split on a long chain (a search bounded by counts), CP-SAT on
+any machine: the fused-stage search (exact, by counts), CP-SAT on
 deterministic time with the wall clock only as a watchdog, and the plan checker as a sweep
 (against a brute-force reference, and at a scale a pairwise or per-op checker never finishes)."""
 from __future__ import annotations
@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver import progress
-from solver.patch_split import plan_split, split_tables
+from solver.fusion import candidates, cheapest, estimated_peak, plan_fusion
+from solver.patch_split import plan_stages
 from deployer.pipeline import Options, deploy
 from solver.l3_placement import data_inputs
 from layer_analyzer.receptive_field import Stages, axis_extents, axis_plan
@@ -26,7 +27,6 @@ from network_parser.lifetimes import Lifetime, live_bytes_per_op
 from tests.tflite_builder import ModelBuilder
 from solver import arena_cpsat, cpsat
 from solver.arena import ArenaProblem, Buffer, SolverConfig, align, lower_bound, plan_arena
-from solver.patching import exhaustive
 from solver.plan_checker import PlanError, check_plan, check_tensor_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,21 +94,16 @@ def shrinking(tmp_path_factory):
     return deploy(path, Options(planner="first-fit", patch="off"))
 
 
-def test_the_split_search_is_bounded_by_a_count_not_the_clock(shrinking):
-    """A budget (stage ops per second of limit) cuts the search: the same split every time, marked
-    FEASIBLE; with room enough, every stage end that could win is tried (OPTIMAL)."""
+def test_the_stage_search_is_exact_and_deterministic(shrinking):
+    """The stages are chosen by counts, never the clock: the same choice every time."""
     dep = shrinking
-    cut = plan_split(dep.graph, dep.kernels, dep.lives, "exhaustive", 0.2, None, 0.002)
-    again = plan_split(dep.graph, dep.kernels, dep.lives, "exhaustive", 0.2, None, 0.002)
-    assert cut.status == "FEASIBLE" and replace(cut, wall_s=0) == replace(again, wall_s=0)
-    full = plan_split(dep.graph, dep.kernels, dep.lives, "exhaustive", 0.2, None, 10.0)
-    assert full.status == "OPTIMAL"
-    tables, unsplit = split_tables(dep.graph, dep.kernels, dep.lives)
-    every = exhaustive(tables, max(dep.macs, 1), unsplit, 0.2)
-    assert (full.end, full.grid, full.peak, full.macs_extra) == (every.end, every.grid, every.peak, every.macs_extra)
+    profile = fusion_profile(dep)
+    first = plan_stages(dep.graph, dep.kernels, dep.lives, profile, 16, 0.2, None)[0]
+    again = plan_stages(dep.graph, dep.kernels, dep.lives, profile, 16, 0.2, None)[0]
+    assert replace(first, wall_s=0) == replace(again, wall_s=0) and first.peak <= max(profile)
 
 
-def test_the_split_reports_its_progress(shrinking):
+def test_the_stage_search_reports_its_progress(shrinking):
     dep = shrinking
     seen: list[progress.Step] = []
 
@@ -117,11 +112,9 @@ def test_the_split_reports_its_progress(shrinking):
             seen.append(step)
 
     with progress.reporting(Record()):
-        plan_split(dep.graph, dep.kernels, dep.lives, "cpsat", 0.2, None, 1.0)
-    steps = {s.name: s for s in seen}
-    ends, models = steps["patch split: stage ends"], steps["patch split (CP-SAT)"]
-    assert ends.total == len(Stages(dep.graph, dep.kernels, data_inputs).ends) and 0 < ends.done <= ends.total
-    assert models.total == ends.done and 0 < models.done <= models.total
+        plan_stages(dep.graph, dep.kernels, dep.lives, fusion_profile(dep), 16, 0.2, None)
+    step = {s.name: s for s in seen}["fused stages: candidates"]
+    assert step.total == len(dep.graph.layers) and step.done == step.total
 
 
 @pytest.fixture(scope="module")
@@ -130,19 +123,41 @@ def stem(tmp_path_factory):
     return deploy(path, Options(planner="first-fit", patch="off"))
 
 
-def test_branch_and_bound_finds_what_every_stage_end_gives(stem):
-    """The search prunes stage ends by their floor; the split is the one the exhaustive walk over
-    every stage end finds (the first among equals, whatever order the ends were tried in)."""
+def fusion_profile(dep) -> list[int]:
+    return live_bytes_per_op(dep.lives, len(dep.graph.layers))
+
+
+def every_plan(profile, stages):
+    """Every set of disjoint stage options (each stage on each of its grids): (MACs, count, peak)."""
+    options = sorted((o for c in stages for o in c.options), key=lambda o: (o.start, o.end, o.grid))
+
+    def grow(i, last_end, path):
+        yield path
+        for j in range(i, len(options)):
+            if options[j].start > last_end:
+                yield from grow(j + 1, options[j].end, (*path, options[j]))
+    for path in grow(0, -1, ()):
+        yield sum(o.macs_extra for o in path), len(path), estimated_peak(profile, path)
+
+
+def test_the_dynamic_program_finds_what_every_stage_set_gives(stem):
+    """The least recomputed MACs within each byte target, and the least peak within each MAC
+    budget, are those of an exhaustive walk over every set of disjoint stages on every grid."""
     dep = stem
-    tables, unsplit = split_tables(dep.graph, dep.kernels, dep.lives)
-    assert len(tables) > 3
+    profile = fusion_profile(dep)
+    stages = candidates(dep.graph, dep.kernels, dep.lives, data_inputs, 16, max_parts=4)
+    assert len(stages) > 3
+    plans = list(every_plan(profile, stages))
+    for target in sorted({p for _, _, p in plans}):
+        found = cheapest(profile, stages, target)
+        best = min(((m, n) for m, n, p in plans if p <= target), default=None)
+        assert (found and (found[0], len(found[1]))) == (best and best), target
+        assert found is None or estimated_peak(profile, found[1]) <= target
     macs = max(dep.macs, 1)
-    for sram, overhead in ((None, 0.2), (None, 0.02), (dep.memory.sram_bytes // 2, 0.2), (1, 0.2)):
-        every = exhaustive(tables, macs, unsplit, overhead, sram)
-        for method in ("exhaustive", "cpsat"):
-            found = plan_split(dep.graph, dep.kernels, dep.lives, method, overhead, sram)
-            assert (found.end, found.grid, found.peak, found.macs_extra) == \
-                (every.end, every.grid, every.peak, every.macs_extra), (method, sram, overhead)
+    for overhead in (0.0, 0.02, 0.2, 1.0):
+        choice = plan_fusion(profile, stages, macs, overhead, None)
+        least = min(p for m, _, p in plans if m <= int(overhead * macs))
+        assert choice.peak == least and choice.macs_extra <= int(overhead * macs), overhead
 
 
 def test_stage_tables_are_the_receptive_fields_patch_by_patch(stem):
