@@ -3,7 +3,7 @@ cost beside the same engine without them, counted on QEMU's M7 board.
 
     python bench/composition_bench.py [--repeats 3]
 
-* vww_96 on cortex-m7 with --sram 48K (the patch split is needed there): instructions of one
+* vww_96 on cortex-m7 with --sram 32K (the patch split is needed there): instructions of one
   inference against the unsplit engine's, beside the bound 1.1 x (1 + recomputed MACs);
 * the model builder's U-Net (TRANSPOSE_CONV) and FPN (RESIZE_NEAREST_NEIGHBOR) on stm32h743 with
   --l1 32K in its DTCM: tiled against untiled instructions (every layer kind tiles);
@@ -52,11 +52,11 @@ def patch_split() -> None:
         print(f"vww_96_int8.tflite: not under {MODELS}, skipped")
         return
     whole = deploy(path, Options(target="cortex-m7", flash=1 << 20))
-    split = deploy(path, Options(target="cortex-m7", flash=1 << 20, sram=48 * K))
+    split = deploy(path, Options(target="cortex-m7", flash=1 << 20, sram=32 * K))
     a, b = instructions(whole), instructions(split)
     c = split.fusion
     grids = ", ".join(f"{p.grid[0]}x{p.grid[1]}@{p.stage.start}..{p.stage.end}" for p in split.patches)
-    print(f"vww_96_int8 cortex-m7 --sram 48K: stages {grids or 'none'}, SRAM {split.memory.sram_bytes:,} B "
+    print(f"vww_96_int8 cortex-m7 --sram 32K: stages {grids or 'none'}, SRAM {split.memory.sram_bytes:,} B "
           f"(unsplit {whole.memory.sram_bytes:,}); instructions {b:,} vs {a:,} = {b / a:.3f}x "
           f"(bound 1.1 x (1 + {100 * c.overhead:.1f} %) = {1.1 * (1 + c.overhead):.3f})")
 

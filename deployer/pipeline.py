@@ -380,19 +380,30 @@ def plan_memory(plan: Plan) -> Plan:
     stage_cache: dict = {}
     over = True  # depthwise tiles may write over their input (whole-row tiles)
 
-    def attempt(target):
-        p = split_patches(plan, target, stage_cache)
-        p = tile(p, tile_cache, over)
-        p = in_place(p, over)
+    def attempt(target, over_input=None, stages=True):
+        p = split_patches(plan, target, stage_cache) if stages else plan
+        p = tile(p, tile_cache, over if over_input is None else over_input)
+        p = in_place(p, over if over_input is None else over_input)
         p = overlap(p)
         p = place_and_plan(p)
         return p
 
+    def rewrites_tiles(p: Plan) -> bool:  # a tensor another one writes over cannot move to L3
+        return options.l3 is not None and any(lp.reuse is not None and lp.tiling is not None for lp in p.layers)
+
+    def least() -> Plan:
+        """The least SRAM the stages reach, with and without tiles written over their inputs (which
+        one wins depends on what L3 can then take, not on the budget: the need a rerun reaches)."""
+        low = attempt(1, True)
+        if rewrites_tiles(low):
+            alt = attempt(1, False)
+            low = alt if alt.memory.sram_bytes < low.memory.sram_bytes else low
+        return low
+
     result = attempt(options.sram)
     need = result.memory.sram_bytes
-    if options.l3 is not None and options.sram is not None and need > options.sram and \
-            any(lp.reuse is not None and lp.tiling is not None for lp in result.layers):
-        # a tensor another one writes over cannot move to L3: without that the placement may do better
+    if options.sram is not None and need > options.sram and rewrites_tiles(result):
+        # without that the placement may do better
         over = False
         alt = attempt(options.sram)
         if alt.memory.sram_bytes < need:
@@ -400,24 +411,32 @@ def plan_memory(plan: Plan) -> Plan:
             need = result.memory.sram_bytes
         else:
             over = True
-    if options.patch != "auto" or options.sram is None or need <= options.sram:
-        return result
-    # Over, split or not: live bytes under --sram are no promise of an arena under it.
-    return aim_lower(attempt, options.sram, result, tries=3, keep_first=True)
+    if options.patch == "auto" and options.sram is not None and need > options.sram:
+        # Over, split or not: live bytes under --sram are no promise of an arena under it.
+        result = aim_lower(attempt, options.sram, result, tries=3, keep_first=True, least=least)
+    if options.patch == "auto" and result.patches and (options.sram is None or result.memory.sram_bytes > options.sram):
+        # stages estimated to lower the peak that the planned arena does not confirm are not taken
+        whole = attempt(options.sram, stages=False)
+        if whole.memory.sram_bytes <= result.memory.sram_bytes:
+            return whole
+    return result
 
 
-def aim_lower(attempt, budget: int, first: Plan, tries: int, keep_first: bool) -> Plan:
+def aim_lower(attempt, budget: int, first: Plan, tries: int, keep_first: bool, least=None) -> Plan:
     """A relaxation that aims at a byte target (the patch stages, the L3 placement) and misses
-    the SRAM ``budget``: aim lower by the excess, ``tries`` times, then as low as it goes; that
-    last plan (or ``first`` when ``keep_first``, it took no stages and it needs less: a plan the
-    budget asked for does not change) is the one reported over, whose need a rerun reaches."""
+    the SRAM ``budget``: aim lower by the excess, ``tries`` times, then as low as it goes
+    (``least()``, by default ``attempt(1)``); that last plan (or ``first`` when ``keep_first``, it
+    took no stages and it needs less: a plan the budget asked for does not change) is the one
+    reported over, whose need a rerun reaches."""
     result, target = first, budget
     for _ in range(tries):
         target = max(1, target - (result.memory.sram_bytes - budget))
+        if target == 1:
+            break
         result = attempt(target)
-        if result.memory.sram_bytes <= budget or target == 1:
+        if result.memory.sram_bytes <= budget:
             return result
-    least = attempt(1)
+    least = attempt(1) if least is None else least()
     return first if keep_first and not first.patches and first.memory.sram_bytes < least.memory.sram_bytes else least
 
 

@@ -234,9 +234,11 @@ def _patch(model: Path, s: Suggestion) -> Recommendation:
             return more
         return Recommendation("patch inference", "SRAM", False, 0,
                               f"no split within --max-overhead {100 * share:g}% lowers the peak")
+    flags = (("--patch auto",) if o.patch != "auto" else ()) + \
+        ((f"--max-overhead {100 * share:g}%",) if o.sram is None and o.max_overhead is None else ())
     return Recommendation("patch inference", "SRAM", False, base.memory.sram_bytes - alt.memory.sram_bytes,
-                          f"SRAM {alt.memory.sram_bytes:,} B: {stages_text(alt)}",
-                          (f"--max-overhead {100 * share:g}%",), (("patch", "auto"), ("max_overhead", share)))
+                          f"SRAM {alt.memory.sram_bytes:,} B: {stages_text(alt)}", flags,
+                          (("patch", "auto"), ("max_overhead", share)))
 
 
 def _more_overhead(model: Path, s: Suggestion) -> Recommendation | None:

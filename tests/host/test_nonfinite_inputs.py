@@ -116,7 +116,7 @@ def test_patched_quantize(tmp_path):
     path = tmp_path / "patched.tflite"
     mb.save(path)
     dep = deploy(path, Options(patch="2x2@2"))
-    assert dep.patch is not None and 0 in dep.patch.layers
+    assert len(dep.patches) == 1 and 0 in dep.patches[0].layers
     rng = np.random.default_rng(0)
     samples = []
     for seed in range(3):

@@ -143,7 +143,7 @@ def test_every_picture_is_drawn(report):
     svgs = page.locator("svg")
     ids = [svgs.nth(i).evaluate("s => s.id || s.getAttribute('class')") for i in range(svgs.count())]
     n_arena = ids.count("arena")
-    assert ids == ["curve", "flash", *["arena"] * n_arena, *(["patch"] if dep.patch else [])]
+    assert ids == ["curve", "flash", *["arena"] * n_arena, *(f"patch-{n + 1}" for n in range(len(dep.patches)))]
     assert n_arena == len({dep.arena.method, *GREEDY})  # the deployment's planner and the greedy ones
     for i, name in enumerate(ids):
         svg = svgs.nth(i)
@@ -202,17 +202,18 @@ def test_one_arena_picture_per_planner(report):
 def test_patch_grid(report):
     page, dep = report.page, report.dep
     text = page.inner_text("p#patch-text")
-    if dep.patch is None:
-        assert "no patch split" in text and page.locator("svg#patch").count() == 0
+    if not dep.patches:
+        assert "no patch split" in text and page.locator("svg#patch-1").count() == 0
         return
-    st, c = dep.patch.stage, dep.patch.choice
-    grid = f"{c.grid[0]}x{c.grid[1]}"
+    (p,), c = dep.patches, dep.fusion
+    grid = f"{p.grid[0]}x{p.grid[1]}"
     assert grid == "4x4"  # as asked: Options(patch="4x4@3")
-    assert text.startswith(f"Ops {st.start}..{st.end} run in {grid} patches")
+    assert text.startswith("1 stage run patch by patch (--patch RxC@LAYER)")
     assert f"estimated peak {c.unsplit_peak:,} B unsplit, {c.peak:,} B split" in text
+    assert page.inner_text("p#patch-1-text").startswith(f"Stage 1: ops {p.stage.start}..{p.stage.end} run in {grid} patches")
     assert f"patch stage {grid}" in page.text_content("svg#curve")
-    assert page.locator("svg#patch rect.region").count() == c.grid[0] * c.grid[1]
-    assert page.locator("table#layers tr.stage").count() == len(dep.patch.layers)
+    assert page.locator("svg#patch-1 rect.region").count() == p.grid[0] * p.grid[1]
+    assert page.locator("table#layers tr.stage").count() == len(p.layers)
 
 
 def test_tiles_per_layer(report):

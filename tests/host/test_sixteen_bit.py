@@ -112,7 +112,7 @@ def test_a_16_bit_front_end_runs_patch_by_patch(tmp_path, target):
     path = audio_front_end_model(tmp_path)
     dep = deploy(path, Options(target=target, patch="3x2@4"))
     assert [lp.index for lp in dep.layers if lp.in_stage] == [0, 1, 2, 3, 4]
-    g, patch = dep.graph, dep.patch
+    g, (patch,) = dep.graph, dep.patches
     for t, size in patch.buffers.items():
         rows, cols = patch.rows.largest(t), patch.cols.largest(t)
         assert size == rows * cols * g.tensors[t].shape[-1] * 2 and g.tensors[t].dtype == "int16"

@@ -77,7 +77,7 @@ def test_verify_qemu_per_layer_shows_the_patch_stage_as_one_row():
     """A split run: the stage's layers run region by region, so the stage is one row (its MACs
     with the recomputed ones), left out of the cost model's fit."""
     code, out, err = run_clirunner("verify", shared_model("mlperf_tiny/vww_96_int8.tflite"), "--target", "cortex-m7",
-                                   "--sram", "48K", "--qemu", "--seeds", "1", "--per-layer", "--json")
+                                   "--sram", "32K", "--qemu", "--seeds", "1", "--per-layer", "--json")
     assert code == 0, err
     r = json.loads(out)
     layers = r["per_layer"]["layers"]

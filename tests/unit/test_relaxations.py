@@ -32,10 +32,11 @@ def test_every_relaxation_taken_was_allowed():
 def test_the_plan_records_what_the_search_took():
     path = shared_model(VWW)
     whole = plan_deployment(path, Options(patch="off"))
-    assert whole.relaxed == ("in-place ops",)
+    assert whole.relaxed == ("in-place ops", "outputs over inputs")
     split = plan_deployment(path, Options(sram=whole.memory.sram_bytes - 8 * K))
-    assert split.relaxed == ("in-place ops", "patch inference")
+    assert split.relaxed == ("in-place ops", "outputs over inputs", "patch inference")
     assert plan_deployment(path, Options(in_place=False, patch="off")).relaxed == ()
+    assert plan_deployment(path, Options(overlap=False, patch="off")).relaxed == ("in-place ops",)
     streamed = plan_deployment(path, Options(target="gap8", l1=16 * K, sram=96 * K, patch="off"))
     assert "L3 streaming" in streamed.relaxed
     person = shared_model("tflm/person_detect.tflite")
@@ -44,9 +45,9 @@ def test_the_plan_records_what_the_search_took():
 
 
 def test_the_manifest_lists_the_relaxations_taken():
-    plan = pipeline.deploy(shared_model(VWW), Options(sram=48 * K))
+    plan = pipeline.deploy(shared_model(VWW), Options(sram=32 * K))
     names = [r["name"] for r in build_manifest(plan)["relaxations"]]
-    assert names == ["in-place ops", "patch inference"]
+    assert names == ["in-place ops", "outputs over inputs", "patch inference"]
 
 
 @pytest.mark.parametrize("changes", [dict(patch="off"), dict(in_place=False), dict(sram=48 * K),

@@ -111,12 +111,12 @@ def test_a_greedy_deployment_does_not_solve_cpsat_for_the_report(models):
 def test_the_patch_stage_is_drawn(models):
     dep = deploy(models["stem"], Options(patch="2x3@1"))
     p = page(dep.files["report.html"])
-    grid = svg(p, "patch")["rects"]
+    grid = svg(p, "patch-1")["rects"]
     assert grid.count("region") == 6 and grid.count("image") == 1
     stage_rows = [row for row in p.tables["layers"][1:] if row["cls"] == "stage"]
-    assert [row["cells"][0] for row in stage_rows] == [str(k) for k in dep.patch.layers]
+    assert [row["cells"][0] for row in stage_rows] == [str(k) for k in dep.patches[0].layers]
     assert svg(p, "curve")["rects"].count("band") == 1
-    assert "Ops 0..1 run in 2x3 patches" in dep.files["report.html"]
+    assert "Stage 1: ops 0..1 run in 2x3 patches" in dep.files["report.html"]
 
 
 def test_tiles_are_listed_per_layer(models):

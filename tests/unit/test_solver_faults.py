@@ -36,8 +36,9 @@ def _explode(self, *args, **kwargs):
 
 
 def test_every_solver_raising_still_deploys_the_greedy_plans(example, monkeypatch):
-    """Arena, tiling and patch split all fail inside CP-SAT: each warns and keeps its twin's
-    plan, and the engine is the one the greedy options give, bit for bit."""
+    """Arena and tiling both fail inside CP-SAT: each warns and keeps its twin's plan, and the
+    engine is the one the greedy options give, bit for bit (the fused stages are chosen by an
+    exact dynamic program, no solver)."""
     monkeypatch.setattr(cp_model.CpSolver, "solve", _explode)
     monkeypatch.setattr(cp_model.CpSolver, "Solve", _explode, raising=False)
     options = Options(l1=8 * 1024, sram=64 * 1024)
@@ -46,7 +47,6 @@ def test_every_solver_raising_still_deploys_the_greedy_plans(example, monkeypatc
         dep = deploy(example, options)
     said = " | ".join(str(w.message) for w in caught)
     assert "CP-SAT tiling fell back to greedy" in said
-    assert "patch split: CP-SAT failed (RuntimeError: injected solver fault)" in said
     if dep.arena.status == "FALLBACK":  # the arena's CP-SAT runs only when greedy is not provably optimal
         assert "arena planner" in said
     solved = [t for _, t in dep.tilings.values() if t.solver != "untiled"]  # layers that fit L1 whole need no search

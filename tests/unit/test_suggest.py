@@ -132,15 +132,15 @@ def test_patch_split_that_alone_fits_is_high_and_auto_optimize_applies_it(models
     m = models["stem"]
     whole = deploy(m, Options(patch="off"))
     split = deploy(m, Options(sram=whole.memory.sram_bytes - 16))  # a budget only the split meets
-    assert split.patch is not None and split.memory.sram_bytes < whole.memory.sram_bytes
+    assert split.patches and split.memory.sram_bytes < whole.memory.sram_bytes
     budget = split.memory.sram_bytes + 16
     off = rec(suggest(m, Options(sram=budget, patch="off")), "patch inference")
     assert off.priority == "HIGH" and off.flags[0].startswith("--patch ") and off.saving > 0
     options, steps, planned = auto_optimize(m, Options(sram=budget, patch="off"))
-    assert planned.patch is not None
+    assert planned.patches
     assert [st.recommendation.name for st in steps] == ["patch inference"]
     dep = deploy(m, options)
-    assert dep.patch is not None and dep.memory.sram_bytes <= budget
+    assert dep.patches and dep.memory.sram_bytes <= budget
     on = rec(suggest(m, Options(sram=budget)), "patch inference")
     planned_on = deploy(m, Options(sram=budget))
     assert on.on and on.priority == "HIGH" and on.saving == whole.memory.sram_bytes - planned_on.memory.sram_bytes
@@ -216,7 +216,7 @@ def test_cli_auto_optimize_prints_its_steps(models, tmp_path):
     budget = deploy(m, Options(patch="off")).memory.sram_bytes - 16  # only a split fits
     code, out, err = run_subprocess(m, "--sram", str(budget), "--patch", "off", "--auto-optimize", "-o", tmp_path / "o")
     assert code == 0, err
-    assert re.search(r"^auto-optimize: --patch \d+x\d+@\d+ \(patch inference\): SRAM [\d,]+ -> [\d,]+ B", out, re.M)
+    assert re.search(r"^auto-optimize: --patch auto \(patch inference\): SRAM [\d,]+ -> [\d,]+ B", out, re.M)
     code, _, err = run_subprocess(m, "--flash", "2K", "--auto-optimize", "-o", tmp_path / "p")
     assert code == 1 and err.startswith("error: InfeasibleBudget: --auto-optimize applied") and "still over" in err
     assert not (tmp_path / "p").exists()
