@@ -29,7 +29,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deployer.pipeline import Options, deploy  # noqa: E402
-from deployer.verify import random_inputs, verify  # noqa: E402
+from deployer.verify import verification_samples, verify  # noqa: E402
+from network_parser.cut import CutSpec  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 from tests import model_zoo  # noqa: E402
 
@@ -72,7 +73,8 @@ def msf_points(path: Path, check: bool, **kw) -> None:
             continue
         result = "-"
         if check:
-            report = verify(dep, path, [random_inputs(dep.graph, s) for s in range(3)])
+            samples, expected = verification_samples(dep, path, 3)
+            report = verify(dep, path, samples, expected=expected)
             result = "bit-exact" if all(o["max_abs_diff"] == 0 for o in report["outputs"]) else "MISMATCH"
         print(f"{size:>8,} {factor - 1:>15.3f} | {got[0]:>9,} {100 * got[1]:>9.1f}% {got[2]:>6} | {result}")
 
@@ -99,8 +101,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     vww = MODELS / "tflite" / "mcunet" / "mcunet_vww.tflite"
     if vww.exists():
-        front(vww, "mcunet_vww --io int8", MSF_VWW, io="int8")
-        msf_points(vww, args.verify, io="int8")
+        front(vww, "mcunet_vww --io int8", MSF_VWW, cut=CutSpec(io="int8"))
+        msf_points(vww, args.verify, cut=CutSpec(io="int8"))
     else:
         print(f"{vww}: not found, skipped")
     with tempfile.TemporaryDirectory() as folder:

@@ -584,7 +584,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
         dep = plan_deployment(model, options)
         problem = deployment_problem(dep)
         plans = compare_planners(problem, config=SolverConfig(time_limit_s=time_limit))
-    say(comparison_table(plans, lower_bound(problem)))
+    say(comparison_table(plans, lower_bound(problem), problem))
     before, patch_line = None, None
     if dep.patches:
         from .suggest import stages_text

@@ -21,7 +21,7 @@ import jinja2
 from layer_analyzer import kernels as K
 from solver.arena import GREEDY, ArenaPlan, ArenaProblem, lower_bound, plan_arena
 
-from .compare import COLUMNS, Comparison, bound_line, live_bytes, plan_rows, skipped_lines
+from .compare import COLUMNS, Comparison, bound_line, live_bytes, plan_rows, skipped_lines, solver_line
 from .emit import shape_text
 from .manifest import solver_statistics
 from .render import environment
@@ -112,7 +112,7 @@ def _planners(name: str, problem: ArenaProblem, plans, curve: list[int], before=
     columns = COLUMNS if timings else tuple(c for c in COLUMNS if c != "time ms")
     rows = [r if timings else tuple(c for c, h in zip(r, COLUMNS) if h != "time ms") for r in plan_rows(plans, bound)]
     return dict(n_buffers=len(problem.buffers), alignment=problem.alignment, columns=columns, rows=rows,
-                bound_line=bound_line(bound), skipped=skipped_lines(plans),
+                bound_line=bound_line(bound), solver_line=solver_line(problem, plans), skipped=skipped_lines(plans),
                 figures=[arena_figure(problem, p, curve, axes, before) for p in plans])
 
 

@@ -145,3 +145,20 @@ def test_real_model_table_and_report(tiny_kws):
     html = check_report("tiny_kws", p, plans)
     assert html.count("<svg") == len(plans) >= 3
     assert len(parse(html).titles) == len(p.buffers) * len(plans)
+
+
+def test_the_solver_line_says_by_how_many_bytes_cpsat_beats_greedy():
+    """A chain of outputs over inputs the greedy planners place apart at one point and CP-SAT
+    at each pair's least span: the table says so, in bytes."""
+    from solver.arena_types import Overlap
+    buffers = tuple(Buffer(f"t{i}", s, i, i + 1) for i, s in enumerate((1024, 1024, 512, 2048)))
+    pairs = (Overlap(0, 1, -64, 64), Overlap(1, 2, 0, 1024), Overlap(2, 3, -512))
+    chain = ArenaProblem(buffers, 16, pairs=pairs)
+    plans = compare_planners(chain, config=FAST)
+    best = min(p.peak for p in plans if p.method in ("first-fit", "best-fit"))
+    cpsat = next(p for p in plans if p.method == "cpsat")
+    text = comparison_table(plans, lower_bound(chain), chain)
+    line = next(x for x in text.splitlines() if x.startswith("CP-SAT "))
+    assert cpsat.peak <= best and "3 output-over-input pairs" in line
+    assert (f"by {best - cpsat.peak:,} B" in line) if cpsat.peak < best else "equals the best greedy plan" in line
+    assert "CP-SAT" not in comparison_table(plans, lower_bound(chain))  # without the problem: the table alone
