@@ -360,10 +360,12 @@ def _progress(quiet: bool):
 @click.argument("model", type=click.Path(path_type=Path))
 @budget_options
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@click.option("--front", "with_front", is_flag=True,
+              help="also the SRAM x MAC-overhead front: the least SRAM within each MAC budget, each point planned")
 @click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
 def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, tiler,
                 tile_objective, kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, as_json,
-                quiet):
+                with_front, quiet):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
     on, in order of priority, each saving measured by planning it."""
     frontend_for(model, "suggest")  # a kind of model this command does not take: a usage error
@@ -373,7 +375,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
                        cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory)
     with _progress(quiet):
-        s = suggest(model, options)
+        s = suggest(model, options, with_front=with_front)
     if as_json:
         click.echo(json.dumps(suggestion_json(s), indent=2))
     else:

@@ -92,6 +92,7 @@ class Suggestion:
     l1_budget: int | None = None  # the --l1 asked for
     recommendations: tuple[Recommendation, ...] = field(default=())
     front: Plan | None = field(default=None, repr=False)  # the model read and lowered: alternatives replan it
+    sram_front: tuple = ()  # FrontPoint per MAC budget: the SRAM x recomputed-MACs front (with --front)
 
     @property
     def memory(self) -> Memory:
@@ -372,9 +373,11 @@ def _plan_estimate(front: Plan, options: Options) -> tuple[Plan, int | None]:
         return replan(front, replace(options, l1=e.needs["--l1"])), e.needs["--l1"]
 
 
-def suggest(model: Path, options: Options, recommend: bool = True, front: Plan | None = None) -> Suggestion:
+def suggest(model: Path, options: Options, recommend: bool = True, front: Plan | None = None,
+            with_front: bool = False) -> Suggestion:
     """The model's signature, the estimate with ``options`` and (``recommend``) every knob
-    measured; ``front``: the model as plan_front read it (read here when not given)."""
+    measured; ``front``: the model as plan_front read it (read here when not given);
+    ``with_front``: the SRAM x MAC-overhead front too (a plan per MAC budget)."""
     model = Path(model)
     inv = inventory(model)
     resolved, _ = resolve_options(options)
@@ -386,7 +389,37 @@ def suggest(model: Path, options: Options, recommend: bool = True, front: Plan |
         return Suggestion(model.stem, resolved.target, resolved, signature(inv, None, str(e)), None)
     s = Suggestion(model.stem, resolved.target, dep.options, signature(inv, dep, None), dep, l1_need, resolved.l1,
                    front=front)
-    return recommendations(model, s) if recommend else s
+    s = recommendations(model, s) if recommend else s
+    return replace(s, sram_front=sram_front(s)) if with_front else s
+
+
+FRONT_OVERHEADS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    """One plan of the SRAM x MAC-overhead front: the least SRAM within ``max_overhead``."""
+    max_overhead: float
+    sram_bytes: int
+    macs_recomputed: int
+    overhead: float
+    stages: str
+
+
+def sram_front(s: Suggestion) -> tuple[FrontPoint, ...]:
+    """The least SRAM each MAC budget buys, every point planned as deploy plans it
+    (--max-overhead X without --sram), the points that need fewer bytes than the one before."""
+    points: list[FrontPoint] = []
+    with progress.step("SRAM x MAC front", total=len(FRONT_OVERHEADS)) as step:
+        for share in FRONT_OVERHEADS:
+            alt = _measure(s, replace(s.options, sram=None, patch="auto" if share else "off", max_overhead=share))
+            step.advance()
+            if alt is None or (points and alt.memory.sram_bytes >= points[-1].sram_bytes):
+                continue
+            split = alt.fusion if alt.patches else None
+            points.append(FrontPoint(share, alt.memory.sram_bytes, split.macs_extra if split else 0,
+                                     split.overhead if split else 0.0, stages_text(alt) if split else "runs whole"))
+    return tuple(points)
 
 
 def recommendations(model: Path, s: Suggestion) -> Suggestion:
@@ -490,6 +523,8 @@ def suggestion_json(s: Suggestion) -> dict:
         "recommendations": [{"priority": r.priority, "name": r.name, "memory": r.memory, "on": r.on,
                              "saving_bytes": r.saving, "why": r.why, "detail": r.detail, "flags": list(r.flags),
                              "needs_hardware": r.needs_hardware} for r in s.recommendations],
+        "front": [{"max_overhead": p.max_overhead, "sram_bytes": p.sram_bytes, "macs_recomputed": p.macs_recomputed,
+                   "overhead": round(p.overhead, 6), "stages": p.stages} for p in s.sram_front],
     }
 
 
@@ -529,6 +564,10 @@ def suggestion_text(s: Suggestion) -> str:
         turn_on = "on" if r.on else (" ".join(r.flags) or "off")
         lines += [f"  {r.priority:<5} {r.name:<17} {saving:<26} {turn_on}",
                   f"        {r.detail}" if r.priority == "SKIP" else f"        {r.why}; {r.detail}"]
+    if s.sram_front:
+        lines += ["", "SRAM x MAC-overhead front (the least SRAM within each --max-overhead, each point planned)",
+                  *(f"  {100 * p.max_overhead:>5g}%  {p.sram_bytes:>10,} B  +{100 * p.overhead:.1f}% MACs  {p.stages}"
+                    for p in s.sram_front)]
     over = s.over()
     lines += ["", "fits the budgets" if not over else
               "over: " + "; ".join(f"{'flash' if name == 'FLASH' else name} by {need - budget:,} B"

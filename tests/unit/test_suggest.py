@@ -268,3 +268,19 @@ def test_in_place_ops_that_cost_sram_are_recommended_off(models, monkeypatch):
 def replace_memory(dep, sram: int):
     from dataclasses import replace
     return replace(dep, memory=replace(dep.memory, sram_bytes=sram))
+
+
+def test_the_front_lists_the_least_sram_each_mac_budget_buys(models):
+    """Every point is the plan deploy makes with that --max-overhead; fewer bytes, more MACs."""
+    m = models["stem"]
+    s = suggest(m, Options(), with_front=True)
+    points = s.sram_front
+    assert len(points) >= 2 and points[0].overhead == 0 and points[0].stages == "runs whole"
+    assert all(a.sram_bytes > b.sram_bytes and a.macs_recomputed <= b.macs_recomputed for a, b in zip(points, points[1:]))
+    for p in points[1:]:
+        assert p.overhead <= p.max_overhead
+        assert deploy(m, Options(max_overhead=p.max_overhead)).memory.sram_bytes == p.sram_bytes
+    j = suggestion_json(s)
+    assert [x["sram_bytes"] for x in j["front"]] == [p.sram_bytes for p in points]
+    assert "SRAM x MAC-overhead front" in suggestion_text(s)
+    assert suggestion_json(suggest(m, Options()))["front"] == []
