@@ -341,18 +341,24 @@ def budget_error(over: list[tuple[str, str, int, int]], details: dict | None = N
 
 def floor(plan: Plan) -> dict:
     """Where the arena's lower bound is set: the op, and every buffer live there, largest first."""
-    op, held = memory_floor(list(plan.lives), len(plan.graph.layers))
+    n = len(plan.graph.layers)
+    problem = deployment_problem(plan) if plan.overlaps and plan.offsets else None
+    per_op = (live_per_op(replace(problem, alignment=1), problem.pairs) + [0] * n)[:n] if problem else None
+    op, held = memory_floor(list(plan.lives), n, per_op)
     layer, edges = plan.graph.layers[op], set(float_edges(plan.graph))
     tensors = [dict(name=lt.name, bytes=lt.size, float_edge=lt.tensor in edges) for lt in held]
-    return dict(op=layer.index, op_type=layer.op, name=layer.name, bytes=sum(t["bytes"] for t in tensors),
-                tensors=tensors)
+    total = sum(t["bytes"] for t in tensors)
+    # an output over the input it consumes counts at the least the two span
+    return dict(op=layer.index, op_type=layer.op, name=layer.name, bytes=min(total, per_op[op]) if per_op else total,
+                tensors=tensors, overlapped=bool(per_op) and per_op[op] < total)
 
 
 def floor_text(f: dict) -> str:
     parts = ", ".join(f"'{display(t['name'])}' {t['bytes']:,} B" + (" (a float edge: see --io int8)" if t["float_edge"] else "")
                       for t in f["tensors"][:4])
     more = f" and {len(f['tensors']) - 4} more" if len(f["tensors"]) > 4 else ""
-    return f"op {f['op']} {f['op_type']} '{display(f['name'])}': {f['bytes']:,} B live ({parts}{more})"
+    shared = "; outputs over the inputs they consume counted at their least span" if f.get("overlapped") else ""
+    return f"op {f['op']} {f['op_type']} '{display(f['name'])}': {f['bytes']:,} B live ({parts}{more}{shared})"
 
 
 def check_budgets(plan: Plan) -> Plan:

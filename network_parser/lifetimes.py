@@ -112,10 +112,11 @@ def live_bytes_per_op(lives: list[Lifetime], n_ops: int) -> list[int]:
     return list(accumulate(diff[:n_ops]))
 
 
-def memory_floor(lives: list[Lifetime], n_ops: int) -> tuple[int, list[Lifetime]]:
-    """The op where the most bytes are live (the arena's lower bound) and what is live there: per
-    owner of bytes its largest live member, largest first."""
-    per_op = live_bytes_per_op(lives, n_ops)
+def memory_floor(lives: list[Lifetime], n_ops: int, per_op: list[int] | None = None) -> tuple[int, list[Lifetime]]:
+    """The op where the most bytes are live (the arena's lower bound; ``per_op``: those bytes
+    counted another way, e.g. with outputs over inputs) and what is live there: per owner of
+    bytes its largest live member, largest first."""
+    per_op = live_bytes_per_op(lives, n_ops) if per_op is None else per_op
     op = max(range(n_ops), key=lambda k: (per_op[k], -k)) if n_ops else 0
     held = []
     for members in owner_groups(lives).values():
