@@ -186,3 +186,19 @@ def test_transpose_conv_tiles_run_the_smlad_kernel(tmp_path, kernel, stride, pad
     (k, (g, t)), = [(k, v) for k, v in dep.tilings.items() if v[0].kind == "transpose_conv"]
     assert dep.layers[k].variant.name == "transpose_conv_s8_smlad" and t.tiles > 1
     assert_bit_exact_on_qemu(model, dep, [random_inputs(dep.graph, seed) for seed in range(2)])
+
+
+@pytest.mark.parametrize("target", CORES)
+def test_fused_stages_over_the_application_input_on_qemu(target):
+    """mcunet_vww at msf-CNN's 17,904 B point: several stages running the SMLAD kernels patch by
+    patch, outputs over the inputs they consume, the input read where the application keeps it."""
+    from network_parser.cut import CutSpec
+    from deployer.verify import verification_samples
+    model = shared_model("mcunet/mcunet_vww.tflite")
+    dep = deploy(model, Options(target=target, cut=CutSpec(io="int8"), input_memory="external", sram=17_904,
+                                max_overhead=0.345))
+    assert dep.memory.sram_bytes <= 17_904 and len(dep.patches) >= 2
+    samples, expected = verification_samples(dep, model, 2)
+    for got, want in zip(run_on_qemu(dep, samples), expected.outputs):
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b.reshape(a.shape)), f"mcunet_vww on {target}"
