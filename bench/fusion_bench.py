@@ -2,7 +2,7 @@
 published points of a peer that plans the same network, and what outputs over consumed inputs
 save with no MAC recomputed.
 
-    python bench/fusion_bench.py [--verify] [--models DIR]
+    python bench/fusion_bench.py [--verify] [--qemu]
 
 * mcunet_vww (MCUNetV2-vww-5fps-r80, --io int8): the least SRAM our plan reaches within each
   MAC budget, with the network's input in the arena and with --input-memory external (how
@@ -12,7 +12,11 @@ save with no MAC recomputed.
 * MobileNetV2 w0.35 at 144x144 from the project's model builder (random weights, not msf-CNN's
   network: our own unfused peak beside it, no point-by-point comparison);
 * with no recomputed MAC (--patch off): the arena with --overlap on against the whole-tensor
-  bound (--overlap off) on the MLPerf Tiny models.
+  bound (--overlap off) on the MLPerf Tiny models;
+* MobileNetV2-224 (MCUNetV2 runs it in 172 kB) at --sram 176K with the input included: the
+  engine taking the frame channels last (--inputs at the model's own NCHW->NHWC transpose: a
+  camera's frame is HWC), its recomputed MACs, and with --qemu its instructions on the M7
+  against the unsplit engine's x (1 + overhead) (bit-exact checked on the host with --verify).
 
 Sizes are planned bytes (the arena, every buffer the engine needs at run time); MAC overheads
 are the recomputed MACs over the network's.
@@ -29,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deployer.pipeline import Options, deploy  # noqa: E402
-from deployer.verify import verification_samples, verify  # noqa: E402
+from deployer.verify import samples_payload, verification_samples, verify  # noqa: E402
 from network_parser.cut import CutSpec  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 from tests import model_zoo  # noqa: E402
@@ -95,9 +99,42 @@ def no_recompute() -> None:
         print(f"{name:<28} {a[0]:>9,} {b[0]:>9,} {b[0] / a[0]:>6.2f}")
 
 
+def mobilenet_224(check: bool, on_qemu: bool) -> None:
+    path = MODELS / "tflite" / "tflm" / "mobilenet_v2_quantized_1x3x224x224.tflite"
+    if not path.exists():
+        print(f"\n{path}: not found, skipped")
+        return
+    frame = CutSpec(inputs=("input.9_te_transform",))  # the transpose's NHWC output: the engine's input
+    print("\nMobileNetV2-224, --sram 176K, the input (224x224x3, channels last) in the arena")
+    dep, got = point(path, cut=frame, sram=176 * 1024, planner="first-fit")
+    if dep is None:
+        print(f"  {got}")
+        return
+    stages = ", ".join(f"{p.stage.start}..{p.stage.end} in {p.grid[0]}x{p.grid[1]}" for p in dep.patches)
+    result = "-"
+    if check:
+        samples, expected = verification_samples(dep, path, 1)
+        report = verify(dep, path, samples, expected=expected)
+        result = "bit-exact" if all(o["max_abs_diff"] == 0 for o in report["outputs"]) else "MISMATCH"
+    print(f"  SRAM {got[0]:,} B ({got[0] / 1024:.1f} KiB), {100 * got[1]:.1f}% MACs recomputed, stages {stages}; "
+          f"host: {result}")
+    if on_qemu:
+        from deployer import qemu
+        options = dict(cut=frame, target="cortex-m7", flash=8 << 20, planner="first-fit")
+        split = deploy(path, Options(sram=176 * 1024, **options))
+        whole = deploy(path, Options(patch="off", sram=4 << 20, **options))
+        samples, _ = verification_samples(split, path, 1)
+        a, b = (qemu.instructions_per_inference(qemu.build_elf(d), samples_payload(d.graph, samples))[0]
+                for d in (whole, split))
+        bound = 1.15 * (1 + split.fusion.overhead)
+        print(f"  QEMU M7: {b:,} instructions split, {a:,} unsplit: {b / a:.3f}x (at most 1.15 x (1 + overhead) = "
+              f"{bound:.3f})")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verify", action="store_true", help="compile msf-CNN's points and compare on the host")
+    ap.add_argument("--qemu", action="store_true", help="MobileNetV2-224's instructions on the M7, split and not")
     args = ap.parse_args(argv)
     vww = MODELS / "tflite" / "mcunet" / "mcunet_vww.tflite"
     if vww.exists():
@@ -111,6 +148,7 @@ def main(argv=None) -> int:
         front(path, "MobileNetV2 w0.35 144x144 (the builder's; msf-CNN's own: "
               + ", ".join(f"{b:,} B x{f}" for b, f in MSF_MBV2) + ")", (), planner="first-fit")
     no_recompute()
+    mobilenet_224(args.verify, args.qemu)
     return 0
 
 

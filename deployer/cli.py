@@ -112,7 +112,7 @@ def budget_options(f):
                      "part's own SRAM, at the least recomputed MACs; none when it fits whole), off, or RxC@LAYER "
                      "(the first stage, e.g. 4x4@12)"),
         click.option("--max-overhead", default=None,
-                     help="MACs the patch stages may recompute, as a share of the network's (default 20%%); "
+                     help="MACs the patch stages may recompute, as a share of the network's (default 20%); "
                      "given without --sram: the stages needing the least SRAM within it"),
         click.option("--planner", type=click.Choice(PLANNERS), default="cpsat", show_default=True,
                      help="arena planner"),
@@ -260,7 +260,8 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
 
     if frontend_for(model, "build").kind == "language model":
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
-                          llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet)
+                          llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
+                          input_memory)
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
@@ -294,7 +295,7 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 
 
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
-               prune, rtos, debug_guards, dump_ir, dump_plan, quiet) -> None:
+               prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena") -> None:
     """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
@@ -302,7 +303,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
     with _progress(quiet):
         dep = deploy(model, Options(target=target, sram=parse_size(sram), flash=parse_size(flash), planner=planner,
                                     time_limit_s=check_time_limit(time_limit), rtos=rtos, debug_guards=debug_guards,
-                                    language=language))
+                                    language=language, input_memory=input_memory))
     if dump_ir:
         for k, op in enumerate(dep.graph.ops):
             say(f"{k:4d}  {op_summary(op)}")

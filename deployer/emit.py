@@ -514,6 +514,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  in2_ctype=CTYPES[graph.tensors[data[1]].dtype] if len(data) > 1 else None,
                  x=sym.tensor(data[0], f"op{k}_in") if data else None,
                  x2=sym.tensor(data[1], f"op{k}_in2") if len(data) > 1 else None,
+                 external_in=any(t in sym.external for t in data[:2]),  # a pointer known only at run time
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None,
                  reverse=lp.overlap is not None and lp.overlap.reverse and lp.overlap.order != "patches")
         if k in in_place:

@@ -159,6 +159,7 @@ def build_manifest(plan) -> dict:
         "macs": plan.macs,
         "l3": _l3(l3, graph),
         "fusion": fusion_entry(plan),
+        "input_memory": options.input_memory,
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
         "state": [dict(_tensor_info(graph.tensors[t]), offset=off, bytes=graph.tensors[t].nbytes)

@@ -196,6 +196,9 @@ def read(plan: Plan) -> Plan:
     with progress.step("read"):
         graph = front.read(plan.model, plan.options)
         if front.kind != "network":
+            if plan.options.input_memory == "external":  # its input is a token id, kept in its own state
+                raise UsageError(f"--input-memory external: a {front.kind} takes token ids through its own API, "
+                                 f"not an input buffer")
             return plan.but(kind=front.kind, graph=graph)
         check_graph(graph, str(plan.model))
     return plan.but(graph=graph, notes=(*plan.notes, *(graph.source.notes if graph.source else ())))
@@ -657,8 +660,10 @@ def walk_way(o: OutputOverInput | None, offsets, graph) -> OutputOverInput | Non
 
 
 def prove_overlaps(plan: Plan) -> Plan:
-    """Every output planned over its input, replayed at its planned addresses in the order its
-    final kernel runs, byte by byte (solver.plan_checker.check_schedule)."""
+    """Every output planned over its input, replayed at its planned addresses byte by byte
+    (solver.plan_checker.check_schedule) in the order its final kernel is modelled to run (the
+    model may be stricter than the kernel: a backward tile loop replays its input-channel slices
+    last first, which the template keeps forwards, both storing at a group's last slice)."""
     for lp in plan.layers:
         o = lp.overlap
         if o is None or o.input not in plan.offsets or o.output not in plan.offsets:

@@ -2,10 +2,11 @@
 it gives it up. Each relaxation trades something (recomputed MACs, DMA traffic, the DSP kernels'
 speed) for bytes of a memory; the flags say which ones the search may take.
 
-``deploy`` takes them in this order (pipeline.plan_memory: the in-place rules, which cost
-nothing and are always taken when allowed, then while SRAM is over the patch split aimed lower
-until it fits, then L3 streaming of what still does not fit; pipeline.fit_flash: while flash is
-over, plain kernels for the layers whose packed weights cost most), and records in
+``deploy`` takes them in this order (pipeline.plan_memory: the in-place rules and outputs over
+the inputs they consume, which cost nothing and are always taken when allowed, then while SRAM
+is over the fused stages aimed lower until they fit, then L3 streaming of what still does not
+fit; pipeline.fit_flash: while flash is over, plain kernels for the layers whose packed weights
+cost most), and records in
 ``Plan.relaxed`` which ones the plan took. ``deploy suggest`` measures each one
 against the plan (and the choices that are not relaxations: the arena planner, tiling), and
 ``--auto-optimize`` turns on, most useful first, those a flag keeps off."""

@@ -228,7 +228,8 @@ def _patch(model: Path, s: Suggestion) -> Recommendation:
     if o.patch not in ("auto", "off"):
         return Recommendation("patch inference", "SRAM", False, 0, f"--patch {o.patch} gives no split")
     share = max_overhead(o)
-    alt = _measure(s, replace(o, patch="auto", max_overhead=share))  # the least SRAM within --max-overhead
+    # the least SRAM within --max-overhead (with --sram the search would stop at the first fit)
+    alt = _measure(s, replace(o, patch="auto", max_overhead=share, sram=None))
     if alt is None or not alt.patches or alt.memory.sram_bytes >= base.memory.sram_bytes:
         more = _more_overhead(model, s) if over else None
         if more is not None:

@@ -34,12 +34,6 @@ class Overlap:
     shift: int
     rise: int | None = None
 
-    def allows(self, earlier_offset: int, later_offset: int, earlier_size: int, later_size: int) -> bool:
-        """Whether these offsets keep the pair sound: inside a window, or clear of each other."""
-        d = later_offset - earlier_offset
-        return (d <= self.shift or (self.rise is not None and d >= self.rise) or d >= earlier_size
-                or d + later_size <= 0)
-
 
 @dataclass(frozen=True, slots=True)
 class ArenaProblem:

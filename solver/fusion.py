@@ -320,24 +320,3 @@ def plan_fusion(profile: list[int], stages: list[StageCandidate], network_macs: 
         else:
             lo = mid + 1
     return choice(best)
-
-
-def front(profile: list[int], stages: list[StageCandidate], network_macs: int, max_overhead: float | None = None,
-          most: int = 12) -> list[FusionChoice]:
-    """The SRAM x MAC-overhead front: for each peak the least recomputed MACs, each point needing
-    fewer bytes than the one before (at most ``most`` points, spread over it; within
-    ``max_overhead`` when given)."""
-    unsplit = max(profile, default=0)
-    budget = None if max_overhead is None else int(max_overhead * network_macs)
-    points: list[FusionChoice] = []
-    for t in reversed([t for t in _targets(profile, stages) if t <= unsplit]):
-        found = cheapest(profile, stages, t)
-        if found is None or (budget is not None and found[0] > budget):
-            break
-        peak = estimated_peak(profile, found[1])
-        if not points or peak < points[-1].peak:
-            points.append(FusionChoice(tuple(found[1]), peak, found[0], found[0] / max(network_macs, 1), unsplit))
-    if len(points) > most:
-        step = (len(points) - 1) / (most - 1)
-        points = [points[round(i * step)] for i in range(most)]
-    return points

@@ -67,3 +67,14 @@ def test_mcunet_stages_with_the_input_kept_by_the_application():
     for got, want in zip(outs, expected.outputs):
         for a, b in zip(got, want):
             assert np.array_equal(a, b.reshape(a.shape))
+
+
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_tiles_read_the_application_input_where_it_is_kept(target):
+    """A tiled first layer's slab takes the input pointer the application set for this run."""
+    from tests.target.test_gap8 import emulated
+    model = shared_model("mlperf_tiny/kws_ref_model.tflite")
+    dep = deploy(model, Options(target=target, l1=16 * K, input_memory="external"))
+    assert 0 in dep.tilings and dep.graph.inputs[0] not in dep.offsets
+    engine = build_engine(dep) if target == "host" else emulated(dep)
+    assert_bit_exact(model, dep, engine, [random_inputs(dep.graph, s) for s in range(2)])

@@ -1,7 +1,7 @@
 """Patch-based inference, run: stages computed patch by patch are bit-exact with the reference on
 random CNN stacks (a forced stage with random grids and ends, and the stages the search picks
 at the least SRAM), on the shared MobileNet-style models, and mobilenet_v2 at 224x224 fits
-256 KiB."""
+176 KiB."""
 from __future__ import annotations
 
 import json
@@ -93,18 +93,22 @@ def test_shared_models_with_patching_forced_bit_exact(rel, patch):
     assert_bit_exact(shared_model(rel), dep, build_engine(dep), [random_inputs(dep.graph, s) for s in range(2)])
 
 
-def test_mobilenet_v2_224_fits_256k_bit_exact(tmp_path):
-    """The issue's target: 1.4 MB of activations unsplit; under 256 KiB with the least recompute."""
+def test_mobilenet_v2_224_fits_176k_bit_exact(tmp_path):
+    """1.2 MB of activations unsplit; MCUNetV2's 172 kB with the input included: the engine takes
+    the frame channels last (from the model's own NCHW->NHWC transpose on), and its stages with
+    their outputs over the inputs they consume fit 176 KiB with the least recompute."""
+    from deployer.verify import verification_samples, verify
+    from network_parser.cut import CutSpec
     model = shared_model("tflm/mobilenet_v2_quantized_1x3x224x224.tflite")
-    result = CliRunner().invoke(main, [str(model), "--sram", "256K", "--planner", "first-fit",
-                                       "-o", str(tmp_path / "out")])
+    result = CliRunner().invoke(main, [str(model), "--inputs", "input.9_te_transform", "--sram", "176K",
+                                       "--planner", "first-fit", "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "MAC overhead" in result.output
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["memory"]["sram_bytes"] <= 262_144 and manifest["fusion"]["overhead"] < 0.2
-    dep = deploy(model, Options(sram=256 * K, planner="first-fit"))
-    assert dep.memory.sram_bytes <= 262_144
-    assert_bit_exact(model, dep, build_engine(dep), [random_inputs(dep.graph, 0)])
+    assert manifest["memory"]["sram_bytes"] <= 176 * K and manifest["fusion"]["overhead"] < 0.162
+    dep = deploy(model, Options(cut=CutSpec(inputs=("input.9_te_transform",)), sram=176 * K, planner="first-fit"))
+    assert dep.memory.sram_bytes <= 176 * K and dep.graph.inputs[0] in dep.offsets  # the input in the arena
+    samples, expected = verification_samples(dep, model, 1)
+    assert all(o["max_abs_diff"] == 0 for o in verify(dep, model, samples, expected=expected)["outputs"])
 
 
 def test_patched_engine_is_deterministic_and_clean_under_sanitizers():

@@ -281,3 +281,10 @@ def test_language_model_manifest_follows_the_one_schema(tmp_path, weights, kv, p
         jsonschema.validate({**manifest, "layers": []}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({k: v for k, v in manifest.items() if k != "language_model"}, schema)
+
+
+def test_a_language_model_refuses_an_external_input_buffer(tmp_path):
+    from deployer.pipeline import Options, plan_deployment
+    from network_parser.errors import UsageError
+    with pytest.raises(UsageError, match="--input-memory external: a language model"):
+        plan_deployment(ST / "gptneo_tiny_random" / "model.safetensors", Options(input_memory="external"))
