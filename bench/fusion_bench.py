@@ -120,15 +120,17 @@ def mobilenet_224(check: bool, on_qemu: bool) -> None:
           f"host: {result}")
     if on_qemu:
         from deployer import qemu
-        options = dict(cut=frame, target="cortex-m7", flash=8 << 20, planner="first-fit")
+        # the portable kernels: the SMLAD variants' packed weights (about 7 MB) outgrow the 4 MiB the
+        # QEMU board maps as flash
+        options = dict(cut=frame, target="cortex-m7", flash=4 << 20, planner="first-fit", kernels="plain")
         split = deploy(path, Options(sram=176 * 1024, **options))
         whole = deploy(path, Options(patch="off", sram=4 << 20, **options))
         samples, _ = verification_samples(split, path, 1)
         a, b = (qemu.instructions_per_inference(qemu.build_elf(d), samples_payload(d.graph, samples))[0]
                 for d in (whole, split))
         bound = 1.15 * (1 + split.fusion.overhead)
-        print(f"  QEMU M7: {b:,} instructions split, {a:,} unsplit: {b / a:.3f}x (at most 1.15 x (1 + overhead) = "
-              f"{bound:.3f})")
+        print(f"  QEMU M7 (portable kernels): {b:,} instructions split, {a:,} unsplit: {b / a:.3f}x (at most "
+              f"1.15 x (1 + overhead) = {bound:.3f})")
 
 
 def main(argv=None) -> int:
