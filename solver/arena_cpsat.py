@@ -609,10 +609,10 @@ def _decide_section(sec: _Section, cap: int, config: SolverConfig, budget_s: flo
 def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: float,
                      deadline: float | None = None) -> float:
     """Minimise the section's peak: fit it under ``goal`` (its lower bound, or the peak another
-    section already needs); failing that, under lower capacities between goal and its best peak,
-    then CP-SAT's own minimisation from the best plan so far. Returns the share of the limit the
-    searches were charged (deterministic)."""
-    res = fits(sec.items, goal, config, budget_s * 0.45, deadline=deadline)
+    section already needs; 30 % of the time); failing that, under lower capacities between goal
+    and its best peak, then CP-SAT's own minimisation from the best plan so far. Returns the
+    share of the limit the searches were charged (deterministic)."""
+    res = fits(sec.items, goal, config, budget_s * 0.3, deadline=deadline)
     spent = res.spent_s
     if res.note:
         sec.notes.append(res.note)
@@ -621,20 +621,26 @@ def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: f
         return spent
     if res.status == "INFEASIBLE":
         sec.bound = max(sec.bound, goal + 1)
-    # One round of bottom-up searches under lower capacities (one per worker), then CP-SAT's
-    # own minimisation from the best plan so far for the time left.
-    lo, hi = max(sec.bound, goal + 1), sec.peak - 1
-    remaining = budget_s - spent
-    if lo <= hi and remaining > 1.0:
+    # A capacity search: rounds of decision searches under lower capacities (one per worker,
+    # spread between the lowest capacity not yet given up on and the best peak), each round half
+    # of what is left of 60 % of the time; then CP-SAT's own minimisation from the best plan so
+    # far for the rest.
+    lo = max(sec.bound, goal + 1)  # below it: proven impossible, or a search already gave up
+    search_s = 0.6 * (budget_s - spent)
+    while lo <= sec.peak - 1 and search_s > 1.0:
+        hi = sec.peak - 1
         caps = sorted({lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3}) if config.workers > 1 else [lo + (hi - lo) // 2]
-        results = _fits_many(sec.items, caps, config, 0.5 * remaining, deadline)
-        spent += max(r.spent_s for r in results)  # side by side
+        round_s = search_s / 2
+        results = _fits_many(sec.items, caps, config, round_s, deadline)
+        charged = max(r.spent_s for r in results)  # side by side
+        spent, search_s = spent + charged, search_s - charged
         for cap, res in zip(caps, results):
             if res.offsets is not None and _peak(sec.items, res.offsets) < sec.peak:
                 sec.offsets, sec.solved = res.offsets, True
                 break  # the lowest capacity that fitted
             if res.status == "INFEASIBLE":
                 sec.bound = max(sec.bound, cap + 1)
+            lo = max(lo, sec.bound, cap + 1)
     remaining = budget_s - spent
     if remaining <= 0.1 or sec.peak <= sec.bound:
         return spent
