@@ -17,8 +17,14 @@ What makes it strong on MiniMalloc's benchmark (see bench/arena_bench.py):
 * a 1-D ``NoOverlap`` per maximal clique of the interval graph (the buffers live at one
   op) next to the ``NoOverlap2D``: the cross-section at a busy op is nearly a perfect
   packing and 1-D edge finding propagates that much harder;
-* a "fits at the lower bound" pass first (MiniMalloc's decision mode) with a bottom-up
-  fixed search (lowest possible offset first, placed there), then minimisation;
+* decision searches (MiniMalloc's decision mode: the arena's height fixed to a capacity, no
+  objective), bottom-up (the buffer with the lowest possible offset first, placed there, its
+  ties broken by a static order) with CP-SAT's restarts and clause learning on top; how long
+  one order takes on one instance is heavy-tailed, so ``fits`` runs a portfolio: a short
+  probe per order, then two orders for the rest of the limit (``portfolio``);
+* with a capacity (``ArenaProblem.capacity``), a plan within it first, then the peak is
+  minimised for the time left; without one, a "fits at the lower bound" search first, then
+  lower capacities, then CP-SAT's minimisation from the best plan;
 * identical buffers (same size and lifetime) placed in index order.
 
 Reproducible: every search runs one CP-SAT worker on deterministic time (solver.cpsat), and
@@ -39,15 +45,16 @@ from dataclasses import dataclass, field, replace
 from functools import reduce
 from itertools import pairwise
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from . import cpsat
 from .cpsat import new_solver
 from .arena_types import ArenaPlan, ArenaProblem, SolverConfig, align, pair_footprint
 
-__all__ = ["ORDERS", "ArenaVars", "SolveResult", "add_hint", "add_redundant_constraints", "add_search_strategy",
-           "add_symmetry_breaking", "build_arena_model", "canonical", "fits", "max_live", "plan_cpsat", "sections",
-           "solve"]
+__all__ = ["MAIN_ORDERS", "ORDERS", "PROBE_ORDERS", "ArenaVars", "SolveResult", "add_hint", "add_redundant_constraints",
+           "add_search_strategy", "add_symmetry_breaking", "build_arena_model", "canonical", "crowding", "fits",
+           "max_live", "plan_cpsat", "portfolio", "sections", "solve"]
 
 
 # --------------------------------------------------------------------------- data
@@ -278,21 +285,55 @@ def add_symmetry_breaking(v: ArenaVars) -> int:
     return n
 
 
-# Tie-break orders for the bottom-up search; no single one solves every instance fast.
+def crowding(items) -> list[int]:
+    """Per buffer, the most bytes live at one op during its life (its busiest cross-section)."""
+    coords = sorted({t for it in items for a, b, _ in it.pieces() for t in (a, b)})
+    if not coords:
+        return []
+    diff = np.zeros(len(coords), np.int64)
+    for it in items:
+        for a, b, size in it.pieces():
+            diff[bisect_left(coords, a)] += size
+            diff[bisect_left(coords, b)] -= size
+    live = np.cumsum(diff)
+    return [int(live[bisect_left(coords, it.start):bisect_left(coords, it.end)].max()) for it in items]
+
+
+# Tie-break orders for the bottom-up search, as keys of (buffer, its crowding): no single one
+# solves every instance fast (the search time of one order on one instance is heavy-tailed), so
+# ``fits`` runs several (``PROBE_ORDERS``, ``MAIN_ORDERS``).
 ORDERS = {
-    "start": lambda it: (it.start, -it.size, it.index),  # earliest first, then largest
-    "length": lambda it: (it.start - it.end, -it.size, it.index),  # longest-lived first
-    "area": lambda it: ((it.start - it.end) * it.size, it.index),  # largest time x bytes first
+    "start": lambda it, crowd: (it.start, -it.size, it.index),  # earliest first, then largest
+    "length": lambda it, crowd: (it.start - it.end, -it.size, it.index),  # longest-lived first
+    "area": lambda it, crowd: ((it.start - it.end) * it.size, it.index),  # largest time x bytes first
+    "end": lambda it, crowd: (-it.end, it.start - it.end, it.index),  # latest end first, then longest-lived
+    # longest-lived, then largest time x bytes, then busiest cross-section (MiniMalloc's first preorder)
+    "width": lambda it, crowd: (it.start - it.end, (it.start - it.end) * it.size, -crowd, it.index),
+    "start-area": lambda it, crowd: (it.start, (it.start - it.end) * it.size, it.index),
 }
+PROBE_ORDERS = ("end", "width", "start", "start-area")  # a short search each: most instances fall to one
+MAIN_ORDERS = ("end", "width")  # then the rest of the limit, side by side
+PROBE_SHARE = 0.075  # of the limit, per probe
+
+
+def portfolio(time_limit_s: float, workers: int) -> tuple[tuple[str, float], ...]:
+    """The runs of a ``fits`` portfolio: (order, its share of the limit). A short probe per order
+    of ``PROBE_ORDERS`` first, then what is left of ``time_limit_s`` (times the searches run side
+    by side) shared by the ``MAIN_ORDERS``."""
+    limit = max(0.0, time_limit_s)
+    side = max(1, min(workers, len(MAIN_ORDERS)))
+    probe = PROBE_SHARE * limit
+    rest = (limit * side - probe * len(PROBE_ORDERS)) / len(MAIN_ORDERS)
+    return tuple((o, probe) for o in PROBE_ORDERS) + tuple((o, rest) for o in MAIN_ORDERS)
 
 
 def add_search_strategy(v: ArenaVars, order: str = "start") -> None:
     """Bottom-up placement (MiniMalloc's canonical solutions): take the buffer whose lowest possible
     offset is smallest (ties broken by ``ORDERS[order]``) and put it there; on backtrack it is
-    pushed above that offset, so every leaf is a canonical plan."""
-    key = ORDERS[order]
-    order = sorted(range(len(v.items)), key=lambda k: key(v.items[k]))
-    v.model.add_decision_strategy([v.offsets[k] for k in order], cp_model.CHOOSE_LOWEST_MIN,
+    pushed above that offset. CP-SAT follows it, restarting and learning as its search goes."""
+    key, crowd = ORDERS[order], crowding(v.items)
+    ranked = sorted(range(len(v.items)), key=lambda k: key(v.items[k], crowd[k]))
+    v.model.add_decision_strategy([v.offsets[k] for k in ranked], cp_model.CHOOSE_LOWEST_MIN,
                                   cp_model.SELECT_MIN_VALUE)
 
 
@@ -311,21 +352,18 @@ _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.
            cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
 
 
-def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None, fixed_search: bool = False,
-          on_solver=None, deadline: float | None = None, **params) -> SolveResult:
+def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None, on_solver=None,
+          deadline: float | None = None, **params) -> SolveResult:
     """Run CP-SAT under the config (time limit, seed; one worker) and read the answer back.
 
-    ``fixed_search`` follows the model's decision strategy alone; ``on_solver`` receives the
-    CpSolver before the search starts (to stop it from another thread); ``deadline``
-    (time.monotonic) ends the search's watchdog no later; ``params`` override SatParameters
-    fields. The search is charged its deterministic time when it decided (a plan found or none
-    possible), else its whole limit: the same charge however and whenever it was stopped."""
+    ``on_solver`` receives the CpSolver before the search starts (to stop it from another
+    thread); ``deadline`` (time.monotonic) ends the search's watchdog no later; ``params``
+    override SatParameters fields. The search is charged its deterministic time when it decided
+    (a plan found or none possible), else its whole limit: the same charge however and whenever
+    it was stopped."""
     limit = config.time_limit_s if time_limit_s is None else time_limit_s
-    solver = new_solver(limit, 1, config.seed, deadline,
-                        cpsat.FIXED_SEARCH_DTIME_PER_S if fixed_search else cpsat.DTIME_PER_S)
+    solver = new_solver(limit, 1, config.seed, deadline)
     p = solver.parameters
-    if fixed_search:
-        p.search_branching = cp_model.FIXED_SEARCH
     for key, value in params.items():
         setattr(p, key, value)
     if on_solver is not None:
@@ -350,25 +388,28 @@ def solve(v: ArenaVars, config: SolverConfig, time_limit_s: float | None = None,
 
 # --------------------------------------------------------------------------- fits: a portfolio
 
-def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
-         orders=tuple(ORDERS), deadline: float | None = None) -> SolveResult:
-    """Is there a plan with peak <= capacity? One single-worker bottom-up search per tie-break
-    order, ``config.workers`` of them at a time in threads.
+def fits(items, capacity: int, config: SolverConfig, time_limit_s: float, runs=None,
+         deadline: float | None = None) -> SolveResult:
+    """Is there a plan with peak <= capacity? The decision model (the arena's height fixed to the
+    capacity, no objective) searched bottom-up once per run of ``runs`` ((order, share of the
+    limit) pairs; default ``portfolio(time_limit_s, config.workers)``), each a single-worker
+    search, ``config.workers`` of them at a time in threads.
 
     Deterministic: each search is single-threaded with a fixed seed and its own share of the
-    limit in deterministic time, and the answer is the success of the first order in ``orders``
-    that succeeds (a later order's success waits for the earlier ones to finish or time out).
-    INFEASIBLE from any of them is a proof. The portfolio is charged the shares of the orders
+    limit in deterministic time, and the answer is the success of the first run in ``runs``
+    that succeeds (a later run's success waits for the earlier ones to finish or time out).
+    INFEASIBLE from any of them is a proof. The portfolio is charged the shares of the runs
     before the one that succeeded plus what that one used (spread over the searches run side by
     side), or its whole limit when none succeeded."""
     start = time.perf_counter()
+    runs = tuple(portfolio(time_limit_s, config.workers) if runs is None else runs)
     results: dict[int, SolveResult] = {}
     solvers: dict[int, cp_model.CpSolver] = {}
     stopped: set[int] = set()
     lock = threading.Lock()
     done = threading.Condition(lock)
 
-    def run(k: int, order: str) -> None:
+    def run(k: int, order: str, slice_s: float) -> None:
         try:
             v = build_arena_model(items, capacity, 0, minimize=False)
             add_redundant_constraints(v)
@@ -380,7 +421,7 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
                     solvers[k] = solver
                     if k in stopped:
                         solver.stop_search()
-            res = solve(v, config, slice_s, fixed_search=True, on_solver=register, deadline=deadline)
+            res = solve(v, config, slice_s, on_solver=register, deadline=deadline)
         except Exception as exc:  # noqa: BLE001 - reported through the status and note
             res = SolveResult("MODEL_INVALID", None, 0, 0.0, None, note=f"{type(exc).__name__}: {exc}")
         with lock:
@@ -391,7 +432,7 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
     def _stop_losers(k: int, res: SolveResult) -> None:
         if res.offsets is None and res.status != "INFEASIBLE":
             return
-        losers = range(len(orders)) if res.status == "INFEASIBLE" else range(k + 1, len(orders))
+        losers = range(len(runs)) if res.status == "INFEASIBLE" else range(k + 1, len(runs))
         for j in losers:
             if j != k and j not in results:
                 stopped.add(j)
@@ -399,22 +440,21 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
                     solvers[j].stop_search()
 
     def decided() -> SolveResult | None:
-        for k in range(len(orders)):
+        for k in range(len(runs)):
             res = results.get(k)
             if res is not None and res.status == "INFEASIBLE":
                 return res
-        for k in range(len(orders)):
+        for k in range(len(runs)):
             res = results.get(k)
             if res is None:
-                return None  # an earlier order may still succeed
+                return None  # an earlier run may still succeed
             if res.offsets is not None:
                 return res
-        return results[len(orders) - 1] if len(results) == len(orders) else None
+        return results[len(runs) - 1] if len(results) == len(runs) else None
 
-    side_by_side = min(max(1, config.workers), len(orders))
-    slice_s = max(0.0, time_limit_s) * side_by_side / len(orders)
+    side_by_side = min(max(1, config.workers), len(runs))
     threads: list[threading.Thread] = []
-    pending = list(enumerate(orders))
+    pending = list(enumerate(runs))
     with lock:
         while True:
             answer = decided()
@@ -422,16 +462,16 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
             if answer is not None or (not pending and running == 0):
                 break
             while pending and running < max(1, config.workers):
-                k, order = pending.pop(0)
+                k, (order, slice_s) = pending.pop(0)
                 if k in stopped:
                     results[k] = SolveResult("UNKNOWN", None, 0, 0.0, None)
                     continue
-                t = threading.Thread(target=run, args=(k, order), daemon=True)
+                t = threading.Thread(target=run, args=(k, order, slice_s), daemon=True)
                 threads.append(t)
                 t.start()
                 running += 1
             done.wait(timeout=0.05)
-        for j in range(len(orders)):  # release every search still running
+        for j in range(len(runs)):  # release every search still running
             stopped.add(j)
             if j in solvers and j not in results:
                 solvers[j].stop_search()
@@ -441,8 +481,8 @@ def fits(items, capacity: int, config: SolverConfig, time_limit_s: float,
     if answer is None:
         answer = SolveResult("UNKNOWN", None, 0, wall, None)
     if answer.offsets is not None:
-        k = next(k for k in range(len(orders)) if results.get(k) is answer)
-        spent = (k * slice_s + answer.spent_s) / side_by_side
+        k = next(k for k in range(len(runs)) if results.get(k) is answer)
+        spent = (sum(slice_s for _, slice_s in runs[:k]) + answer.spent_s) / side_by_side
     else:
         spent = max(0.0, time_limit_s)
     return replace(answer, wall_s=wall, spent_s=spent)
@@ -552,13 +592,27 @@ class _Section:
         return _peak(self.items, self.offsets)
 
 
-def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: float, decision: bool,
+def _decide_section(sec: _Section, cap: int, config: SolverConfig, budget_s: float,
+                    deadline: float | None = None) -> float:
+    """The decision phase: fit the section under the capacity ``cap`` (units). Returns the share of
+    the limit the searches were charged (deterministic)."""
+    res = fits(sec.items, cap, config, budget_s, deadline=deadline)
+    if res.note:
+        sec.notes.append(res.note)
+    if res.offsets is not None:
+        sec.offsets, sec.solved = res.offsets, True
+    elif res.status == "INFEASIBLE":
+        sec.bound = max(sec.bound, cap + 1)
+    return res.spent_s
+
+
+def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: float,
                      deadline: float | None = None) -> float:
-    """Fit the section under ``goal`` (its lower bound, or the capacity); failing that, and only
-    when minimising, fit it under ever lower capacities between goal and its best peak. Returns
-    the share of the limit the searches were charged (deterministic)."""
-    res = fits(sec.items, goal, config, budget_s * (1.0 if decision else 0.45), orders=("start", "length"),
-               deadline=deadline)
+    """Minimise the section's peak: fit it under ``goal`` (its lower bound, or the peak another
+    section already needs; 30 % of the time); failing that, under lower capacities between goal
+    and its best peak, then CP-SAT's own minimisation from the best plan so far. Returns the
+    share of the limit the searches were charged (deterministic)."""
+    res = fits(sec.items, goal, config, budget_s * 0.3, deadline=deadline)
     spent = res.spent_s
     if res.note:
         sec.notes.append(res.note)
@@ -567,22 +621,26 @@ def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: f
         return spent
     if res.status == "INFEASIBLE":
         sec.bound = max(sec.bound, goal + 1)
-    if decision:
-        return spent
-    # One round of bottom-up searches under lower capacities (one per worker), then CP-SAT's
-    # own minimisation from the best plan so far for the time left.
-    lo, hi = max(sec.bound, goal + 1), sec.peak - 1
-    remaining = budget_s - spent
-    if lo <= hi and remaining > 1.0:
+    # A capacity search: rounds of decision searches under lower capacities (one per worker,
+    # spread between the lowest capacity not yet given up on and the best peak), each round half
+    # of what is left of 60 % of the time; then CP-SAT's own minimisation from the best plan so
+    # far for the rest.
+    lo = max(sec.bound, goal + 1)  # below it: proven impossible, or a search already gave up
+    search_s = 0.6 * (budget_s - spent)
+    while lo <= sec.peak - 1 and search_s > 1.0:
+        hi = sec.peak - 1
         caps = sorted({lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3}) if config.workers > 1 else [lo + (hi - lo) // 2]
-        results = _fits_many(sec.items, caps, config, 0.5 * remaining, deadline)
-        spent += max(r.spent_s for r in results)  # side by side
+        round_s = search_s / 2
+        results = _fits_many(sec.items, caps, config, round_s, deadline)
+        charged = max(r.spent_s for r in results)  # side by side
+        spent, search_s = spent + charged, search_s - charged
         for cap, res in zip(caps, results):
             if res.offsets is not None and _peak(sec.items, res.offsets) < sec.peak:
                 sec.offsets, sec.solved = res.offsets, True
                 break  # the lowest capacity that fitted
             if res.status == "INFEASIBLE":
                 sec.bound = max(sec.bound, cap + 1)
+            lo = max(lo, sec.bound, cap + 1)
     remaining = budget_s - spent
     if remaining <= 0.1 or sec.peak <= sec.bound:
         return spent
@@ -602,11 +660,12 @@ def _improve_section(sec: _Section, goal: int, config: SolverConfig, budget_s: f
 
 def _fits_many(items, caps, config: SolverConfig, time_limit_s: float,
                deadline: float | None = None) -> list[SolveResult]:
-    """One bottom-up search (order "start") per capacity, in parallel threads."""
+    """One bottom-up search (the first of ``MAIN_ORDERS``) per capacity, in parallel threads."""
     out: list[SolveResult | None] = [None] * len(caps)
 
     def run(k: int) -> None:
-        out[k] = fits(items, caps[k], replace(config, workers=1), time_limit_s, orders=("start",), deadline=deadline)
+        out[k] = fits(items, caps[k], replace(config, workers=1), time_limit_s,
+                      runs=((MAIN_ORDERS[0], time_limit_s),), deadline=deadline)
     threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(caps))]
     for t in threads:
         t.start()
@@ -623,9 +682,10 @@ def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, Ar
                deadline: float | None = None) -> ArenaPlan:
     """The best plan CP-SAT finds within ``config.time_limit_s``, never worse than ``greedy``'s best.
 
-    Without ``problem.capacity``: minimise the peak. With it: find any plan within the capacity
-    (status INFEASIBLE, with the best greedy plan's offsets, when none exists). Every search
-    ends by ``deadline`` (time.monotonic; default: the watchdog of the limit from now)."""
+    Without ``problem.capacity``: minimise the peak. With it: first a plan within the capacity
+    (the decision phase: status INFEASIBLE, with the best greedy plan's offsets, when none
+    exists), then, for the time left, the lowest peak below it. Every search ends by
+    ``deadline`` (time.monotonic; default: the watchdog of the limit from now)."""
     start = time.perf_counter()
     if deadline is None:
         deadline = time.monotonic() + cpsat.watchdog_s(config.time_limit_s)
@@ -641,9 +701,8 @@ def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, Ar
     if cap is not None and cap < bound:
         return _with_method(best, lower_bound=bound, status="INFEASIBLE", wall_s=elapsed(),
                             note=f"no plan fits in {cap} bytes: {bound} bytes are live at one op")
-    if best.peak <= bound or (cap is not None and best.peak <= cap):
-        return _with_method(best, lower_bound=max(best.lower_bound, bound),
-                            status="OPTIMAL" if best.peak <= bound else "FEASIBLE", wall_s=elapsed())
+    if best.peak <= bound:
+        return _with_method(best, lower_bound=max(best.lower_bound, bound), status="OPTIMAL", wall_s=elapsed())
     try:
         secs = _plan_sections(items, best, unit, bound_units, None if cap is None else cap // unit, config, deadline)
     except Exception as exc:  # noqa: BLE001 - any solver failure falls back to the greedy plan
@@ -666,6 +725,10 @@ def plan_cpsat(problem: ArenaProblem, config: SolverConfig, greedy: dict[str, Ar
     if peak > best.peak:  # cannot happen (the sections start from the greedy plan), kept as a guard
         return _fallback(best, lower, elapsed(), "CP-SAT plan worse than greedy")
     if not any(s.solved for s in secs) and peak == best.peak and lower < peak:
+        if cap is not None:  # the greedy plan already fits: the decision is made, only the peak could not drop
+            return _with_method(best, lower_bound=lower, status="FEASIBLE", wall_s=elapsed(),
+                                note=f"the {best.method} plan fits in {cap} bytes; CP-SAT found no lower peak "
+                                     f"in {config.time_limit_s:g} s")
         return _fallback(best, lower, elapsed(), f"CP-SAT found nothing better in {config.time_limit_s:g} s")
     note = "; ".join(notes)
     return ArenaPlan(tuple(offsets), peak, lower, "cpsat", "OPTIMAL" if peak <= lower else "FEASIBLE",
@@ -682,18 +745,33 @@ def _fallback(best: ArenaPlan, lower: int, wall_s: float, why: str) -> ArenaPlan
 def _plan_sections(items, best: ArenaPlan, unit: int, bound_units: int, cap_units: int | None,
                    config: SolverConfig, deadline: float | None = None) -> list[_Section]:
     """Solve every independent section, the most crowded first, sharing the time left fairly
-    (what the searches so far were charged, not the clock: the same shares on any machine)."""
+    (what the searches so far were charged, not the clock: the same shares on any machine).
+
+    With a capacity, every section is first fitted under it (the decision phase; it stops at the
+    first section that does not fit); then, for what is left of the limit, the peak is minimised."""
     secs = [_Section(part, canonical(part, best.offsets, unit), max_live(part))
             for part in sections(items)]
-    todo = sorted(secs, key=lambda s: (-s.bound, -len(s.items)))
-    reached = bound_units  # a section below the peak already reached elsewhere needs no work
     spent = 0.0
+
+    def crowded_first(group):
+        return sorted(group, key=lambda s: (-s.bound, -len(s.items)))
+    if cap_units is not None:
+        over = crowded_first(s for s in secs if s.peak > cap_units)
+        for n, sec in enumerate(over):
+            left = config.time_limit_s - spent
+            if left > 0:
+                spent += _decide_section(sec, cap_units, config, left * len(sec.items) /
+                                         sum(len(s.items) for s in over[n:]), deadline)
+            if sec.peak > cap_units:
+                return secs
+    todo = crowded_first(secs)
+    reached = bound_units  # a section below the peak already reached elsewhere needs no work
     for n, sec in enumerate(todo):
-        goal = cap_units if cap_units is not None else max(reached, sec.bound)
+        goal = max(reached, sec.bound)
         if sec.peak > goal:
             left = config.time_limit_s - spent
             if left > 0:
                 weight = len(sec.items) / sum(len(s.items) for s in todo[n:] if s.peak > goal)
-                spent += _improve_section(sec, goal, config, left * weight, cap_units is not None, deadline)
-        reached = max(reached, sec.peak) if cap_units is None else reached
+                spent += _improve_section(sec, goal, config, left * weight, deadline)
+        reached = max(reached, sec.peak)
     return secs

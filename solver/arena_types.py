@@ -39,7 +39,7 @@ class Overlap:
 class ArenaProblem:
     buffers: tuple[Buffer, ...]
     alignment: int = 16
-    capacity: int | None = None  # bytes available, when known (decision mode)
+    capacity: int | None = None  # bytes available, when known: a plan within it first, then the least peak
     pairs: tuple[Overlap, ...] = ()  # buffers that may share bytes while both live (solver.arena_types.Overlap)
 
     def window(self, pair: Overlap) -> int:

@@ -19,12 +19,11 @@ import warnings
 from ortools.sat.python import cp_model
 
 # CP-SAT's deterministic time per second of time limit. Measured on one core on MiniMalloc's
-# arena instances (the hardest this project solves): a minimisation does 0.02-0.06
-# deterministic units a second, a fixed bottom-up search 0.002-0.02 (its 2-D no-overlap
-# propagation is barely counted); small models do more. So a budget rarely outlasts the
-# watchdog, and on most models the search stops at the same point on every machine.
+# arena instances (the hardest this project solves): a minimisation, or a decision search
+# following a bottom-up strategy, does 0.015-0.06 deterministic units a second; small models
+# do more. So a budget rarely outlasts the watchdog, and on most models the search stops at
+# the same point on every machine.
 DTIME_PER_S = 0.02
-FIXED_SEARCH_DTIME_PER_S = 0.005
 WATCHDOG_FACTOR = 2.0  # the watchdog fires at this many times the limit ...
 WATCHDOG_MARGIN_S = 1.0  # ... plus this margin (a step that runs long: presolve of a large model)
 WATCHDOG_WARNING = "stopped by the wall-clock watchdog; the plan may differ run to run"

@@ -126,6 +126,70 @@ def test_decision_mode_fits_at_the_optimum_of_a_hard_instance():
     assert proof.status == "INFEASIBLE" and proof.lower_bound >= 240  # proven by CP-SAT, not max-live
 
 
+def test_capacity_mode_fits_first_then_minimises():
+    """Greedy needs 256 bytes: under a capacity of 250 the decision phase finds a plan within it,
+    and the time left lowers the peak to the optimum."""
+    plan = plan_arena(dataclasses.replace(HARD, capacity=250), "cpsat", FAST)
+    check_plan(HARD.buffers, plan.offsets, HARD.alignment, 250)
+    assert (plan.peak, plan.lower_bound, plan.status) == (240, 240, "OPTIMAL")
+
+
+def test_capacity_mode_is_deterministic():
+    problem = dataclasses.replace(HARD, capacity=240)
+    a, b = plan_arena(problem, "cpsat", FAST), plan_arena(problem, "cpsat", FAST)
+    assert a.offsets == b.offsets and a.peak == b.peak == 240
+
+
+def test_capacity_the_greedy_plan_meets_is_kept_without_a_warning():
+    """A greedy plan already within the capacity is a decision made: no fallback warning, and the
+    plan is never worse than it."""
+    import warnings
+    problem = dataclasses.replace(HARD, capacity=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = plan_arena(problem, "cpsat", FAST)
+    assert plan.status in ("OPTIMAL", "FEASIBLE") and plan.peak <= 256
+    check_plan(HARD.buffers, plan.offsets, HARD.alignment, 300)
+
+
+@settings(max_examples=10, deadline=None)
+@given(packings(max_cuts=14))
+def test_fits_packs_a_perfect_packing_at_its_bound(problem):
+    """A rectangle cut into pieces: the decision portfolio fits them back at the max-live bound,
+    the same offsets every time."""
+    unit = arena_cpsat._unit(problem)
+    items = arena_cpsat._items(problem, unit)
+    bound = arena_cpsat.max_live(items)
+    runs = [arena_cpsat.fits(items, bound, FAST, FAST.time_limit_s) for _ in range(2)]
+    assert runs[0].offsets is not None and runs[0].offsets == runs[1].offsets
+    offsets = [0] * len(problem.buffers)
+    for it, o in zip(items, runs[0].offsets):
+        offsets[it.index] = o * unit
+    check_plan(problem.buffers, offsets, problem.alignment, bound * unit)
+    assert 0 <= runs[0].spent_s <= FAST.time_limit_s
+
+
+def test_fits_proves_a_capacity_below_the_bound_infeasible():
+    items = arena_cpsat._items(HARD, arena_cpsat._unit(HARD))
+    res = arena_cpsat.fits(items, 239 // 16, FAST, FAST.time_limit_s)
+    assert res.status == "INFEASIBLE" and res.offsets is None
+
+
+def test_portfolio_shares_the_limit_between_its_searches():
+    for workers in (1, 2, 4):
+        runs = arena_cpsat.portfolio(10.0, workers)
+        side = min(workers, len(arena_cpsat.MAIN_ORDERS))
+        assert [o for o, _ in runs] == [*arena_cpsat.PROBE_ORDERS, *arena_cpsat.MAIN_ORDERS]
+        assert sum(s for _, s in runs) == pytest.approx(10.0 * side)
+        assert all(s > 0 for _, s in runs) and all(o in arena_cpsat.ORDERS for o, _ in runs)
+    assert all(s == 0 for _, s in arena_cpsat.portfolio(0.0, 2))
+
+
+def test_crowding_is_the_busiest_cross_section_of_each_life():
+    items = [arena_cpsat.Item(0, 4, 0, 2), arena_cpsat.Item(1, 3, 1, 4), arena_cpsat.Item(2, 5, 3, 5)]
+    assert arena_cpsat.crowding(items) == [7, 8, 8]  # ops 0-1: 4, 7; ops 1-3: 7, 3, 8; ops 3-4: 8, 5
+
+
 def test_fallback_when_the_solver_raises(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
@@ -196,6 +260,17 @@ def test_reader_on_a_real_instance():
     assert lower_bound(problem) == 1048576
     plan = plan_arena(problem, "cpsat", SolverConfig(time_limit_s=10.0, workers=2, seed=0))
     assert plan.status == "OPTIMAL" and plan.peak == 1048576  # decision mode at the capacity
+
+
+@pytest.mark.skipif(not ALLOC_BENCH.is_dir(), reason="/work/shared/alloc-bench is absent")
+@pytest.mark.parametrize("name", ["E", "H"])
+def test_decision_phase_fits_instances_no_single_order_solves_quickly(name):
+    """E and H: the bottom-up search under one tie-break order runs long on one of them, another
+    order fits it at once; the portfolio fits both at their capacity (= their max-live bound)."""
+    problem = read_alloc_bench(ALLOC_BENCH / f"{name}.1048576.csv")
+    plan = plan_arena(problem, "cpsat", SolverConfig(time_limit_s=10.0, workers=2, seed=0))
+    assert (plan.peak, plan.status) == (1048576, "OPTIMAL")
+    check_plan(problem.buffers, plan.offsets, problem.alignment, problem.capacity)
 
 
 def test_reader_rejects_malformed_files(tmp_path):
