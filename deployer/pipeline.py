@@ -428,6 +428,16 @@ def plan_memory(plan: Plan) -> Plan:
         whole = attempt(options.sram, stages=False)
         if whole.memory.sram_bytes <= result.memory.sram_bytes:
             return whole
+    if options.patch == "auto" and result.patches and options.sram is None:
+        # The least SRAM within --max-overhead: stages recomputing less may plan to the same bytes
+        # (a lower estimate need not buy a byte of arena): the cheapest whose estimate is a little
+        # above the chosen one's, kept when its planned SRAM is no more.
+        least_sram, beside = result.memory.sram_bytes, result.memory.sram_bytes - result.memory.arena_bytes
+        for slack in (1.02, 1.05, 1.1):
+            cheaper = attempt(int(result.fusion.peak * slack) + beside)
+            if cheaper.patches and cheaper.memory.sram_bytes <= least_sram and \
+                    cheaper.fusion.macs_extra < result.fusion.macs_extra:
+                result = cheaper
     return result
 
 
