@@ -36,6 +36,7 @@ from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 from . import emit, language_model, llm_emit, relaxations
 from .frontends import FRONTENDS, frontend_for
 from .llm_passes import LanguageFlags
+from .compare import live_bytes
 from .render import display
 from .manifest import build_manifest, manifest_text
 from .report_html import deployment_report, language_model_report
@@ -346,7 +347,7 @@ def floor(plan: Plan) -> dict:
     """Where the arena's lower bound is set: the op, and every buffer live there, largest first."""
     n = len(plan.graph.layers)
     problem = deployment_problem(plan) if plan.overlaps and plan.offsets else None
-    per_op = (live_per_op(replace(problem, alignment=1), problem.pairs) + [0] * n)[:n] if problem else None
+    per_op = (live_bytes(problem) + [0] * n)[:n] if problem else None
     op, held = memory_floor(list(plan.lives), n, per_op)
     layer, edges = plan.graph.layers[op], set(float_edges(plan.graph))
     tensors = [dict(name=lt.name, bytes=lt.size, float_edge=lt.tensor in edges) for lt in held]
@@ -383,16 +384,18 @@ def plan_memory(plan: Plan) -> Plan:
     aim at --sram from the arena's lower bound; when the planned arena is still over, they aim
     lower by the excess, and at last take the stages with the least peak (whose need is then the
     smallest --sram reported, and the one a rerun with it reaches), unless that needs more than
-    the first plan."""
+    the first plan. With --max-overhead alone, stages recomputing less that plan to no more SRAM
+    than the least-peak ones replace them."""
     options = plan.options
     tile_cache: dict = {}
     stage_cache: dict = {}
     over = True  # depthwise tiles may write over their input (whole-row tiles)
 
     def attempt(target, over_input=None, stages=True):
+        over_input = over if over_input is None else over_input
         p = split_patches(plan, target, stage_cache) if stages else plan
-        p = tile(p, tile_cache, over if over_input is None else over_input)
-        p = in_place(p, over if over_input is None else over_input)
+        p = tile(p, tile_cache, over_input)
+        p = in_place(p, over_input)
         p = overlap(p)
         p = place_and_plan(p)
         return p
@@ -455,8 +458,8 @@ def aim_lower(attempt, budget: int, first: Plan, tries: int, keep_first: bool, l
         result = attempt(target)
         if result.memory.sram_bytes <= budget:
             return result
-    least = attempt(1) if least is None else least()
-    return first if keep_first and not first.patches and first.memory.sram_bytes < least.memory.sram_bytes else least
+    lowest = attempt(1) if least is None else least()
+    return first if keep_first and not first.patches and first.memory.sram_bytes < lowest.memory.sram_bytes else lowest
 
 
 def _lanes(plan: Plan) -> dict[int, int]:
