@@ -65,11 +65,11 @@ def parse_share(text: str) -> float:
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
              tile_objective="auto", l3=None, patch="auto", max_overhead=None, kernels="auto",
              input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
-             io=None, overlap="on", input_memory="arena") -> Options:
+             io=None, overlap="on", input_memory="arena", order="auto") -> Options:
     check_time_limit(time_limit)
     return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
-                   overlap=overlap == "on" and not no_in_place, input_memory=input_memory,
+                   overlap=overlap == "on" and not no_in_place, input_memory=input_memory, order=order,
                    tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
                    max_overhead=None if max_overhead is None else parse_share(max_overhead), kernels=kernels,
                    input_layout=input_layout,
@@ -125,6 +125,9 @@ def budget_options(f):
         click.option("--input-memory", type=click.Choice(("arena", "external")), default="arena", show_default=True,
                      help="where the network's input lives: in the planned arena, or outside it (the "
                      "application's own buffer, read-only, passed with inference_set_input before each run)"),
+        click.option("--order", type=click.Choice(("auto", "file")), default="auto", show_default=True,
+                     help="the order the ops run in: auto (on a branched graph, the order with the least peak "
+                     "when it plans to less SRAM than the file's) or the model file's"),
         click.option("--tiler", type=click.Choice(("cpsat", "greedy")), default="cpsat", show_default=True,
                      help="how layers are cut into L1 tiles (with --l1)"),
         click.option("--tile-objective", type=click.Choice(("auto", "l1", "cycles")), default="auto", show_default=True,
@@ -252,7 +255,7 @@ def main() -> None:
               help="when the plan is over a budget, apply deploy suggest's measured recommendations until it fits")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
-def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, tiler, tile_objective,
+def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
               kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
               llm_context, llm_tokenizer, llm_prune, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
@@ -265,7 +268,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order)
     options = replace(options, rtos=rtos, debug_guards=debug_guards)
     with _progress(quiet):
         steps = []
@@ -364,7 +367,7 @@ def _progress(quiet: bool):
 @click.option("--front", "with_front", is_flag=True,
               help="also the SRAM x MAC-overhead front: the least SRAM within each MAC budget, each point planned")
 @click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
-def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, tiler,
+def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler,
                 tile_objective, kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, as_json,
                 with_front, quiet):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
@@ -374,7 +377,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order)
     with _progress(quiet):
         s = suggest(model, options, with_front=with_front)
     if as_json:
@@ -465,7 +468,7 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
               "beside its modeled cycles")
-def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, tiler, tile_objective,
+def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
                sanitize, debug_guards, on_qemu, report):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
@@ -484,7 +487,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
     with _progress(False):
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order)
         dep = deploy(model, replace(options, debug_guards=debug_guards))
     samples, expected = _samples(model, dep, inputs, expected_files, seeds)
     result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
@@ -563,7 +566,7 @@ def qemu_summary(result: dict) -> str:
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report")
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
-def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, tiler, tile_objective,
+def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                 kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
@@ -572,7 +575,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
                                         tile_objective, l3, patch, max_overhead, kernels, *front_options,
-                                        overlap=overlap, input_memory=input_memory))
+                                        overlap=overlap, input_memory=input_memory, order=order))
         return
     from .compare import compare_planners, comparison_table, live_bytes
     from .report_html import planners_report
@@ -580,7 +583,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     from solver.arena import SolverConfig, lower_bound
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                       patch, max_overhead, kernels, *front_options, overlap=overlap, input_memory=input_memory)
+                       patch, max_overhead, kernels, *front_options, overlap=overlap, input_memory=input_memory, order=order)
     with _progress(False):
         # the plan deploy makes with these flags (its split, tiles, in-place, L3), budgets and all;
         # only its L2 arena is planned again, by every planner

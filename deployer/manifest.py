@@ -13,7 +13,7 @@ from .relaxations import BY_NAME
 
 # 2: each layer's kernel variant and in-place rule; the relaxations taken. 3: one schema for every
 # kind of model ("kind"; a language model's own part under "language_model")
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
@@ -60,6 +60,15 @@ def fusion_entry(plan) -> dict | None:
                        for p in plan.patches],
             "macs_recomputed": c.macs_extra, "overhead": round(c.overhead, 6), "estimated_peak": c.peak,
             "unsplit_estimated_peak": c.unsplit_peak}
+
+
+def order_entry(plan) -> dict | None:
+    """The order the ops run in when it is not the file's (None: the file's)."""
+    o = plan.order
+    if o is None:
+        return None
+    return {"ops": [layer.index for layer in plan.graph.layers], "modelled_peak": o.peak,
+            "file_order_modelled_peak": o.file_peak, "exact": o.exact}
 
 
 def _source(graph: Graph) -> dict:
@@ -159,12 +168,13 @@ def build_manifest(plan) -> dict:
         "macs": plan.macs,
         "l3": _l3(l3, graph),
         "fusion": fusion_entry(plan),
+        "order": order_entry(plan),
         "input_memory": options.input_memory,
         "inputs": io(graph.inputs),
         "outputs": io(graph.outputs),
         "state": [dict(_tensor_info(graph.tensors[t]), offset=off, bytes=graph.tensors[t].nbytes)
                   for t, off in state_layout(graph)[0].items()],
-        "layers": [dict(index=k, name=layer.name, op=layer.op, macs=K.macs(lp.kernel),
+        "layers": [dict(index=k, file_index=layer.index, name=layer.name, op=layer.op, macs=K.macs(lp.kernel),
                         inputs=[_tensor_info(graph.tensors[i]) for i in layer.inputs
                                 if i >= 0 and not graph.tensors[i].is_const],
                         outputs=[_tensor_info(graph.tensors[o]) for o in layer.outputs],

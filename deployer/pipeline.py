@@ -19,17 +19,19 @@ from layer_analyzer.tiling import geometry as tiling_geometry
 from layer_analyzer.tiling import window_shapes, writes_behind_reads
 from network_parser.cut import CutSpec, float_edges
 from network_parser.errors import InfeasibleBudget, UsageError
-from network_parser.inplace import plan_in_place
+from network_parser.inplace import RULES, ZERO_COPY, plan_in_place
 from network_parser.lifetimes import lifetimes, memory_floor
 from network_parser.rewrites import apply_rewrites
 from network_parser.validate import check_graph
 from solver.arena import ArenaProblem
+from solver.arena_types import pair_footprint
 from solver.plan import LayerPlan, Memory, Plan
 from solver.plan_checker import PlanError, check_schedule
 from solver import progress
 from solver.tensor_arena import arena_problem, plan_level
 from solver.l3_placement import layout_l3, place, staging_lifetimes
 from solver.arena_bound import live_per_op
+from solver.op_order import least_peak_order, reordered, worth_searching
 from solver.patch_split import forced_plan, parse_patch, patch_lifetimes, plan_stages, region_windows, stage_of
 from solver.tiling import TilingConfig, TilingInfeasible, plan_tiling
 
@@ -66,6 +68,7 @@ class Options:
     in_place: bool = True  # in-place rules beyond zero-copy reshapes
     overlap: bool = True  # outputs over the inputs they consumed (layer_analyzer.overlap); off with in_place off
     input_memory: str = "arena"  # "arena" | "external": the network's input in the application's own buffer
+    order: str = "auto"  # "auto" (branched graphs: the order with the least peak, when it plans to less) | "file"
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
     kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
     part_budgets: bool = True  # a real part's memories fill an unset --sram / --flash
@@ -108,7 +111,7 @@ def plan_back(plan: Plan) -> Plan:
         return language_model.plan_back(plan)  # the activation arena (checked), the KV cache as state
     plan = note_target(plan)  # what the flags cost on this target
     plan = choose_variants(plan)  # the target's kernel per layer, as if it ran whole (backends)
-    plan = plan_memory(plan)  # patch split, L1 tiles, in-place, lifetimes, L3, arena offsets
+    plan = plan_in_order(plan)  # the memory plan in the file's order and the least-peak one, the better
     plan = bind_variants(plan)  # each layer's kernel as it really runs (whole, tile, region, streamed)
     plan = fit_flash(plan)  # over --flash: the layers whose packed weights cost most keep int8 ones
     plan = prove_overlaps(plan)  # every output over its input replayed at its addresses, byte by byte
@@ -376,7 +379,69 @@ def check_budgets(plan: Plan) -> Plan:
     return plan
 
 
-# ---- the memory plan: patch split -> L1 tiles -> in-place -> lifetimes -> L3 -> arena ------------
+# ---- the memory plan: order -> patch split -> L1 tiles -> in-place -> lifetimes -> L3 -> arena -------
+
+def plan_in_order(plan: Plan) -> Plan:
+    """plan_memory in the file's order and, on a branched graph where another order's whole-tensor
+    peak is less (solver.op_order), in that order too; the better plan is kept (within --sram: the
+    fewer recomputed MACs, then the less SRAM; over it: the less SRAM), the file's on a tie. The
+    file's order is the twin and the fallback, and stays with --order file and a forced --patch
+    (whose op is a position in it)."""
+    first = plan_memory(plan)
+    options = plan.options
+    if options.order == "file" or options.patch not in ("auto", "off") or not worth_searching(plan.graph):
+        return first
+    found = least_peak_order(plan.graph, outside_arena(plan), _order_savings(plan))
+    if not found.changed:
+        return first
+    moved = plan.but(graph=reordered(plan.graph, found.order), order=found,
+                     layers=tuple(replace(plan.layers[k], index=i) for i, k in enumerate(found.order)))
+    other = plan_memory(moved)
+    if _ranked(other, options) >= _ranked(first, options):
+        return first
+    return other.but(notes=(*other.notes, f"the ops run in the order with the least peak, not the file's: SRAM "
+                                          f"{other.memory.sram_bytes:,} B against {first.memory.sram_bytes:,} B "
+                                          f"(--order file keeps the file's)"))
+
+
+def _order_savings(plan: Plan) -> dict:
+    """op -> ((input, bytes), ...): what writing its output over that input, when the order lets
+    the input die there, saves as the arena would place them: an in-place rule's output inside the
+    input; an output over the input its whole kernel consumes, at the pair's least span."""
+    graph, options = plan.graph, plan.options
+    readonly = outside_arena(plan)
+    lanes = _lanes(plan)
+    savings: dict[int, list] = {}
+    if not options.in_place:
+        return savings
+    for lp in plan.layers:
+        k, layer = lp.index, graph.layers[lp.index]
+        y = layer.outputs[0] if len(layer.outputs) == 1 else None
+        if y is None or layer.op in ZERO_COPY:
+            continue
+        out = graph.tensors[y].nbytes
+        for x in dict.fromkeys(t for t in layer.inputs if t >= 0 and not graph.tensors[t].is_const
+                               and not graph.tensors[t].variable and t not in readonly):
+            size = graph.tensors[x].nbytes
+            reuse = next((r for _, rule in RULES[1:] if (r := rule(graph, k, lambda t, x=x: t == x, lanes.get(k, 1)))
+                          is not None and r.input == x), None)
+            if reuse is not None:
+                savings.setdefault(k, []).append((x, min(size, out) - reuse.scratch_bytes))
+                continue
+            schedule = _overlap_schedule(plan, lp) if options.overlap and K.data_inputs(layer, lp.kernel) == [x] \
+                else None
+            if schedule is not None:
+                o = _found(k, x, y, schedule)
+                savings.setdefault(k, []).append((x, size + out - pair_footprint(o.window, size, out, o.rise)))
+    return savings
+
+
+def _ranked(plan: Plan, options: Options) -> tuple:
+    need = plan.memory.sram_bytes
+    if options.sram is not None and need <= options.sram:
+        return 0, plan.fusion.macs_extra if plan.patches else 0, need
+    return 1, need, 0
+
 
 def plan_memory(plan: Plan) -> Plan:
     """patch stages -> L1 tiles -> in-place rules -> overlaps -> lifetimes -> L3 placement ->

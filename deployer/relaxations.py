@@ -3,7 +3,8 @@ it gives it up. Each relaxation trades something (recomputed MACs, DMA traffic, 
 speed) for bytes of a memory; the flags say which ones the search may take.
 
 ``deploy`` takes them in this order (pipeline.plan_memory: the in-place rules and outputs over
-the inputs they consume, which cost nothing and are always taken when allowed, then while SRAM
+the inputs they consume, which cost nothing and are always taken when allowed; pipeline.plan_in_order:
+on a branched graph the order with the least peak when it plans to less; then while SRAM
 is over the fused stages aimed lower until they fit, then L3 streaming of what still does not
 fit; pipeline.fit_flash: while flash is over, plain kernels for the layers whose packed weights
 cost most), and records in
@@ -36,6 +37,9 @@ RELAXATIONS = (
                "walking forwards or backwards so that no byte is overwritten before its last read",
                lambda o: o.overlap and o.in_place, "--overlap on (unless --no-in-place)",
                lambda p: any(_shares(p, o) for o in p.overlaps)),
+    Relaxation("operator order", "SRAM", "nothing: on a branched graph the ops run in another order it allows, "
+               "the one with the least peak (messages keep the file's op indices)",
+               lambda o: o.order == "auto", "--order auto", lambda p: p.order is not None),
     Relaxation("patch inference", "SRAM", "recomputed MACs (the patches' halos), within --max-overhead",
                lambda o: o.patch != "off", "--patch auto", lambda p: bool(p.patches)),
     Relaxation("L3 streaming", "SRAM and flash", "DMA traffic per inference, through the L1 tiles",

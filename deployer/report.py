@@ -5,7 +5,7 @@ from __future__ import annotations
 from layer_analyzer import kernels as K
 
 from .emit import shape_text
-from .manifest import fusion_entry, solver_statistics
+from .manifest import fusion_entry, order_entry, solver_statistics
 from .render import display
 from .qemu import BUILD_TOOLS, INSTALL, missing_tools
 
@@ -174,7 +174,7 @@ def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
         "budgets": {"l1_bytes": dep.options.l1, "sram_bytes": dep.options.sram, "flash_bytes": dep.options.flash,
                     "l3_bytes": dep.options.l3},
         "memory": dep.memory.as_dict(), "elf": dep.elf or None,
-        "solvers": solvers, "fusion": fusion_entry(dep),
+        "solvers": solvers, "fusion": fusion_entry(dep), "order": order_entry(dep),
         "auto_optimize": [{"name": st.recommendation.name, "flags": list(st.recommendation.flags),
                            "sram_bytes": [st.before.sram_bytes, st.after.sram_bytes],
                            "flash_bytes": [st.before.flash_bytes, st.after.flash_bytes]} for st in steps],

@@ -191,6 +191,21 @@ def _overlap(model: Path, s: Suggestion) -> Recommendation:
                           detail, () if on else ("--overlap on",), () if on else (("overlap", True),))
 
 
+def _order(model: Path, s: Suggestion) -> Recommendation:
+    base = s.deployment
+    on = s.options.order == "auto"
+    alt = _measure(s, replace(s.options, order="file" if on else "auto"))
+    with_, without = (base, alt) if on else (alt, base)
+    if with_ is None or without is None:
+        return Recommendation("operator order", "SRAM", on, 0, "not measurable with this L1")
+    found = with_.order
+    detail = (f"the ops run in the order with the least peak ({found.peak:,} B modelled, the file's {found.file_peak:,} B)"
+              if found is not None else "the file's order (no other order plans to less)")
+    detail += f"; SRAM {without.memory.sram_bytes:,} B in the file's order, {with_.memory.sram_bytes:,} B with --order auto"
+    return Recommendation("operator order", "SRAM", on, without.memory.sram_bytes - with_.memory.sram_bytes,
+                          detail, () if on else ("--order auto",), () if on else (("order", "auto"),))
+
+
 def _arena_planner(model: Path, s: Suggestion) -> Recommendation:
     base = s.deployment
     problem = deployment_problem(base)
@@ -359,7 +374,8 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
 
 # Each relaxation of the memory search (deployer.relaxations) measured by the knob that names it,
 # in the search's order; then the choices that are not relaxations (the arena planner, tiling).
-KNOBS = ((("in-place ops",), _in_place), (("outputs over inputs",), _overlap), (("patch inference",), _patch),
+KNOBS = ((("in-place ops",), _in_place), (("outputs over inputs",), _overlap), (("operator order",), _order),
+         (("patch inference",), _patch),
          (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling),
          ((), _integer_io))
 

@@ -69,6 +69,9 @@ class Plan:
     backend: Any  # backends.Backend
     kind: str = "network"  # the frontend's kind of model: "network" | "language model"
     graph: Any = None  # network_parser.ir.Graph after the rewrites (a transformer IR for a language model)
+    # solver.op_order.OpOrder when the layers run in another order than the file's (graph.layers is
+    # that order; each Layer.index stays the file's)
+    order: Any = None
     layers: tuple[LayerPlan, ...] = ()
     notes: tuple[str, ...] = ()  # what the reader, the rewrites and the passes decided that a user should read
     patches: tuple = ()  # solver.patch_split.PatchPlan of each stage run patch by patch, in op order

@@ -75,3 +75,28 @@ def mobilenet_v2(width: float = 0.35, resolution: int = 144, classes: int = 10, 
     x = mb.avg_pool(x, filter=(resolution // 32, resolution // 32), stride=(1, 1))
     mb.output(mb.fully_connected(mb.reshape(x, (1, -1)), classes))
     return mb
+
+
+def inception_cells(seed: int = 14) -> ModelBuilder:
+    """Inception-style cells (1 x 40 x 40 x 3): a strided stem, then cells of four branches (a 1x1;
+    a 1x1 then a 3x3; a wide 1x1 expansion, a depthwise 3x3 and a 1x1 projection; a 3x3 max pool
+    then a 1x1) joined by CONCATENATION, with a strided cell between. The file lists each cell
+    breadth first, every branch's first op, then every branch's second, as converters may: an
+    order that keeps each branch's intermediates live together, where running branch by branch
+    would not."""
+    mb = ModelBuilder(seed)
+    x = mb.conv2d(mb.input((1, 40, 40, 3)), 16, kernel=(3, 3), stride=(2, 2), activation="RELU6")  # 20
+    for cell, (c, stride) in enumerate(((8, 1), (12, 2), (16, 1))):
+        s = (stride, stride)
+        a = mb.conv2d(x, c, kernel=(1, 1), stride=s, activation="RELU")
+        b = mb.conv2d(x, c, kernel=(1, 1), activation="RELU")
+        e = mb.conv2d(x, 6 * c, kernel=(1, 1), activation="RELU6")
+        p = mb.max_pool(x, filter=(3, 3), stride=s, padding="SAME")
+        b = mb.conv2d(b, c, kernel=(3, 3), stride=s, activation="RELU")
+        e = mb.depthwise_conv2d(e, stride=s, activation="RELU6")
+        p = mb.conv2d(p, c, kernel=(1, 1), activation="RELU")
+        e = mb.conv2d(e, c, kernel=(1, 1))
+        x = mb.concat([a, b, e, p], axis=3)
+    x = mb.avg_pool(x, filter=(10, 10), stride=(1, 1))
+    mb.output(mb.fully_connected(mb.reshape(x, (1, -1)), 10))
+    return mb

@@ -158,11 +158,12 @@ def test_dsp_kernels_run_on_tiles_and_patch_regions(rel, options):
     assert_bit_exact_on_qemu(shared_model(rel), dep, [random_inputs(dep.graph, seed) for seed in range(2)])
 
 
-@pytest.mark.parametrize("target, l1", [("cortex-m4", None), ("stm32h743", 32 * K)])
-@pytest.mark.parametrize("which", ["audio_unet", "detection_fpn"])
+@pytest.mark.parametrize("target, l1", [("cortex-m4", None), ("cortex-m7", None), ("stm32h743", 32 * K)])
+@pytest.mark.parametrize("which", ["audio_unet", "detection_fpn", "inception_cells"])
 def test_zoo_models_on_qemu(tmp_path, which, target, l1):
-    """The U-Net (TRANSPOSE_CONV, STRIDED_SLICE, LEAKY_RELU, SUB, LOG_SOFTMAX) and the FPN
-    (RESIZE_NEAREST_NEIGHBOR) on the M4, and tiled in the H743's DTCM."""
+    """The U-Net (TRANSPOSE_CONV, STRIDED_SLICE, LEAKY_RELU, SUB, LOG_SOFTMAX), the FPN
+    (RESIZE_NEAREST_NEIGHBOR) and the Inception cells (the last two in their least-peak operator
+    order) on the M4 and M7, and tiled in the H743's DTCM."""
     from tests import model_zoo
     model = tmp_path / f"{which}.tflite"
     getattr(model_zoo, which)().save(model)
