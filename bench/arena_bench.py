@@ -6,7 +6,7 @@ Section "models": per shared TFLite model, our memory.sram_bytes (arena, inputs 
 included, in-place rules on) with every planner, against MCUNet TinyEngine's measured peak
 and TFLite Micro's minimal arena.
 
-Section "alloc-bench": MiniMalloc's eleven challenging instances (/work/shared/alloc-bench),
+Section "alloc-bench": MiniMalloc's eleven challenging instances (tests/model_files/alloc-bench),
 each planned with the capacity its file name carries (2^20 bytes): CP-SAT fits it under the
 capacity first, then lowers the peak for the time left; the peak is compared with the max-live
 lower bound and the capacity. ``--no-capacity``: minimise the peak only, as for a model.
@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from solver.alloc_bench import read_alloc_bench
 from solver.arena import GREEDY, SolverConfig, lower_bound, plan_arena
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-ALLOC_BENCH_DIR = SHARED / "alloc-bench"
-MODELS_DIR = SHARED / "models" / "tflite"
+FILES = Path(__file__).resolve().parents[1] / "tests" / "model_files"
+ALLOC_BENCH_DIR = FILES / "alloc-bench"
+MODELS_DIR = FILES / "tflite"
 
 # Peers' figures in bytes. TinyEngine: its measured peak memory for these models (from the
 # issue that asked for this comparison); TFLite Micro: minimal arena by bisection, from

@@ -33,7 +33,7 @@ from deployer.pipeline import Options, deploy  # noqa: E402
 from deployer.verify import random_inputs, samples_payload  # noqa: E402
 from tests import model_zoo  # noqa: E402
 
-MODELS = ROOT.parent / "shared" / "models"
+MODELS = ROOT / "tests" / "model_files"
 K = 1024
 
 

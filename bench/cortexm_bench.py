@@ -45,7 +45,7 @@ from deployer.verify import random_inputs, samples_payload  # noqa: E402
 from layer_analyzer import kernels as K  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 
-MODELS_DIR = ROOT.parent / "shared" / "models" / "tflite"
+MODELS_DIR = ROOT / "tests" / "model_files" / "tflite"
 DEFAULT_MODELS = ("kws_ref_model", "vww_96_int8", "pretrainedResnet_quant")
 SRAM, FLASH = 256 * 1024, 1024 * 1024
 

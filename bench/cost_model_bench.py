@@ -38,7 +38,7 @@ from deployer.verify import random_inputs  # noqa: E402
 from layer_analyzer.tiling import geometry  # noqa: E402
 from solver.tiling_cost import schedule  # noqa: E402
 
-MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "tflite"
+MODELS = Path(__file__).resolve().parents[1] / "tests" / "model_files" / "tflite"
 DEFAULT = ("kws_ref_model.tflite", "vww_96_int8.tflite", "pretrainedResnet_quant.tflite")
 TILERS = (("greedy", "l1"), ("cpsat", "l1"), ("cpsat", "cycles"))
 

@@ -51,7 +51,7 @@ from deployer.verify import random_inputs  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 
 HARNESS = Path(__file__).resolve().parent / "harness_timing.c"
-DEFAULT_MODELS_DIR = ROOT.parent / "shared" / "models" / "tflite"
+DEFAULT_MODELS_DIR = ROOT / "tests" / "model_files" / "tflite"
 
 # (short name, path under shared/models/tflite). The two LSTM models
 # (tflm/trained_lstm_int8.tflite, tflm/micro_speech_lstm.tflite) are left out on purpose.

@@ -38,7 +38,7 @@ from network_parser.cut import CutSpec  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 from tests import model_zoo  # noqa: E402
 
-MODELS = ROOT.parent / "shared" / "models"
+MODELS = ROOT / "tests" / "model_files"
 # msf-CNN (NeurIPS 2025), MCUNetV2-vww-5fps-r80: (bytes without the input, MAC factor)
 MSF_VWW = ((45_283, 1.02), (26_240, 1.113), (20_568, 1.296), (17_904, 1.345), (15_368, 1.957))
 MSF_MBV2 = ((83_133, 1.019), (25_803, 1.253), (15_199, 1.382), (8_560, 1.679))  # its own MBV2 w0.35-144

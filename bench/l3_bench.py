@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from deployer.pipeline import Options, deploy
 from network_parser.errors import InfeasibleBudget
 
-MODELS = "/work/shared/models/tflite"
+MODELS = str(Path(__file__).resolve().parents[1] / "tests" / "model_files" / "tflite")
 K = 1024
 
 

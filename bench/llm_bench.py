@@ -1,7 +1,7 @@
 """GPT-Neo engines: flash, SRAM and speed per weight / KV-cache format, beside the published
 MLIR-compiler figures for a TinyStories GPT-Neo on a 160 MHz Cortex-M7.
 
-    python bench/llm_bench.py [--model ../shared/models/safetensors/tinytalk_gptneo_3m/model.safetensors]
+    python bench/llm_bench.py [--model tests/model_files/safetensors/tinytalk_gptneo_3m/model.safetensors]
                               [--context 96] [--tokens 40]
 
 Flash = weights + the engine's measured .text (gcc -O2 -c on this machine; x86-64, so a
@@ -25,7 +25,7 @@ from deployer.llm_passes import LanguageFlags  # noqa: E402
 from deployer.pipeline import Options, deploy  # noqa: E402
 from deployer.output import write_output  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "models" / "safetensors"
+SHARED = ROOT / "tests" / "model_files" / "safetensors"
 PUBLISHED = dict(sram=249 * 1000, flash=3.62e6, kv=108 * 1000, tokens_per_s=1.0)  # 160 MHz M7, int4 KV x 96
 
 

@@ -6,7 +6,7 @@ and with fused stages at --max-overhead 0.35).
     python bench/order_bench.py
 
 Models: the builder's Inception-style cells (listed breadth first), detection FPN and audio
-U-Net, MLPerf Tiny's resnet8 (residual blocks) when ../shared is there.
+U-Net, MLPerf Tiny's resnet8 (residual blocks).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from deployer.pipeline import Options, plan_deployment, plan_front  # noqa: E402
 from solver.op_order import least_peak_order  # noqa: E402
 from tests import model_zoo  # noqa: E402
 
-MODELS = ROOT.parent / "shared" / "models" / "tflite"
+MODELS = ROOT / "tests" / "model_files" / "tflite"
 
 
 def modelled(path: Path) -> tuple[int, int, int, int, float]:

@@ -28,7 +28,7 @@ from deployer.verify import random_inputs  # noqa: E402
 from layer_analyzer import kernels as K  # noqa: E402
 from tests.tflite_builder import ModelBuilder  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "models" / "tflite" / "tflm"
+SHARED = Path(__file__).resolve().parents[1] / "tests" / "model_files" / "tflite" / "tflm"
 RECURRENT = ("UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF")
 
 

@@ -4,7 +4,7 @@ with the error it gets, its time and its peak memory.
     python bench/robustness_report.py [--seconds 300] [--readers tflite,onnx] [--work DIR]
 
 Each reader gets an atheris (libFuzzer) campaign of --seconds over read -> plan -> emit,
-seeded with the real models of ../shared/models and the project's own; every hostile case
+seeded with the real models of tests/model_files and the project's own; every hostile case
 runs through the `deploy` command in a subprocess under a 2 GiB address-space limit.
 """
 from __future__ import annotations

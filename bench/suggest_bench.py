@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODELS = Path(__file__).resolve().parents[2] / "shared" / "models" / "tflite"
+MODELS = Path(__file__).resolve().parents[1] / "tests" / "model_files" / "tflite"
 DEPLOY = str(Path(sys.executable).parent / "deploy") if (Path(sys.executable).parent / "deploy").exists() \
     else shutil.which("deploy")
 

@@ -3,7 +3,7 @@
     python bench/tiling_bench.py [--l1 64K[,32K,...]] [--target gap8,cortex-m7] [--objective cycles|l1]
                                  [--time-limit 2] [--workers 2] [--models GLOB]
 
-For every model under /work/shared/models/tflite (LSTM models and missing files skipped), every
+For every model under tests/model_files/tflite (LSTM models and missing files skipped), every
 tileable layer (``layer_analyzer.tiling.geometry``) is tiled by greedy and by CP-SAT at each L1
 budget; the table gives the network's total modeled cycles (solver.tiling_cost) for both and
 their ratio, the layer CP-SAT gains most on, DMA transfers and the whole network's CP-SAT
@@ -32,7 +32,7 @@ from layer_analyzer.tiling import geometry
 from solver.tiling import TilingConfig, TilingInfeasible, greedy_tiling, plan_tiling
 from solver.tiling_cost import schedule
 
-MODELS = "/work/shared/models/tflite"
+MODELS = str(Path(__file__).resolve().parents[1] / "tests" / "model_files" / "tflite")
 
 TARGETS = {
     "gap8": dict(

@@ -1,12 +1,35 @@
-"""Where the shared reference models live, and which of them the deployer supports."""
+"""Where the reference models live, and which of them the deployer supports: the repository's
+copies (tests/model_files, with their sources and licences) first, then a ``shared`` folder
+beside the checkout; a test whose model is in neither skips and says where it looked."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-TFLITE = SHARED_MODELS / "tflite"
+REPO_MODELS = Path(__file__).resolve().parent / "model_files"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+PLACES = (REPO_MODELS, SHARED / "models", SHARED)  # alloc-bench sits beside models in ``shared``
+
+
+def find_model(rel: str) -> Path | None:
+    """``rel`` (tflite/..., onnx/..., safetensors/..., alloc-bench/...) in the first place that has it."""
+    return next((root / rel for root in PLACES if (root / rel).exists()), None)
+
+
+def _folder(name: str) -> Path:
+    return find_model(name) or REPO_MODELS / name
+
+
+TFLITE, SAFETENSORS, ALLOC_BENCH = _folder("tflite"), _folder("safetensors"), _folder("alloc-bench")
+
+
+def model_file(rel: str) -> Path:
+    """``rel``'s path, or a skip naming where it was looked for."""
+    path = find_model(rel)
+    if path is None:
+        pytest.skip(f"model {rel} is in neither {REPO_MODELS} nor {SHARED}")
+    return path
 
 # Every int8 model in shared/models/tflite except the two LSTM models.
 INT8_MODELS = [
@@ -27,13 +50,10 @@ LSTM_MODELS = ["tflm/trained_lstm_int8.tflite", "tflm/micro_speech_lstm.tflite"]
 
 
 def shared_model(rel: str) -> Path:
-    path = TFLITE / rel
-    if not path.exists():
-        pytest.skip(f"shared model {path} is not present on this machine")
-    return path
+    """A TFLite model by its path under tflite/."""
+    return model_file(f"tflite/{rel}")
 
 
-ONNX = SHARED_MODELS / "onnx"
 # DORY's example networks: (folder, model file, layout of its out_layerN.txt dumps). DORY dumps
 # activations channels last, except dscnn_test, whose dumps are channel-major (checked: only that
 # order matches, whatever the header line says).
@@ -60,7 +80,5 @@ DEEPLOY_NETS = [
 
 
 def shared_onnx(rel: str) -> Path:
-    path = ONNX / rel
-    if not path.exists():
-        pytest.skip(f"shared ONNX network {path} is not present on this machine")
-    return path
+    """An ONNX network's file or folder by its path under onnx/."""
+    return model_file(f"onnx/{rel}")

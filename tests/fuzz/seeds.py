@@ -1,10 +1,10 @@
-"""Seed inputs for the readers' fuzzers: the small real models of ../shared/models, and models
-the project builds itself (so the fuzzers have seeds on a machine without the shared models)."""
+"""Seed inputs for the readers' fuzzers: the small real models of tests/model_files, and models
+the project builds itself."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.models import SHARED_MODELS
+from tests.models import find_model
 
 MAX_SEED_BYTES = 160_000  # larger seeds make every execution slow; small ones cover the same code
 
@@ -66,8 +66,8 @@ def seeds(reader: str) -> dict[str, bytes]:
     if reader == "safetensors":  # the shared checkpoints are larger than a seed should be
         return _built_safetensors()
     found = {}
-    root = SHARED_MODELS / reader
-    if root.is_dir():
+    root = find_model(reader)
+    if root is not None:
         for p in sorted(root.rglob(f"*.{reader}")):
             if p.stat().st_size <= MAX_SEED_BYTES:
                 found[str(p.relative_to(root)).replace("/", "__")] = p.read_bytes()

@@ -19,6 +19,7 @@ from deployer.output import write_output
 from deployer.pipeline import Options, deploy
 from solver.plan import Plan
 from solver.arena import GREEDY
+from tests.models import shared_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -33,7 +34,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tiny_kws.tflite"
-VWW = REPO.parent / "shared" / "models" / "tflite" / "mlperf_tiny" / "vww_96_int8.tflite"
 
 # The blank check. A picture is "drawn" when at least MIN_INK of its pixels are not near-white
 # and at least MIN_COLOURS colours each cover MIN_COLOUR_SHARE of it (anti-aliasing makes many
@@ -75,9 +75,7 @@ def example_model(tmp: Path) -> Path:
 
 
 def vww(_tmp: Path) -> Path:
-    if not VWW.exists():
-        pytest.skip(f"shared model {VWW} is not present on this machine")
-    return VWW
+    return shared_model("mlperf_tiny/vww_96_int8.tflite")
 
 
 CASES = {

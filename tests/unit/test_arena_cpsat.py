@@ -20,8 +20,8 @@ from solver.arena import (
 )
 from solver.arena_types import overlaps_in_time
 from solver.plan_checker import PlanError, check_plan
+from tests.models import ALLOC_BENCH
 
-ALLOC_BENCH = Path("/work/shared/alloc-bench")
 FAST = SolverConfig(time_limit_s=2.0, workers=2, seed=0)
 
 # A small problem no greedy planner solves optimally (greedy 256 bytes, optimum 240).
@@ -251,7 +251,7 @@ def test_checker_catches_misalignment_and_overflow():
 
 # --------------------------------------------------------------------------- the alloc-bench reader
 
-@pytest.mark.skipif(not ALLOC_BENCH.is_dir(), reason="/work/shared/alloc-bench is absent")
+@pytest.mark.skipif(not ALLOC_BENCH.is_dir(), reason="the alloc-bench instances are absent")
 def test_reader_on_a_real_instance():
     problem = read_alloc_bench(ALLOC_BENCH / "A.1048576.csv")
     assert len(problem.buffers) == 154 and problem.alignment == 1 and problem.capacity == 1048576
@@ -262,7 +262,7 @@ def test_reader_on_a_real_instance():
     assert plan.status == "OPTIMAL" and plan.peak == 1048576  # decision mode at the capacity
 
 
-@pytest.mark.skipif(not ALLOC_BENCH.is_dir(), reason="/work/shared/alloc-bench is absent")
+@pytest.mark.skipif(not ALLOC_BENCH.is_dir(), reason="the alloc-bench instances are absent")
 @pytest.mark.parametrize("name", ["E", "H"])
 def test_decision_phase_fits_instances_no_single_order_solves_quickly(name):
     """E and H: the bottom-up search under one tie-break order runs long on one of them, another

@@ -20,17 +20,14 @@ from deployer.pipeline import Options, deploy
 from network_parser.errors import UsageError
 from tests.tflite_builder import ModelBuilder
 from tests.cli_output import messages
+from tests.models import shared_model
 
-MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tflite"
 _NEXT_TO_PYTHON = Path(sys.executable).parent / "deploy"
 DEPLOY = str(_NEXT_TO_PYTHON) if _NEXT_TO_PYTHON.exists() else shutil.which("deploy")
 
 
 def shared(rel: str) -> Path:
-    path = MODELS / rel
-    if not path.exists():
-        pytest.skip(f"shared model {rel} not found under {MODELS}")
-    return path
+    return shared_model(rel)
 
 
 # ---- parse_size ------------------------------------------------------------------------------

@@ -16,15 +16,15 @@ from network_parser.errors import ModelFormatError, UnsupportedOperator
 from network_parser.gptneo import read_gptneo
 from network_parser.safetensors_reader import read_safetensors
 from tests import gptneo_builder as gb
-from tests.models import SHARED_MODELS
+from tests.models import SAFETENSORS
 
-ST = SHARED_MODELS / "safetensors"
+ST = SAFETENSORS
 TINY, TALK, TOKENIZER = ST / "gptneo_tiny_random", ST / "tinytalk_gptneo_3m", ST / "gpt2_tokenizer"
 
 
 def shared(folder):
     if not (folder / "model.safetensors").exists():
-        pytest.skip(f"shared model {folder} is not present on this machine")
+        pytest.skip(f"model {folder} is not present (neither in tests/model_files nor ../shared)")
     return read_gptneo(folder / "model.safetensors")
 
 

@@ -18,9 +18,9 @@ from solver.alloc_bench import read_alloc_bench
 from solver.arena import SolverConfig, plan_arena
 from tests.cli_output import messages
 from tests.fuzz.harness import ROOT
+from tests.models import ALLOC_BENCH
 
 EXAMPLE = ROOT / "examples" / "tiny_kws.tflite"
-ALLOC_BENCH = ROOT.parent / "shared" / "alloc-bench"
 
 
 @pytest.fixture(scope="module")
