@@ -3,11 +3,28 @@ onnxruntime for ONNX graphs."""
 from __future__ import annotations
 
 import functools
+import importlib
 from pathlib import Path
 
 import numpy as np
 
+from network_parser.errors import UsageError
 from network_parser.side_files import read_model_file
+
+# the reference interpreters are the [reference] extra: module -> its package on the registry
+PACKAGES = {"ai_edge_litert.interpreter": "ai-edge-litert", "tflite_micro": "tflite-micro",
+            "onnxruntime": "onnxruntime"}
+
+
+def reference_module(name: str):
+    """A reference interpreter's module; not installed, a usage error that names the package and
+    the extra that brings it (the deployer itself runs without them)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        package = PACKAGES[name]
+        raise UsageError(f"verifying needs the reference interpreter {package}, which is not installed: "
+                         f"pip install -e '.[reference]' (or pip install {package})") from None
 
 
 def run_litert(model: Path, inputs: list[np.ndarray], preserve: bool = False):
@@ -38,7 +55,8 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
 
 
 def _litert_stream(model: Path, samples, resets, preserve: bool) -> Runs:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    litert = reference_module("ai_edge_litert.interpreter")
+    Interpreter, OpResolverType = litert.Interpreter, litert.OpResolverType
 
     it = Interpreter(model_content=read_model_file(model), num_threads=1,  # the bytes the readers checked
                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
@@ -73,7 +91,7 @@ def _tflm_stream(model: Path, samples: list[list[np.ndarray]], resets: frozenset
     """(outputs, None) per sample of a stream run by one TFLite Micro interpreter (reset() before
     the samples in ``resets``)."""
     import tflite
-    from tflite_micro import runtime
+    runtime = reference_module("tflite_micro").runtime
 
     buf = read_model_file(model)
     n_outputs = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0).OutputsLength()
@@ -104,7 +122,7 @@ def onnxruntime_options():
     ``session.x64quantprecision`` is onnxruntime's documented switch for this: on those CPUs
     only, an optimization pass stores the int8 weights as uint8 (w + 128, zero point + 128, the
     same values) so that the exact uint8 x uint8 kernels run. Elsewhere it changes nothing."""
-    import onnxruntime as ort
+    ort = reference_module("onnxruntime")
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -119,7 +137,7 @@ def run_onnxruntime(model: Path, inputs: list[np.ndarray], outputs: list[str] | 
     the model's own layout); ``outputs`` names the values to return when they are not the graph's
     (the input of a float op the engine leaves to the application)."""
     import onnx
-    import onnxruntime as ort
+    ort = reference_module("onnxruntime")
 
     from network_parser.errors import UnsupportedOperator
     options = onnxruntime_options()
@@ -188,7 +206,7 @@ def _value_probe(model: str, mtime_ns: int, size: int, name: str, scale: float, 
     graph pruned to ``name`` and ending in a DequantizeLinear of it (per file version: a cut's
     edges are read for every sample)."""
     import onnx
-    import onnxruntime as ort
+    ort = reference_module("onnxruntime")
     from onnx import TensorProto, helper
 
     proto = onnx.load_model_from_string(read_model_file(Path(model)))

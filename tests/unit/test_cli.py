@@ -471,3 +471,21 @@ def test_a_command_names_the_models_it_takes(command, tmp_path):
     other.write_bytes(b"x")
     code, _, err = run_clirunner(command, other)
     assert code == 1 and "(supported: .tflite, .onnx, .safetensors)" in err
+
+
+@pytest.mark.parametrize("fmt, module, package", [("tflite", "ai_edge_litert.interpreter", "ai-edge-litert"),
+                                                  ("onnx", "onnxruntime", "onnxruntime")])
+def test_verify_without_the_reference_extra_names_the_package(fmt, module, package, tmp_path, monkeypatch):
+    """The reference interpreters are an extra: missing, verify says which package and how to
+    install it (a usage error, exit 2), not an internal error."""
+    if fmt == "tflite":
+        mb = ModelBuilder(0)
+        mb.output(mb.relu(mb.input((1, 4))))
+        model = tmp_path / "m.tflite"
+        mb.save(model)
+    else:
+        from tests.onnx_builder import quantized_model
+        model = quantized_model(tmp_path, "mlp", per_channel=False)
+    monkeypatch.setitem(sys.modules, module, None)  # the import fails as it does where it is not installed
+    code, _, err = run_clirunner("verify", model)
+    assert code == 2 and package in err and "pip install -e '.[reference]'" in err and "Traceback" not in err
