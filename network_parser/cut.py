@@ -91,6 +91,46 @@ def cut_graph(where: str, names: list[str], dtypes: list[str], consts: set[int],
     return Cut(tuple(sorted(kept)), new_in, new_out, tuple(notes))
 
 
+@dataclass(frozen=True, slots=True)
+class FloatTail:
+    """Float32 ops after the last DEQUANTIZEs, computing the model's outputs: the application's."""
+    ops: tuple[int, ...]  # positions in the file
+    outputs: tuple[int, ...]  # the engine's outputs instead: the graph's, the tail's replaced by what it reads
+
+
+def float_tail(dtypes: list[str], consts: set[int], ops: list[OpEdges], outputs: tuple[int, ...]) -> FloatTail | None:
+    """The ops that compute outputs from float32 values only, back to the DEQUANTIZEs that made
+    those values from int8 ones (DEQUANTIZE -> LOG_SOFTMAX, as a model quantized after training
+    may end), or None when there are none or they reach anything else (a float input, an op of
+    another type: the readers' own errors then say what is not supported)."""
+    writer = {o: k for k, op in enumerate(ops) for o in op.outputs if o >= 0}
+    tail, ends, stack, seen = set(), {}, list(outputs), set()
+    while stack:
+        t = stack.pop()
+        if t in seen or t in consts:
+            continue
+        seen.add(t)
+        k = writer.get(t)
+        if k is None or dtypes[t] != "float32":
+            return None
+        op = ops[k]
+        if _dequantizes(op, t, dtypes):
+            ends[t] = None
+            continue
+        if op.name in ("QUANTIZE", "DEQUANTIZE") or any(dtypes[o] != "float32" for o in op.outputs if o >= 0):
+            return None
+        tail.add(k)
+        stack.extend(i for i in op.inputs if i >= 0)
+    if not tail:
+        return None
+    new_out = []
+    for t in outputs:  # each tail output replaced by the dequantized values it reads, in file order
+        for e in sorted(ends) if writer[t] in tail else (t,):
+            if e not in new_out:
+                new_out.append(e)
+    return FloatTail(tuple(sorted(tail)), tuple(new_out))
+
+
 def _quantizes(op: OpEdges, t: int, dtypes) -> bool:
     """Is ``op`` a QUANTIZE of float32 tensor ``t`` into one int8 tensor?"""
     return (op.name == "QUANTIZE" and dtypes[t] == "float32" and len(op.outputs) == 1 and op.outputs[0] >= 0

@@ -8,7 +8,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from .cut import CutSpec, OpEdges, cut_graph, unsigned_edges
+from .cut import CutSpec, OpEdges, cut_graph, float_tail, unsigned_edges
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import (ACTIVATIONS, Axis, BatchMatMul, Block, SpaceBatch, FileEdges, Source, Tile, name_text, Concat, Conv2D, Gather, GatherNd, Reduce, DepthwiseConv2D, Elementwise, FullyConnected,
                  Graph, Layer, LeakyRelu, Lstm, LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_LAYER_NORM,
@@ -371,10 +371,18 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
                              tuple(check_index(i, f"op {k} ({name}) output") for i in
                                    (op.OutputsAsNumpy() if op.OutputsLength() else []))))
     kept, file_edges, notes = range(len(edges)), None, ()
-    if cut:
-        c = cut_graph(path.name, [t.name for t in tensors], [t.dtype for t in tensors],
-                      {i for i, t in enumerate(tensors) if t.is_const or t.variable}, edges, inputs, outputs, cut)
+    consts = {i for i, t in enumerate(tensors) if t.is_const or t.variable}
+    tail = None if cut.outputs else float_tail([t.dtype for t in tensors], consts, edges, outputs)
+    if cut or tail:
+        c = cut_graph(path.name, [t.name for t in tensors], [t.dtype for t in tensors], consts, edges, inputs,
+                      tail.outputs if tail else outputs, cut)
         file_edges, notes = FileEdges(inputs, outputs), c.notes
+        if tail:
+            ops = ", ".join(f"op {k} {edges[k].name}" for k in tail.ops)
+            notes = (f"{ops} compute{'s' if len(tail.ops) == 1 else ''} on float values after the last DEQUANTIZE: "
+                     f"left to the application, the engine gives float32 "
+                     f"{', '.join(repr(tensors[t].name) for t in tail.outputs)} (what {'it reads' if len(tail.ops) == 1 else 'they read'}"
+                     f"; --outputs names other edges)", *notes)
         kept, inputs, outputs = c.ops, c.inputs, c.outputs
     layers = []
     produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const or t.variable}

@@ -857,6 +857,28 @@ class ModelBuilder:
         return self._emit(self._name("quantize"), Op.QUANTIZE, 1, [x], [x],
                           lambda v: v, t.shape, dtype=dtype, quant=quant)
 
+    def float_op(self, x, op: str = "LOG_SOFTMAX") -> int:
+        """A float32 op on a float32 tensor: post-processing after a DEQUANTIZE, as a model trained
+        in float and quantized after training may end (LOG_SOFTMAX, SOFTMAX, LOGISTIC, RELU)."""
+        t = self._tensors[x]
+        if t.dtype != "float32":
+            raise ValueError(f"tensor {t.name} is {t.dtype}; float_op takes float32 (use dequantize())")
+
+        def log_softmax(v):
+            z = v - v.max(axis=-1, keepdims=True)
+            return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+        def softmax(v):
+            e = np.exp(v - v.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        table = {"LOG_SOFTMAX": (Op.LOG_SOFTMAX, log_softmax, None),
+                 "SOFTMAX": (Op.SOFTMAX, softmax, _opts("SoftmaxOptions", Beta=1.0)),
+                 "LOGISTIC": (Op.LOGISTIC, lambda v: 1.0 / (1.0 + np.exp(-v)), None),
+                 "RELU": (Op.RELU, lambda v: np.maximum(v, 0), None)}
+        code, fn, options = table[op]
+        return self._emit(self._name(op.lower()), code, 1, [x], [x], fn, t.shape, dtype="float32", options=options)
+
     def dequantize(self, x) -> int:
         t = self._int8(x)
         return self._emit(self._name("dequantize"), Op.DEQUANTIZE, 2, [x], [x],

@@ -166,3 +166,35 @@ def test_io_uint8_offsets_the_int8_edges(tmp_path):
     assert_cut_exact(path, dep)
     code, out, err = run_clirunner("verify", path, "--io", "uint8")
     assert code == 0 and "bit-exact" in out, err
+
+
+def post_trained(path, ops=("LOG_SOFTMAX",), two_heads=False, seed=6):
+    """An int8 body whose output is dequantized and then post-processed in float (LOG_SOFTMAX
+    after DEQUANTIZE, as an MNIST model quantized after training ends); ``two_heads``: a second
+    dequantized output the application reads as it is."""
+    mb = ModelBuilder(seed)
+    x = mb.conv2d(mb.input((1, 12, 12, 1)), 4, kernel=(3, 3), stride=(2, 2), activation="RELU")
+    x = mb.fully_connected(mb.reshape(x, (1, -1)), 10)
+    y = mb.dequantize(x)
+    for op in ops:
+        y = mb.float_op(y, op)
+    mb.output(y, *([mb.dequantize(mb.fully_connected(x, 3))] if two_heads else []))
+    mb.save(path)
+    return path
+
+
+@pytest.mark.parametrize("ops, two_heads", [(("LOG_SOFTMAX",), False), (("RELU", "SOFTMAX"), True)])
+def test_a_float_tail_is_left_to_the_application(tmp_path, ops, two_heads):
+    """The engine ends at the DEQUANTIZE the tail reads (float32, as the file has it there), a
+    note names the ops left out, and the values at that edge are the reference's own."""
+    path = post_trained(tmp_path / "mnist.tflite", ops, two_heads)
+    dep = deploy(path, Options())
+    names = [dep.graph.tensors[t].name for t in dep.graph.outputs]
+    assert names == ["dequantize_0/out", "dequantize_1/out"][:1 + two_heads]
+    assert [layer.op for layer in dep.graph.layers][-1] == "DEQUANTIZE"
+    assert any("left to the application" in n and all(op in n for op in ops) for n in dep.notes)
+    assert_cut_exact(path, dep)
+    # --io int8 then moves the edge on to the int8 values, and --outputs names any other edge
+    assert dep.graph.tensors[deploy(path, Options(cut=CutSpec(io="int8"))).graph.outputs[0]].dtype == "int8"
+    with pytest.raises(UnsupportedOperator, match="float"):
+        deploy(path, Options(cut=CutSpec(outputs=(f"{ops[-1].lower()}_0/out",))))
