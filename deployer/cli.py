@@ -413,7 +413,7 @@ def _samples(model: Path, dep, inputs, expected_files, seeds: int):
     """What ``deploy verify`` runs: the --input files (with their --expected outputs), else the
     model's own test vectors when they ship beside it, else seeded random inputs. A graph cut
     from its file takes the file's inputs, and the engine runs what the reference computed at the cut."""
-    from .test_vectors import find_vectors, to_engine_input, to_engine_output
+    from .test_vectors import find_vectors, to_engine_input, to_engine_output, to_model_input
     from .verify import Expected, cut_samples, verification_samples
 
     graph = dep.graph
@@ -432,6 +432,11 @@ def _samples(model: Path, dep, inputs, expected_files, seeds: int):
         outs = _load_arrays(expected_files, [graph.tensors[t] for t in graph.outputs], "--expected")
         return [sample], Expected("--expected files", [[to_engine_output(graph, j, y) for j, y in enumerate(outs)]])
     vectors = find_vectors(model, graph) if not graph.state() else None  # a model with state runs a stream
+    if vectors is not None and vectors.outputs is None:  # their input, the reference's outputs
+        say(f"note: {vectors.note}", err=True)
+        sample = [to_engine_input(graph, i, x) for i, x in enumerate(vectors.inputs)]
+        return ([sample], None) if graph.file_edges is None else cut_samples(
+            dep, model, [[to_model_input(graph, i, x) for i, x in enumerate(sample)]])
     if vectors is not None:
         sample = [to_engine_input(graph, i, x) for i, x in enumerate(vectors.inputs)]
         return [sample], Expected(vectors.description, [[to_engine_output(graph, j, y)

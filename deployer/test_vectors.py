@@ -27,12 +27,25 @@ _DUMP = re.compile(r"out_layer(\d+)\.txt")
 class TestVectors:
     source: str  # "dory" | "deeploy"
     inputs: list[np.ndarray]  # in the model's own layout
-    outputs: list[np.ndarray]  # in the model's own layout
+    outputs: list[np.ndarray] | None  # in the model's own layout (None: the dumps do not hold them)
     layers: list[np.ndarray]  # DORY: every layer's output, flat, in the file's order
+    note: str = ""  # what the vectors cover when it is not the graph's outputs
 
     @property
     def description(self) -> str:
         return {"dory": "the model's out_layerN.txt (DORY)", "deeploy": "the model's outputs.npz (Deeploy)"}[self.source]
+
+
+_HEADER = re.compile(r"#?\s*(.*?)\s*\(shape \[([\d,\s]*)\]\)")
+
+
+def dump_header(path: Path) -> tuple[str, tuple[int, ...]] | None:
+    """(layer name, shape) a DORY dump's header line states (``# fc (shape [2])``), if it does."""
+    head = read_text(path, what="a DORY test vector", max_bytes=VECTOR_TEXT_BYTES).partition("\n")[0]
+    m = _HEADER.match(head)
+    if m is None:
+        return None
+    return m.group(1), tuple(int(v) for v in m.group(2).replace(",", " ").split())
 
 
 def read_dory_txt(path: Path) -> np.ndarray:
@@ -93,8 +106,13 @@ def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
                 raise ModelFormatError(f"{folder}: the out_layerN.txt dumps hold over {VECTOR_BYTES:,} bytes of values")
         last = layers[-1]
         out_shape = src.output_shapes[0]
-        if last.size != int(np.prod(out_shape)):
-            raise ModelFormatError(f"{dumps[-1]}: {last.size} values for the output of shape {list(out_shape)}")
+        if last.size != int(np.prod(out_shape)) or len(graph.outputs) != 1:
+            # the dumps hold DORY's layers: ops after its last one (a Gather of the scores) are not in them
+            header = dump_header(dumps[-1])
+            layer = f"'{header[0]}', " if header and header[0] else ""
+            return TestVectors("dory", [x], None, layers,
+                               f"{dumps[-1].name} holds DORY's last layer ({layer}{last.size} values), not the "
+                               f"graph's output (shape {list(out_shape)}): the outputs are the reference's")
         y = np.moveaxis(last.reshape(*out_shape[2:], out_shape[1]), -1, 0).reshape(out_shape) \
             if len(out_shape) > 2 else last.reshape(out_shape)
         return TestVectors("dory", [x], [y], layers)

@@ -69,3 +69,31 @@ def test_unreadable_onnx_is_one_line_and_writes_nothing(tmp_path):
     res = run(bad, "-o", tmp_path / "out")
     assert res.exit_code == 1 and "ModelFormatError" in res.output and "broken.onnx" in res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_dory_dumps_that_stop_before_the_graphs_output(tmp_path):
+    """DORY's last layer is the FC (out_layer7.txt: 'fc', 2 values); the graph goes on to pick one
+    score (Gather, Unsqueeze). The dumps give the input; the output is checked against onnxruntime."""
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder = shared_onnx("dory/Residual_connection_test_1")
+    for p in folder.glob("*.txt"):
+        shutil.copy(p, tmp_path / p.name)
+    m = onnx.load(folder / "model_int.onnx")
+    g = m.graph
+    fc = g.node[-1].input[0]  # the MatMul's output, which the Sigmoid read
+    g.node.remove(g.node[-1])
+    g.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "pick"))
+    g.node.extend([helper.make_node("Gather", [fc, "pick"], ["score"], axis=1),
+                   helper.make_node("Unsqueeze", ["score"], ["out"], axes=[1])])
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1]))
+    onnx.save(m, tmp_path / "model_int.onnx")
+    res = run("verify", tmp_path / "model_int.onnx", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["reference"] == "onnxruntime" and out["outputs"][0]["max_abs_diff"] == 0
+    assert "out_layer7.txt holds DORY's last layer ('fc', 2 values)" in res.stderr
