@@ -279,9 +279,10 @@ def _softmax(k: K.Softmax, x):
         exps = fx.exp_on_negative_values(rescaled, 5)
         total = int(fx.wrap32(np.where(valid, fx.rdbpot(exps, 12), 0).sum()))
         scale, bits = fx.get_reciprocal(total, 12)
-        unsat = fx.rdbpot(fx.srdhm(scale, exps), bits + 31 - 8) - 128
-        out[r] = np.where(valid, np.clip(unsat, -128, 127), -128)
-    return out.reshape(x.shape).astype(np.int8)
+        low = k.out_min
+        unsat = fx.rdbpot(fx.srdhm(scale, exps), bits + 31 - k.out_bits) + low
+        out[r] = np.where(valid, np.clip(unsat, low, -low - 1), low)
+    return out.reshape(x.shape).astype(np.int16 if k.out_bits == 16 else np.int8)
 
 
 def _table_softmax(k: K.TableSoftmax, x):

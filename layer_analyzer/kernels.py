@@ -309,11 +309,19 @@ class Mean:
 
 @dataclass(frozen=True, slots=True)
 class Softmax:
+    """SOFTMAX of int8 values: the reference's fixed-point exponentials and reciprocal; int8 out
+    (scale 1/256, zero point -128) or int16 out (scale 1/65536, zero point -32768: the one 16-bit
+    activation TFLite's kernels take with a zero point other than 0)."""
     rows: int
     depth: int
     input_multiplier: int
     input_left_shift: int
     diff_min: int
+    out_bits: int = 8
+
+    @property
+    def out_min(self) -> int:
+        return -(1 << (self.out_bits - 1))
 
 
 class _Int16Only:
@@ -1070,8 +1078,10 @@ def _softmax(g: Graph, l: Layer, where: str) -> Softmax | TableSoftmax | Softmax
             raise UnsupportedOperator(f"{where}: QLinearSoftmax over {depth} value(s) with output scale {y.scale:g} "
                                       f"(supported: rows of 2 or more, 1 / scale below 2^22)")
         return TableSoftmax(x.elements // depth, depth, softmax_table(x.scale, depth), y_scale, y.zero_point)
-    if (y.scale, y.zero_point) != (1 / 256, -128):
-        raise UnsupportedOperator(f"{where}: int8 softmax output must have scale 1/256, zero point -128")
+    out_bits = 16 if y.dtype == "int16" else 8
+    if (y.scale, y.zero_point) != (1 / (1 << out_bits), -(1 << (out_bits - 1))):
+        raise UnsupportedOperator(f"{where}: {y.dtype} softmax output of int8 values must have scale "
+                                  f"1/{1 << out_bits}, zero point {-(1 << (out_bits - 1))}")
     score_bits = 5  # kScaledDiffIntegerBits
     real = min(l.attrs.beta * x.scale * (1 << (31 - score_bits)), (1 << 31) - 1.0)
     m, s = quantize_multiplier_greater_than_one(real)
@@ -1079,7 +1089,7 @@ def _softmax(g: Graph, l: Layer, where: str) -> Softmax | TableSoftmax | Softmax
     max_rescaled = ((1 << score_bits) - 1) * (1 << (31 - score_bits)) / (1 << s)
     diff_min = -int(np.floor(max_rescaled))
     depth = x.shape[-1]
-    return Softmax(x.elements // depth, depth, m, s, diff_min)
+    return Softmax(x.elements // depth, depth, m, s, diff_min, out_bits)
 
 
 def _log_softmax(g: Graph, l: Layer, where: str) -> LogSoftmax:

@@ -672,7 +672,9 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
         if t.quant is not None and t.quant.per_channel and not t.is_const:
             raise UnsupportedOperator(f"{where}: activation '{t.name}' has {len(t.quant.scale)} scales; TFLite's "
                                       f"kernels read one scale per activation tensor")
-        if t.dtype == "int16" and any(z != 0 for z in t.quant.zero_point):
+        # SOFTMAX's int16 probabilities of int8 values: zero point -32768, TFLite's one exception
+        widening_softmax = op == "SOFTMAX" and t is outs[0] and ins[0].dtype == "int8"
+        if t.dtype == "int16" and any(z != 0 for z in t.quant.zero_point) and not widening_softmax:
             raise UnsupportedOperator(f"{where}: int16 tensor '{t.name}' has zero point {t.quant.zero_point[0]}; "
                                       f"TFLite's 16-bit kernels take symmetric activations (zero point 0)")
     if op == "PRELU" and ins[0].dtype == "int16" and len(ins) > 1:  # LiteRT reads a 16-bit PRELU's alpha as int8
@@ -680,7 +682,8 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
             raise UnsupportedOperator(f"{where}: alpha '{ins[1].name}' is {ins[1].dtype}; a 16-bit PRELU takes an int8 alpha")
         ins = ins[:1]
     types = {t.dtype for t in (*ins, *outs)}
-    if op not in ("QUANTIZE", "DEQUANTIZE") and "int16" in types and len(types) > 1:
+    widening = op == "SOFTMAX" and [t.dtype for t in (*ins, *outs)] == ["int8", "int16"]  # int8 -> int16 probabilities
+    if op not in ("QUANTIZE", "DEQUANTIZE") and "int16" in types and len(types) > 1 and not widening:
         raise UnsupportedOperator(f"{where}: mixes {' and '.join(sorted(types))} activations; {op} runs on one type "
                                   f"(a QUANTIZE converts between them)")
 

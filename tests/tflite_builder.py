@@ -704,13 +704,17 @@ class ModelBuilder:
         return self._emit(self._name("squeeze"), Op.SQUEEZE, 1, [x], [x], lambda v: v.reshape(len(v), *out_shape),
                           out_shape, quant=self._q(x), options=_opts("SqueezeOptions", SqueezeDims=dims))
 
-    def softmax(self, x, beta=1.0) -> int:
+    def softmax(self, x, beta=1.0, out_dtype=None) -> int:
+        """``out_dtype="int16"`` on int8 values: the widening form (scale 1/65536, zero point -32768)."""
         t = self._int8(x)
 
         def fn(v):
             e = np.exp(beta * (v - v.max(axis=-1, keepdims=True)))
             return e / e.sum(axis=-1, keepdims=True)
 
+        if out_dtype == "int16" and t.dtype == "int8":
+            return self._emit(self._name("softmax"), Op.SOFTMAX, 3, [x], [x], fn, t.shape, dtype="int16",
+                              quant=(1.0 / 65536.0, -32768), options=_opts("SoftmaxOptions", Beta=float(beta)))
         return self._emit(self._name("softmax"), Op.SOFTMAX, 2, [x], [x], fn, t.shape,
                           quant=(1.0 / 32768.0, 0) if t.dtype == "int16" else _FIXED_SIGMOID_QUANT,
                           options=_opts("SoftmaxOptions", Beta=float(beta)))

@@ -395,3 +395,18 @@ def test_16_bit_layers_stream_from_l3_at_the_smallest_budgets(tmp_path):
     moved = {part for k, s in slabs.items() if dep.kernels[k].dtype == "int16" for part in s.streamed}
     assert {"w", "in", "out"} <= moved
     _exact(dep, path, 2)
+
+
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_softmax_from_int8_to_int16_probabilities(tmp_path, target):
+    """int8 scores into int16 probabilities (scale 1/65536, zero point -32768: the one 16-bit
+    activation TFLite's kernels take with a zero point), as TFLite Micro and LiteRT run it."""
+    mb = ModelBuilder(3)
+    x = mb.fully_connected(mb.reshape(mb.input((1, 3, 20)), (3, 20)), 12)
+    mb.output(mb.softmax(x, beta=0.7, out_dtype="int16"))
+    path = tmp_path / "softmax16.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target=target))
+    out = dep.graph.tensors[dep.graph.outputs[0]]
+    assert out.dtype == "int16" and out.quant.zero_point == (-32768,)
+    _exact(dep, path)
