@@ -139,7 +139,7 @@ def budget_options(f):
                      help="ONNX models: the layout of the engine's 3-D/4-D inputs (nchw: the model's own)"),
         click.option("--output-layout", type=click.Choice(("nchw", "nhwc")), default="nchw", show_default=True,
                      help="ONNX models: the layout of the engine's 3-D/4-D outputs"),
-        click.option("--input-type", type=click.Choice(("int8", "uint8")), default=None,
+        click.option("--input-type", type=click.Choice(("int8", "uint8", "int16")), default=None,
                      help="integer ONNX graphs: the range of the input values (default: from the model's test "
                      "vectors, else guessed from the graph)"),
         click.option("--inputs", "cut_inputs", default=None,

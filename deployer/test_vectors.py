@@ -133,7 +133,12 @@ def to_engine_input(graph: Graph, i: int, x: np.ndarray) -> np.ndarray:
     from .golden import NP_DTYPES
     t, src = graph.tensors[graph.inputs[i]], graph.source
     perm = src.input_perms[i] if src and src.input_perms else None
-    return _to_engine(x, perm, src.input_shapes[i] if perm else None, t.shape).astype(NP_DTYPES[t.dtype])
+    dtype = np.dtype(NP_DTYPES[t.dtype])
+    x = np.asarray(x)
+    if dtype.kind in "iu" and x.size and (x.min() < np.iinfo(dtype).min or x.max() > np.iinfo(dtype).max):
+        raise ModelFormatError(f"input '{t.name}' is {t.dtype} but the test values reach {x.min():g}..{x.max():g} "
+                               f"(--input-type says which integers the input holds)")
+    return _to_engine(x, perm, src.input_shapes[i] if perm else None, t.shape).astype(dtype)
 
 
 def to_engine_output(graph: Graph, j: int, y: np.ndarray) -> np.ndarray:
@@ -161,7 +166,7 @@ def to_engine_outputs(graph: Graph, outputs: list[np.ndarray]) -> list[np.ndarra
 
 def vector_input_range(model: Path) -> str | None:
     """"int8" or "uint8" when the first test input beside ``model`` tells (negative values, or
-    values above 127); None when there is none or either fits."""
+    values above 127), "int16" for values past 8 bits; None when there is none or either fits."""
     folder = Path(model).parent
     x = None
     if (folder / "inputs.npz").exists():
@@ -171,6 +176,8 @@ def vector_input_range(model: Path) -> str | None:
         x = read_dory_txt(folder / "input.txt")
     if x is None or x.size == 0:
         return None
+    if x.min() < -128 or x.max() > 255:  # past 8 bits: Deeploy's 16-bit data (its type follows the values' range)
+        return "int16" if -32768 <= x.min() and x.max() <= 32767 else None
     if x.min() < 0:
         return "int8"
     return "uint8" if x.max() > 127 else None

@@ -179,9 +179,9 @@ class IntegerGraphReader(OnnxGraphBuilder):
     def _graph_input(self, inp) -> None:
         dims = self.input_dims(inp)
         kind = self.input_type or self._guess_input_type()
-        if kind not in ("int8", "uint8"):
+        if kind not in ("int8", "uint8", "int16"):
             raise UnsupportedOperator(f"{self.path.name}: graph input '{inp.name}': input type {kind} "
-                                      f"(supported: int8, uint8)")
+                                      f"(supported: int8, uint8, int16)")
         t = self.engine_input(inp.name, dims, kind, UNIT)
         if kind == "uint8":  # stored as value - 128 inside
             s = self.add_tensor(f"{inp.name}/as_int8", self.tensors[t].shape, "int8", UNSIGNED)

@@ -66,11 +66,20 @@ DORY_NETS = [
 ]
 DEEPLOY_NETS = [
     "Kernels/Integer/Add/Regular",
+    "Kernels/Integer/Add/Regular_RQ",
+    "Kernels/Integer/Add/MultIO",
+    "Kernels/Integer/Concat",  # 16-bit values (the engine's input type follows the test vectors' range)
     "Kernels/Integer/Conv/DW_2D_RQ",
+    "Kernels/Integer/Conv/DW_3x3_RQ",
+    "Kernels/Integer/Conv/PW_2D_RQ/Regular_RQ",
+    "Kernels/Integer/Conv/Regular_1D_RQ",
     "Kernels/Integer/Conv/Regular_2D_RQ",
     "Kernels/Integer/Conv/StriddedPadded_2D_RQ",
     "Kernels/Integer/GEMM/Regular",
+    "Kernels/Integer/GEMM/Regular_RQPerColumn",
     "Kernels/Integer/MaxPool/Regular_2D",
+    "Kernels/Integer/Pad/Regular_2D",
+    "Kernels/Integer/Slice",
     "Models/MLPerf/AnomalyDetection",
     "Models/MLPerf/ImageClassification",
     "Models/MLPerf/KeywordSpotting",
