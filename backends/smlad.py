@@ -287,7 +287,7 @@ def batch_matmul_form(kern) -> str | None:
     """How the DSP kernel walks a BATCH_MATMUL (x's rows contiguous along k): "dot" when y's
     columns are contiguous too (adj_y: two dot products of 4 values per pair of SMLADs), "cols"
     when its rows are (4 columns per word: SMLAxy against each halfword); None otherwise."""
-    if not isinstance(kern, K.BatchMatMul) or kern.x_strides[1] != 1 or kern.depth < 4:
+    if not isinstance(kern, K.BatchMatMul) or kern.requant is not None or kern.x_strides[1] != 1 or kern.depth < 4:
         return None
     if kern.y_strides[0] == 1:
         return "dot"

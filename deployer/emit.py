@@ -204,9 +204,25 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             strides = K.element_strides(kern.in_shape)
             return dict(kept=[(n, st) for d, (n, st) in enumerate(zip(kern.in_shape, strides)) if d not in kern.axes],
                         reduced=[(kern.in_shape[d], strides[d]) for d in kern.axes])
-        case K.BatchMatMul() if len(kern.x_offsets) > 1:
-            return dict(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
-                        y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
+        case K.BatchMatMul():
+            ctx = {}
+            if len(kern.x_offsets) > 1:
+                ctx.update(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
+                           y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
+            if kern.requant is not None:  # each vector: a literal when it holds one value, else an array
+                rq = kern.requant
+
+                def term(name, values, strides, ctype):
+                    if not values:
+                        return "0"
+                    if len(values) == 1:
+                        return c_int64(values[0]) if ctype == "int64_t" else c_int(values[0])
+                    index = " + ".join(f"{v} * {st}" for v, st in zip(("b", "i", "j"), strides) if st) or "0"
+                    return f"{sym.array(f'op{k}_{name}', ctype, np.array(values, np.int64))}[{index}]"
+                ctx.update(mat_rq=dict(addend=term("addend", rq.addend, rq.addend_strides, "int32_t"),
+                                       mul=term("rq_mul", rq.mul, rq.mul_strides, "int32_t"),
+                                       add=term("rq_add", rq.add, rq.add_strides, "int64_t")))
+            return ctx
         case K.AxisGather():
             return dict(tables=[sym.array(f"op{k}_axis{d}", "int32_t", np.array(t, np.int64))
                                 for d, t in enumerate(kern.tables)])

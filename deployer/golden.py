@@ -100,7 +100,24 @@ def _batch_matmul(k: K.BatchMatMul, x, w):
         b = wf[yo + kk.T * k.y_strides[0] + j * k.y_strides[1]]  # depth x cols
         out.append(fx.wrap32(a @ b))
     acc = np.stack(out)
+    if k.requant is not None:
+        return _mat_requant(k, acc)
     return np.clip(fx.mbqm(acc, k.multiplier, k.shift) + k.output_offset, k.act_min, k.act_max).astype(np.int8)
+
+
+def _mat_vector(values, strides, shape) -> np.ndarray | int:
+    """A MatRequant vector over (batch, row, column), broadcast by its strides."""
+    if not values:
+        return 0
+    b, i, j = (np.arange(n).reshape([-1 if d == e else 1 for e in range(3)]) for d, n in enumerate(shape))
+    return np.array(values, np.int64)[b * strides[0] + i * strides[1] + j * strides[2]]
+
+
+def _mat_requant(k: K.BatchMatMul, acc) -> np.ndarray:
+    rq = k.requant
+    v = rq.alpha * acc + _mat_vector(rq.addend, rq.addend_strides, acc.shape)
+    v = v * _mat_vector(rq.mul, rq.mul_strides, acc.shape) + _mat_vector(rq.add, rq.add_strides, acc.shape)
+    return np.clip(v >> rq.shift, k.act_min, k.act_max).astype(np.int8 if k.act_min >= -128 else np.int32)
 
 
 def _fc(k: K.FullyConnected, x, w, b):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +120,7 @@ class BatchMatMul:
     output_offset: int
     act_min: int = INT8_MIN
     act_max: int = INT8_MAX
+    requant: Any = None  # network_parser.ir.MatRequant: an integer graph's scaling (then multiplier/shift unused)
 
     @property
     def macs(self) -> int:
@@ -842,6 +844,11 @@ def _batch_matmul(g: Graph, l: Layer, where: str) -> BatchMatMul:
 
     xs = (1, x.shape[-1]) if a.adj_x else (x.shape[-1], 1)
     ys = (1, w.shape[-1]) if a.adj_y else (w.shape[-1], 1)
+    if a.requant is not None:  # exact integers: only unsigned operands stored as int8 carry an offset
+        rq = a.requant
+        lo, hi = (rq.lo, rq.hi) if y.dtype == "int8" else (-(1 << 31), (1 << 31) - 1)
+        return BatchMatMul(rows, depth, cols, offsets(x), offsets(w), xs, ys, -x.zero_point, -w.zero_point, 0, 0,
+                           0, lo, hi, rq)
     m, s = quantize_multiplier(x.scale * w.scale / y.scale)
     return BatchMatMul(rows, depth, cols, offsets(x), offsets(w), xs, ys, -x.zero_point, -w.zero_point, m, s,
                        y.zero_point)

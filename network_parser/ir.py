@@ -134,11 +134,32 @@ class TransposeConv2D:
 
 
 @dataclass(frozen=True, slots=True)
+class MatRequant:
+    """An integer graph's scaling of a matrix product, element by element (Deeploy's MatMul / Gemm
+    then an Add of a constant matrix and a RequantShift whose constants may vary per batch, row or
+    column): stored = clamp(floor(((alpha * acc + addend[e]) * mul[e] + add[e]) / 2^shift), lo, hi).
+    Each vector is indexed by its (batch, row, column) strides (0 along an axis it is broadcast
+    over); rounding and the output's zero point are folded into ``add`` as IntRequant does."""
+    alpha: int
+    addend: tuple[int, ...]  # () for none
+    addend_strides: tuple[int, int, int]
+    mul: tuple[int, ...]
+    mul_strides: tuple[int, int, int]
+    add: tuple[int, ...]
+    add_strides: tuple[int, int, int]
+    shift: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True, slots=True)
 class BatchMatMul:
     """BATCH_MATMUL: out[..., i, j] = sum over k of x[..., i, k] * y[..., k, j] (adj_x / adj_y: that
-    operand's last two axes swapped), batch axes broadcast."""
+    operand's last two axes swapped), batch axes broadcast. ``requant``: an integer graph's own
+    scaling (MatRequant) instead of the scales' product."""
     adj_x: bool
     adj_y: bool
+    requant: MatRequant | None = None
 
 
 @dataclass(frozen=True, slots=True)

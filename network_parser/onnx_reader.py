@@ -28,7 +28,8 @@ import onnx
 
 from .cut import CutSpec
 from .errors import ModelFormatError, UnsupportedOperator, UsageError
-from .ir import FullyConnected, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source
+from .ir import (BatchMatMul, FullyConnected, MatRequant, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs,
+                 Pad, Pool2D, Quant, Rescale, Source)
 from .onnx_common import UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -422,6 +423,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
         a = self.attrs(node)
         where = self.where(i)
         x = self.value(node.input[0], i)
+        if self._general_product(node, x):
+            return self._matrix_product(i, node, x)
         if x.rank == 3 and node.op_type == "MatMul":
             return self._matmul3(i, node, x)
         if x.rank != 2:
@@ -439,6 +442,151 @@ class IntegerGraphReader(OnnxGraphBuilder):
                 inputs.append(b)
         self.finish(i, node, "FULLY_CONNECTED", inputs, lambda rq: FullyConnected("NONE", False, rq),
                     (batch, units), units, 2)
+
+    # ---- the general integer matrix product -----------------------------------------------
+
+    def _general_product(self, node, x: Value) -> bool:
+        """Whether a MatMul/Gemm needs the general product (BATCH_MATMUL with a MatRequant) rather than
+        a fully connected layer: two activations, rank-4 values (attention heads), Gemm's transA,
+        alpha or beta, a bias per row, or an Add / RequantShift after it whose constants vary along
+        the rows or batches (Deeploy's per-row requantization)."""
+        a = self.attrs(node)
+        if node.op_type == "MatMul" and (node.input[1] not in self.consts or x.rank == 4):
+            return True
+        if node.op_type == "Gemm":
+            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+                return True
+            c = self.consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            if c is not None and c.ndim == 2 and c.shape[0] > 1:
+                return True
+        cur = node.output[0]
+        while (j := self.single_consumer(cur)) is not None and self.nodes[j].op_type in ("Add", "RequantShift"):
+            n = self.nodes[j]
+            consts = [self.consts[v] for v in n.input if v in self.consts]
+            if n.op_type == "Add" and len(consts) != 1:
+                break
+            if any(c.ndim >= 2 and any(d > 1 for d in c.shape[:-1]) for c in consts):
+                return True
+            cur = n.output[0]
+        return False
+
+    def _model_layout(self, v: Value, name: str) -> int:
+        """A value in the ONNX graph's own layout, contiguous (a matrix product indexes its last two axes)."""
+        t, tt = v.tensor, self.tensors[v.tensor]
+        if v.rank <= 2:
+            return t
+        _, h, w, c = tt.shape
+        n = self.add_tensor(f"{name}/model", (1, c, h, w), tt.dtype, tt.quant)
+        self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{name}/model")
+        if v.rank == 3:
+            r = self.add_tensor(f"{name}/model3", (1, c, w), tt.dtype, tt.quant)
+            self.add_layer("RESHAPE", [n], [r], NoAttrs(), f"{name}/model3")
+            n = r
+        return n
+
+    def _ir_layout(self, t: int, name: str) -> Value:
+        """A tensor in the ONNX graph's layout as the IR holds values (NHWC; rank 3 as N, 1, L, C)."""
+        tt = self.tensors[t]
+        dims, rank = tt.shape, len(tt.shape)
+        if rank <= 2:
+            return Value(t, rank)
+        c, spatial = dims[1], dims[2:]
+        h, w = (1, spatial[0]) if rank == 3 else spatial
+        if rank == 3:
+            r = self.add_tensor(f"{name}/nchw", (1, c, 1, w), tt.dtype, tt.quant)
+            self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nchw")
+            t = r
+        n = self.add_tensor(name, (1, h, w, c), tt.dtype, tt.quant)
+        self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 2, 3, 1)), name)
+        return Value(n, rank)
+
+    @staticmethod
+    def _mat_vector(arr, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+        """A constant broadcast over the product's (batch, row, column), kept only along the axes
+        where it varies: its values and their strides (0 where it is the same)."""
+        batches = int(np.prod(shape[:-2], dtype=np.int64))
+        v = np.broadcast_to(np.asarray(arr, np.int64), shape).reshape(batches, shape[-2], shape[-1])
+        for d in range(3):
+            first = np.take(v, [0], axis=d)
+            if np.array_equal(v, np.broadcast_to(first, v.shape)):
+                v = first
+        b, r, c = v.shape
+        return tuple(int(t) for t in v.reshape(-1)), (r * c if b > 1 else 0, c if r > 1 else 0, 1 if c > 1 else 0)
+
+    def _matrix_product(self, i: int, node, x: Value) -> None:
+        """MatMul / Gemm as BATCH_MATMUL with the integer graph's own scaling: Gemm's alpha and
+        beta * C, an Add of a constant matrix and a RequantShift after it, each constant as it
+        broadcasts over the output (per batch, row or column)."""
+        where, a = self.where(i), self.attrs(node)
+        gemm = node.op_type == "Gemm"
+        xt = self._model_layout(x, node.input[0])
+        if node.input[1] in self.consts:
+            w = self.weights(node.input[1], i)
+            yt = self.add_tensor(node.input[1], w.shape, "int8", UNIT, w)
+        else:
+            yt = self._model_layout(self.value(node.input[1], i), node.input[1])
+        X, Y = self.tensors[xt], self.tensors[yt]
+        for t in (X, Y):
+            if t.dtype != "int8" or len(t.shape) < 2:
+                raise UnsupportedOperator(f"{where}: operand '{t.name}' is {t.dtype} of rank {len(t.shape)}; the "
+                                          f"matrix product takes 8-bit matrices")
+        adj_x, adj_y = gemm and bool(a.get("transA", 0)), gemm and bool(a.get("transB", 0))
+        rows = X.shape[-1] if adj_x else X.shape[-2]
+        cols = Y.shape[-2] if adj_y else Y.shape[-1]
+        try:
+            shape = (*np.broadcast_shapes(X.shape[:-2], Y.shape[:-2]), rows, cols)
+        except ValueError:
+            raise UnsupportedOperator(f"{where}: batch axes of {list(X.shape)} and {list(Y.shape)} do not broadcast") from None
+        alpha, beta = (a.get("alpha", 1.0), a.get("beta", 1.0)) if gemm else (1.0, 1.0)
+        if alpha != int(alpha) or beta != int(beta):
+            raise UnsupportedOperator(f"{where}: Gemm alpha {alpha} and beta {beta} must be integers in an integer graph")
+        addend = np.zeros(1, np.int64)
+        if gemm and len(node.input) > 2 and node.input[2]:
+            c = _exact_ints(self.const(node.input[2], i, "C"), "C", where)
+            addend = int(beta) * c.astype(np.int64)
+        mul, add, k, lo, hi, cur, signed = np.ones(1, np.int64), np.zeros(1, np.int64), 0, None, None, node.output[0], True
+        while (j := self.single_consumer(cur)) is not None and j not in self.done:
+            n = self.nodes[j]
+            if n.op_type == "Add" and lo is None and k == 0 and sum(v in self.consts for v in n.input) == 1:
+                other = next(v for v in n.input if v in self.consts)
+                addend = addend + _exact_ints(self.consts[other], "the addend", self.where(j)).astype(np.int64)
+            elif n.op_type == "RequantShift" and lo is None:
+                ra = self.attrs(n)
+                mul = _exact_ints(self.const(n.input[1], j, "mul"), "mul", self.where(j)).astype(np.int64)
+                add = _exact_ints(self.const(n.input[2], j, "add"), "add", self.where(j)).astype(np.int64)
+                div = int(_tensor_attr(ra, "div", 1, self.where(j)))
+                k, off = _power_of_two(div)
+                if k < 0 or off:
+                    raise UnsupportedOperator(f"{self.where(j)}: RequantShift div {div} is not a power of two")
+                levels = int(_tensor_attr(ra, "n_levels_out", _tensor_attr(ra, "n_levels", 256, self.where(j)), self.where(j)))
+                signed = bool(_tensor_attr(ra, "signed", 1, self.where(j)))
+                lo, hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
+                add = add + ((1 << k) >> 1)  # RequantShift rounds half up
+            else:
+                break
+            self.check_node(j, n)
+            self.done.add(j)
+            cur = n.output[0]
+        try:
+            vectors = [self._mat_vector(v, shape) for v in (addend, mul, add)]
+        except ValueError:
+            raise UnsupportedOperator(f"{where}: a constant after the product does not broadcast over its output "
+                                      f"{list(shape)}") from None
+        if lo is None:
+            dtype, quant, lo, hi = "int32", UNIT, *INT32
+        elif -128 <= lo and hi <= 127:
+            dtype, quant = "int8", UNIT
+        elif 0 <= lo and hi <= 255:  # unsigned values stored as value - 128
+            dtype, quant, lo, hi = "int8", UNSIGNED, lo - 128, hi - 128
+            vectors[2] = (tuple(v - (128 << k) for v in vectors[2][0]), vectors[2][1])
+        else:
+            raise UnsupportedOperator(f"{where}: a RequantShift to {hi - lo + 1} levels after a matrix product "
+                                      f"(supported: 8-bit results, or none: int32)")
+        (addend_v, addend_s), (mul_v, mul_s), (add_v, add_s) = vectors
+        rq = MatRequant(int(alpha), addend_v if any(addend_v) else (), addend_s, mul_v, mul_s, add_v, add_s, k, lo, hi)
+        out = self.add_tensor(f"{cur}/model" if len(shape) > 2 else cur, shape, dtype, quant)
+        self.add_layer("BATCH_MATMUL", [xt, yt], [out], BatchMatMul(adj_x, adj_y, rq), cur)
+        self.values[cur] = self._ir_layout(out, cur) if len(shape) > 2 else Value(out, 2)
 
     def _matmul3(self, i: int, node, x: Value) -> None:
         """MatMul of a rank-3 activation (N, S, D), a sequence of S vectors, by constant (D, E)

@@ -77,6 +77,11 @@ DEEPLOY_NETS = [
     "Kernels/Integer/Conv/StriddedPadded_2D_RQ",
     "Kernels/Integer/GEMM/Regular",
     "Kernels/Integer/GEMM/Regular_RQPerColumn",
+    "Kernels/Integer/GEMM/Regular_RQPerRow",  # alpha, beta * C and a RequantShift per row
+    "Kernels/Integer/GEMM/TransB_RQ",
+    "Kernels/Integer/MatMul/Add",  # an int32 result plus a constant matrix
+    "Kernels/Integer/MatMul/Regular",  # two rank-4 activations
+    "Kernels/Integer/MatMul/Regular_RQ",  # a RequantShift per batch
     "Kernels/Integer/MaxPool/Regular_2D",
     "Kernels/Integer/Pad/Regular_2D",
     "Kernels/Integer/Slice",
