@@ -300,8 +300,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
             elif op == "Relu":
                 c.lo, c.hi = 0, INT32[1]
             elif op == "RequantShift":
-                if not c.identity:
-                    raise UnsupportedOperator(f"{where}: RequantShift after other requantization nodes")
+                if c.shift or c.lo is not None or c.pending_mul is not None or c.post is not None:
+                    raise UnsupportedOperator(f"{where}: RequantShift after a division or a clamp")
                 mul = self.channel_vector(self.const(node.input[1], i, "mul"), channels, i, "mul")
                 add = self.channel_vector(self.const(node.input[2], i, "add"), channels, i, "add")
                 div = int(_tensor_attr(a, "div", 1, where))
@@ -310,7 +310,14 @@ class IntegerGraphReader(OnnxGraphBuilder):
                     raise UnsupportedOperator(f"{where}: RequantShift div {div} is not a power of two")
                 levels = int(_tensor_attr(a, "n_levels_out", _tensor_attr(a, "n_levels", 256, where), where))
                 signed = bool(_tensor_attr(a, "signed", 1, where))
-                c.mul, c.add, c.shift = mul, [v + ((1 << k) >> 1) for v in add], k  # rounds half up
+                # after a bias Add (or a multiply) with no division yet: (acc * M + A) * mul + add
+                m_before, m_now = _broadcast(c.mul, mul)
+                a_before, m_add = _broadcast(c.add, mul)
+                products = [x * y for x, y in zip(a_before, m_add)]
+                a_prod, add2 = _broadcast(products, add)
+                c.mul = [x * y for x, y in zip(m_before, m_now)]
+                c.add = [x + y + ((1 << k) >> 1) for x, y in zip(a_prod, add2)]  # rounds half up
+                c.shift = k
                 c.lo, c.hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
             # Cast, Floor, Identity: the values are integers already
         except ValueError as e:
@@ -687,6 +694,20 @@ class IntegerGraphReader(OnnxGraphBuilder):
 
     def _flatten(self, i: int, node) -> None:
         x = self.value(node.input[0], i)
+        if node.op_type == "Reshape" and node.input[1] in self.consts:
+            target = [int(d) for d in self.consts[node.input[1]].reshape(-1)]
+            total = self.tensors[x.tensor].elements
+            if target.count(-1) == 1 and 0 not in target:
+                known = int(np.prod([d for d in target if d != -1]))
+                target = [total // known if d == -1 else d for d in target]
+            if int(np.prod(target)) == total and not (len(target) == 2 and target[0] == 1) \
+                    and 2 <= len(target) <= 4 and (len(target) == 2 or target[0] == 1):
+                # any other shape (attention's heads): in the graph's own layout, then back to the IR's
+                t = self._model_layout(x, node.output[0])
+                r = self.add_tensor(f"{node.output[0]}/model", target, self.tensors[t].dtype, self.tensors[t].quant)
+                self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{node.output[0]}/model")
+                self.values[node.output[0]] = self._ir_layout(r, node.output[0])
+                return
         users = self.consumers.get(node.output[0], [])
         feeds_fc = bool(users) and all(self.nodes[u].op_type in ("Gemm", "MatMul") for u in users)
         self.values[node.output[0]] = self.flatten_value(i, node, x, feeds_fc)
