@@ -294,12 +294,13 @@ class OnnxGraphBuilder:
 
     # ---- edges ----------------------------------------------------------------------
 
-    def input_dims(self, inp) -> list[int]:
+    def input_dims(self, inp, batch_ok: bool = False) -> list[int]:
+        """``batch_ok``: a first axis above 1 is data the graph computes on (matrix products' batch)."""
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in inp.type.tensor_type.shape.dim]
         where = f"{self.path.name}: graph input '{inp.name}'"
         if not 2 <= len(dims) <= 4 or any(d <= 0 for d in dims):
             raise UnsupportedOperator(f"{where} has shape {dims}; a fixed 2-D, 3-D or 4-D shape is needed")
-        if dims[0] != 1 and len(dims) > 2:
+        if dims[0] != 1 and len(dims) > 2 and not batch_ok:
             raise UnsupportedOperator(f"{where}: batch {dims[0]}; the engine runs one sample (batch 1)")
         return dims
 

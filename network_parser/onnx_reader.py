@@ -178,7 +178,10 @@ class IntegerGraphReader(OnnxGraphBuilder):
         return "int8"
 
     def _graph_input(self, inp) -> None:
-        dims = self.input_dims(inp)
+        # only matrix products read it: a batch above 1 is data, kept in the graph's own layout
+        products = all(self.nodes[u].op_type in ("MatMul", "Gemm") for u in self.consumers.get(inp.name, [None])
+                       if u is not None)
+        dims = self.input_dims(inp, batch_ok=products)
         kind = self.input_type or self._guess_input_type()
         if kind not in ("int8", "uint8", "int16"):
             raise UnsupportedOperator(f"{self.path.name}: graph input '{inp.name}': input type {kind} "
@@ -188,6 +191,9 @@ class IntegerGraphReader(OnnxGraphBuilder):
             s = self.add_tensor(f"{inp.name}/as_int8", self.tensors[t].shape, "int8", UNSIGNED)
             self.add_layer("QUANTIZE", [t], [s], NoAttrs(), f"{inp.name}/as_int8")
             t = s
+        if dims[0] != 1 and len(dims) > 2:  # a value of rank 2 or less is held as the graph has it
+            self.values[inp.name] = Value(t, 2)
+            return
         self.values[inp.name] = Value(self.to_nhwc(t, inp.name, dims), len(dims))
 
     def _graph_output(self, name: str) -> tuple[int, tuple[int, ...] | None]:
@@ -460,6 +466,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
         a = self.attrs(node)
         if node.op_type == "MatMul" and (node.input[1] not in self.consts or x.rank == 4):
             return True
+        if x.rank <= 2 and len(self.tensors[x.tensor].shape) > 2:  # a batch above 1, in the graph's layout
+            return True
         if node.op_type == "Gemm":
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
                 return True
@@ -591,9 +599,10 @@ class IntegerGraphReader(OnnxGraphBuilder):
                                       f"(supported: 8-bit results, or none: int32)")
         (addend_v, addend_s), (mul_v, mul_s), (add_v, add_s) = vectors
         rq = MatRequant(int(alpha), addend_v if any(addend_v) else (), addend_s, mul_v, mul_s, add_v, add_s, k, lo, hi)
-        out = self.add_tensor(f"{cur}/model" if len(shape) > 2 else cur, shape, dtype, quant)
+        in_ir = len(shape) > 2 and shape[0] == 1  # a batch above 1 stays in the graph's layout (as rank 2 does)
+        out = self.add_tensor(f"{cur}/model" if in_ir else cur, shape, dtype, quant)
         self.add_layer("BATCH_MATMUL", [xt, yt], [out], BatchMatMul(adj_x, adj_y, rq), cur)
-        self.values[cur] = self._ir_layout(out, cur) if len(shape) > 2 else Value(out, 2)
+        self.values[cur] = self._ir_layout(out, cur) if in_ir else Value(out, 2)
 
     def _matmul3(self, i: int, node, x: Value) -> None:
         """MatMul of a rank-3 activation (N, S, D), a sequence of S vectors, by constant (D, E)

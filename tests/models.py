@@ -77,6 +77,8 @@ DEEPLOY_NETS = [
     "Kernels/Integer/Conv/StriddedPadded_2D_RQ",
     "Kernels/Integer/GEMM/Regular",
     "Kernels/Integer/GEMM/Regular_RQPerColumn",
+    "Kernels/Integer/GEMM/Batch_RQ",  # a batch of 2 inside the graph: data, not samples
+    "Kernels/Integer/MatMul/Batch",
     "Kernels/Integer/GEMM/Regular_RQPerRow",  # alpha, beta * C and a RequantShift per row
     "Kernels/Integer/GEMM/TransB_RQ",
     "Kernels/Integer/MatMul/Add",  # an int32 result plus a constant matrix
