@@ -25,6 +25,7 @@ from deployer.cli import _input_type, parse_size  # noqa: E402
 from deployer.pipeline import Options, deploy  # noqa: E402
 from deployer.test_vectors import find_vectors, to_engine_input, to_engine_output  # noqa: E402
 from deployer.verify import build_engine, run_engine  # noqa: E402
+from network_parser.errors import DeployError  # noqa: E402
 from network_parser.onnx_common import load_onnx  # noqa: E402
 from tests.host.test_onnx import EDGE_OPS  # noqa: E402
 from tests.models import DEEPLOY_NETS, DORY_NETS, ONNX  # noqa: E402
@@ -32,8 +33,13 @@ from tests.target.test_gap8 import emulated  # noqa: E402
 
 
 def networks() -> list[tuple[str, Path]]:
+    """DORY's networks, every one of Deeploy's integer kernel tests on disk (those the deployer
+    refuses too: their rows say why), and Deeploy's whole networks."""
     nets = [(f"dory/{folder}", ONNX / "dory" / folder / file) for folder, file, _ in DORY_NETS]
-    nets += [(f"deeploy/{rel}", ONNX / "deeploy" / rel / "network.onnx") for rel in DEEPLOY_NETS]
+    kernels = sorted((ONNX / "deeploy" / "Kernels" / "Integer").rglob("network.onnx"))
+    nets += [(f"deeploy/{p.parent.relative_to(ONNX / 'deeploy')}", p) for p in kernels]
+    nets += [(f"deeploy/{rel}", ONNX / "deeploy" / rel / "network.onnx") for rel in DEEPLOY_NETS
+             if not rel.startswith("Kernels/")]
     return [(name, path) for name, path in nets if path.exists()]
 
 
@@ -51,7 +57,12 @@ def main() -> None:
     rows = []
     for name, path in networks():
         kind = _input_type(path, None)
-        dep = deploy(path, Options(input_type=kind))
+        try:
+            dep = deploy(path, Options(input_type=kind))
+        except DeployError as e:  # refused: the reason, in the row
+            rows.append((name, len(load_onnx(path).graph.node), *["-"] * 11,
+                         f"refused: {str(e).split(': ', 2)[-1][:90]}"))
+            continue
         vec = find_vectors(path, dep.graph)
         sample = [to_engine_input(dep.graph, i, x) for i, x in enumerate(vec.inputs)]
         host = worst_diff(dep, vec, run_engine(build_engine(dep), [sample])[0][0])
@@ -69,9 +80,9 @@ def main() -> None:
             ipm = f"{n / d7.macs:.2f}" if d7.macs else "-"
         layers = [layer for layer in dep.graph.layers if layer.op not in EDGE_OPS]
         rows.append((name, len(load_onnx(path).graph.node), len(dep.graph.layers), len(layers), dep.macs,
-                     dep.memory.arena_bytes, dep.memory.flash_bytes, vec.source, host, gap8, tiles, m7, ipm))
+                     dep.memory.arena_bytes, dep.memory.flash_bytes, vec.source, host, gap8, tiles, m7, ipm, ""))
     head = ("network", "nodes", "IR layers", "compute layers", "MACs", "arena B", "flash B", "vectors",
-            "host |diff|", f"gap8 {args.l1} |diff|", "gap8 tiles", "M7 |diff|", "M7 instr/MAC")
+            "host |diff|", f"gap8 {args.l1} |diff|", "gap8 tiles", "M7 |diff|", "M7 instr/MAC", "")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
         print("  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths))))

@@ -21,7 +21,7 @@ def _folder(name: str) -> Path:
     return find_model(name) or REPO_MODELS / name
 
 
-TFLITE, SAFETENSORS, ALLOC_BENCH = _folder("tflite"), _folder("safetensors"), _folder("alloc-bench")
+TFLITE, ONNX, SAFETENSORS, ALLOC_BENCH = (_folder(name) for name in ("tflite", "onnx", "safetensors", "alloc-bench"))
 
 
 def model_file(rel: str) -> Path:

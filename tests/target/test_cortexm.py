@@ -203,3 +203,20 @@ def test_fused_stages_over_the_application_input_on_qemu(target):
     for got, want in zip(run_on_qemu(dep, samples), expected.outputs):
         for a, b in zip(got, want):
             assert np.array_equal(a, b.reshape(a.shape)), f"mcunet_vww on {target}"
+
+
+@pytest.mark.parametrize("rel", ["Kernels/Integer/Concat", "Kernels/Integer/GEMM/Regular_RQPerRow",
+                                 "Kernels/Integer/MatMul/Regular_RQ", "Kernels/Integer/MatMul/Batch",
+                                 "Kernels/Integer/GEMM/Batch_RQ", "Models/MLPerf/KeywordSpotting"])
+def test_deeploy_networks_on_the_m7(rel):
+    """Deeploy's integer tests (16-bit values, products per row and batch, a whole network) on
+    QEMU's M7 against their own expected outputs."""
+    from deployer.cli import _input_type
+    from deployer.test_vectors import find_vectors, to_engine_input, to_engine_output
+    from tests.models import shared_onnx
+    model = shared_onnx(f"deeploy/{rel}/network.onnx")
+    dep = deploy(model, Options(target="cortex-m7", input_type=_input_type(model, None)))
+    vec = find_vectors(model, dep.graph)
+    outs = run_on_qemu(dep, [[to_engine_input(dep.graph, i, x) for i, x in enumerate(vec.inputs)]])[0]
+    for j, (ours, want) in enumerate(zip(outs, vec.outputs)):
+        assert np.array_equal(ours.astype(np.int64), to_engine_output(dep.graph, j, want).astype(np.int64)), (rel, j)
