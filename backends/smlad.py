@@ -332,7 +332,7 @@ def _lstm(kern, weight_bytes: int, use: str) -> Variant | None:
 def _svdf(kern, weight_bytes: int, use: str) -> Variant | None:
     """SVDF's feature products four filters at a time (the input word offset by its zero point
     once, SXTAB16, for four rows) and its time products on int16 pairs, one SMLAD per two."""
-    if use != "whole" or not isinstance(kern, K.Svdf):
+    if use != "whole" or not isinstance(kern, K.Svdf) or kern.state_bits != 16:  # int16 time products only
         return None
 
     def context(kern, k, sym, variant, in_place=False):

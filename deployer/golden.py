@@ -429,13 +429,16 @@ def _svdf(k: K.Svdf, x, wf, wt, bias, state):
     s = np.concatenate([state.reshape(-1)[1:], state.reshape(-1)[:1]]).astype(np.int64)  # shifted left by one
     s = s.reshape(k.batch, k.filters, k.memory)
     feature = (x.reshape(k.batch, k.n_input).astype(np.int64) - k.input_zero_point) @ wf.astype(np.int64).T
-    s[:, :, -1] = np.clip(fx.mbqm(feature, *k.feature_scale), -32768, 32767)
+    low, zp = -(1 << (k.state_bits - 1)), k.state_zero_point
+    # saturated to the state's type, then offset by its zero point (which may wrap: TFLite Micro casts)
+    newest = np.clip(fx.mbqm(feature, *k.feature_scale), low, -low - 1) + zp
+    s[:, :, -1] = (newest - low) % (1 << k.state_bits) + low
     # int32 sums, wrapping as the reference's do: per filter, over a unit's filters, with the bias
-    acc = fx.wrap32(fx.wrap32((s * wt.astype(np.int64)[None]).sum(-1)).reshape(k.batch, k.units, k.rank).sum(-1))
+    acc = fx.wrap32(fx.wrap32(((s - zp) * wt.astype(np.int64)[None]).sum(-1)).reshape(k.batch, k.units, k.rank).sum(-1))
     if bias is not None:
         acc = fx.wrap32(acc + bias.astype(np.int64))
     y = np.clip(fx.mbqm(acc, *k.output_scale) + k.output_zero_point, -128, 127)
-    return y.astype(np.int8), s.reshape(state.shape).astype(np.int16)
+    return y.astype(np.int8), s.reshape(state.shape).astype(np.int8 if k.state_bits == 8 else np.int16)
 
 
 def _l2_norm(k: K.L2Norm, x):

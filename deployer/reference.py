@@ -44,14 +44,31 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
     are reset (reset_all_variables) before the samples whose index is in ``resets``. A file LiteRT
     refuses (a quantized dimension it does not take) runs on TFLite Micro's interpreter the same
     way (its reset()), without per-tensor values (``Runs.interpreter`` says which)."""
-    try:
-        return _litert_stream(model, samples, resets, preserve)
-    except (ValueError, RuntimeError) as e:
-        if "quantized_dimension" not in str(e):
-            raise
+    if not _tflm_only(Path(model)):
+        try:
+            return _litert_stream(model, samples, resets, preserve)
+        except (ValueError, RuntimeError) as e:
+            if "quantized_dimension" not in str(e):
+                raise
     runs = Runs(_tflm_stream(model, samples, resets))
     runs.interpreter = "tflite-micro"
     return runs
+
+
+def _tflm_only(model: Path) -> bool:
+    """A file only TFLite Micro runs as written: an SVDF with int8 time weights and state, which
+    LiteRT accepts and reads as int16 ones (wrong values, no error)."""
+    import tflite
+
+    m = tflite.Model.GetRootAsModel(read_model_file(model), 0)
+    g = m.Subgraphs(0)
+    for k in range(g.OperatorsLength()):
+        op = g.Operators(k)
+        code = m.OperatorCodes(op.OpcodeIndex())
+        if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == tflite.BuiltinOperator.SVDF and \
+                op.InputsLength() > 2 and g.Tensors(op.Inputs(2)).Type() == tflite.TensorType.INT8:
+            return True
+    return False
 
 
 def _litert_stream(model: Path, samples, resets, preserve: bool) -> Runs:

@@ -163,6 +163,8 @@ class Svdf:
     feature_scale: tuple[int, int]  # (multiplier, shift): input x feature weights -> the state
     output_scale: tuple[int, int]  # state x time weights -> the output
     output_zero_point: int
+    state_bits: int = 16  # 8: TFLite Micro's int8 time weights and state
+    state_zero_point: int = 0  # an int8 state's (the int16 one is symmetric)
 
     @property
     def units(self) -> int:
@@ -193,4 +195,4 @@ def lower_svdf(g: Graph, layer: Layer, where: str) -> Svdf:
     feature = float(f32(x.scale) * f32(wf.scale) / f32(state.scale))
     output = float(f32(state.scale) * f32(wt.scale) / f32(y.scale))
     return Svdf(batch, n_input, filters, memory, rank, x.zero_point, quantize_multiplier(feature),
-                quantize_multiplier(output), y.zero_point)
+                quantize_multiplier(output), y.zero_point, 8 if state.dtype == "int8" else 16, state.zero_point)

@@ -626,7 +626,8 @@ def _lstm(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
 
 def _svdf(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], where: str) -> Layer:
     """TFLite's integer SVDF: int8 input and output, int8 feature and int16 time weights, an int32
-    bias or none, a variable int16 activation state."""
+    bias or none, a variable int16 activation state (or TFLite Micro's int8 time weights and
+    state, whose zero point may be other than 0)."""
     o = _options(op, tflite.SVDFOptions, where)
     if len(ins) != 5 or len(outs) != 1 or any(ins[i] < 0 for i in (0, 1, 2, 4)):
         raise ModelFormatError(f"{where}: inputs {ins} (an SVDF takes input, feature weights, time weights, bias "
@@ -636,15 +637,19 @@ def _svdf(op, k: int, tensors: list[Tensor], ins: list[int], outs: list[int], wh
         raise UnsupportedOperator(f"{where}: input '{x.name}' is {x.dtype}{'' if x.quant else ' without quantization'}; "
                                   f"the SVDF runs TFLite's integer kernel (quantized int8 input; float and hybrid "
                                   f"SVDFs are not supported)")
-    checks = ((wf, "int8", True), (wt, "int16", True), (state, "int16", False), (y, "int8", False))
+    # int16 time weights and state (LiteRT's and TFLite Micro's), or int8 ones (TFLite Micro's only)
+    narrow = wt.dtype == "int8" and state.dtype == "int8"
+    memory_type = "int8" if narrow else "int16"
+    checks = ((wf, "int8", True), (wt, memory_type, True), (state, memory_type, False), (y, "int8", False))
     for t, dtype, const in checks:
         if t.dtype != dtype or t.quant is None or t.quant.per_channel or t.is_const != const:
             raise UnsupportedOperator(f"{where}: '{t.name}' must be {'a constant' if const else 'an'} {dtype} tensor "
                                       f"with one scale (the integer SVDF's)")
     if ins[3] >= 0 and (tensors[ins[3]].dtype != "int32" or not tensors[ins[3]].is_const):
         raise UnsupportedOperator(f"{where}: the bias must be a constant int32 tensor")
-    if not state.variable or state.zero_point != 0:
-        raise UnsupportedOperator(f"{where}: the state '{state.name}' must be a variable tensor with zero point 0")
+    if not state.variable or (state.zero_point != 0 and not narrow):
+        raise UnsupportedOperator(f"{where}: the state '{state.name}' must be a variable tensor with zero point 0 "
+                                  f"(an int16 state)")
     if o.FusedActivationFunction() != tflite.ActivationFunctionType.RELU:
         raise UnsupportedOperator(f"{where}: SVDF activation code {o.FusedActivationFunction()} (LiteRT's integer "
                                   f"kernel takes RELU only)")

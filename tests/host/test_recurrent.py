@@ -351,3 +351,21 @@ def test_a_stream_litert_refuses_runs_on_tflite_micro():
     dep = deploy(model, Options())
     runs = run_litert_stream(model, _stream(dep, 2), frozenset({1}))
     assert runs.interpreter == "tflite-micro" and len(runs) == 2 and runs[0][1] is None
+
+
+@pytest.mark.parametrize("zero_point", [0, -7, 100])  # 100: the newest value plus it wraps, as TFLite Micro casts
+@pytest.mark.parametrize("target", ["host", "gap8"])
+def test_svdf_with_int8_time_weights_and_state_equals_tflite_micro(tmp_path, zero_point, target):
+    """TFLite Micro's int8 SVDF (LiteRT accepts the file but reads the int8 state as int16): the
+    reference for the stream is TFLite Micro; the state's zero point offsets its newest value and
+    every time product."""
+    from tests.tflite_builder import ModelBuilder
+    b = ModelBuilder(seed=9)
+    y = b.svdf(b.input((1, 20)), 6, rank=2, memory=5, state_dtype="int8", state_zero_point=zero_point)
+    b.output(b.fully_connected(y, 4))
+    model = tmp_path / "svdf8.tflite"
+    b.save(model)
+    dep = deploy(model, Options(target=target))
+    assert dep.graph.tensors[dep.graph.state()[0]].dtype == "int8"
+    result = verify(dep, model, _stream(dep, 6))
+    assert result["reference"].startswith("tflite-micro") and [o["max_abs_diff"] for o in result["outputs"]] == [0]
