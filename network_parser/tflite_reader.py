@@ -372,6 +372,7 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
                                    (op.OutputsAsNumpy() if op.OutputsLength() else []))))
     kept, file_edges, notes = range(len(edges)), None, ()
     consts = {i for i, t in enumerate(tensors) if t.is_const or t.variable}
+    shape_ops = _shape_computations(edges, tensors, consts, outputs)
     tail = None if cut.outputs else float_tail([t.dtype for t in tensors], consts, edges, outputs)
     if cut or tail:
         c = cut_graph(path.name, [t.name for t in tensors], [t.dtype for t in tensors], consts, edges, inputs,
@@ -387,6 +388,8 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
     layers = []
     produced = set(inputs) | {i for i, t in enumerate(tensors) if t.is_const or t.variable}
     for k in kept:
+        if k in shape_ops:  # a TRANSPOSE_CONV's output shape, which its output tensor states
+            continue
         name = edges[k].name
         op = g.Operators(k)
         ins, outs = list(edges[k].inputs), list(edges[k].outputs)
@@ -447,7 +450,8 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
                                 or tensors[consts[1]].dtype != tensors[data_ins[0]].dtype):
             raise UnsupportedOperator(f"{where}: the padding value '{tensors[consts[1]].name}' must share the input's "
                                       f"type and quantization")
-        if output_shape is not None:
+        if output_shape is not None and not (any(output_shape in edges[j].outputs for j in shape_ops)
+                                             and all(d > 0 for d in tensors[outs[0]].shape)):
             _check_output_shape(tensors[output_shape], tensors[outs[0]], where)
         if name == "SPACE_TO_BATCH_ND" and attrs.crops != ((0, 0), (0, 0)):
             # its padding as a PAD of its own (filled with the zero point, as the reference pads)
@@ -464,6 +468,9 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
     if cut.io == "uint8":  # the int8 edges as uint8 ones: value + 128, zero point + 128
         tensors, layers, inputs, outputs, derived = unsigned_edges(tensors, layers, inputs, outputs, len(edges))
         file_edges = FileEdges(file_edges.inputs, file_edges.outputs, derived)
+    if shape_ops:
+        notes = (*notes, f"{', '.join(f'op {k} {edges[k].name}' for k in sorted(shape_ops))}: TRANSPOSE_CONV output "
+                         f"shapes, which its output tensors state; not run")
     name = name_text(path.stem)
     source = Source("tflite", notes=notes) if notes else None
     return Graph(name, tuple(tensors), tuple(layers), inputs, outputs, source, file_edges)
@@ -519,6 +526,41 @@ def _padded_input(tensors: list, layers: list, k: int, x: int, attrs, where: str
     layers.append(Layer(k, "PAD", (x,), (len(tensors) - 1,), Pad(((0, 0), (pt, pb), (pl, pr), (0, 0))),
                         tensors[-1].name))
     return [len(tensors) - 1]
+
+
+_SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "SLICE", "PACK", "CONCATENATION", "MUL", "ADD", "SUB", "CAST",
+                     "RESHAPE", "GATHER")
+
+
+def _shape_computations(edges: list[OpEdges], tensors: list[Tensor], consts: set[int], outputs) -> frozenset:
+    """Ops that only compute TRANSPOSE_CONV output shapes (SHAPE of an activation, then integer
+    arithmetic on shapes, as converters emit for a transposed convolution): the output tensor's
+    shape in the file is the answer, so they need not run."""
+    writer = {o: k for k, e in enumerate(edges) for o in e.outputs if o >= 0}
+    found, stack = set(), [writer[e.inputs[0]] for e in edges if e.name == "TRANSPOSE_CONV" and e.inputs
+                           and e.inputs[0] >= 0 and e.inputs[0] not in consts and e.inputs[0] in writer]
+    while stack:
+        k = stack.pop()
+        e = edges[k]
+        if k in found or e.name not in _SHAPE_ARITHMETIC or \
+                any(o < 0 or tensors[o].dtype not in ("int32", "int64") or o in outputs for o in e.outputs):
+            continue
+        found.add(k)
+        if e.name != "SHAPE":  # SHAPE reads an activation's shape only
+            stack += [writer[i] for i in e.inputs if i >= 0 and i not in consts and i in writer]
+    readers: dict[int, list[tuple[int, int]]] = {}
+    for k, e in enumerate(edges):
+        for pos, i in enumerate(e.inputs):
+            readers.setdefault(i, []).append((k, pos))
+    changed = True
+    while changed:  # each result read only by another of them or as a TRANSPOSE_CONV's output shape
+        changed = False
+        for k in sorted(found):
+            if any(not (j in found or (edges[j].name == "TRANSPOSE_CONV" and pos == 0))
+                   for o in edges[k].outputs for j, pos in readers.get(o, [])):
+                found.discard(k)
+                changed = True
+    return frozenset(found)
 
 
 def _check_output_shape(shape: Tensor, out: Tensor, where: str) -> None:

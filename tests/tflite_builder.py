@@ -378,9 +378,10 @@ class ModelBuilder:
                           (n, *out, oc), act=activation, options=opts)
 
     def transpose_conv(self, x, out_channels, kernel=(3, 3), stride=(2, 2), padding="SAME", out_size=None,
-                       activation="NONE", per_channel=True, bias=True) -> int:
+                       activation="NONE", per_channel=True, bias=True, computed_shape=False) -> int:
         """TRANSPOSE_CONV; ``out_size`` (H, W) defaults to the input's times the stride (SAME) or
-        (in - 1) * stride + kernel (VALID)."""
+        (in - 1) * stride + kernel (VALID). ``computed_shape``: the output shape computed from the
+        input's as a converter emits it (SHAPE, then int32 MUL and ADD), not a constant."""
         t = self._int8(x, rank=4)
         n, h, w, c = t.shape
         k, s = _pair(kernel), _pair(stride)
@@ -402,8 +403,21 @@ class ModelBuilder:
             return full[:, :, pads[0]:pads[0] + oh, pads[1]:pads[1] + ow, :]
 
         bscale = (np.float32(self._q(x)[0]) * ws).astype(np.float32)
-        inputs = [self._const(f"{name}/output_shape", [n, oh, ow, out_channels], "int32"),
-                  self._const(f"{name}/weights", wq, "int8", ws, qdim=0), x]
+        shape = self._const(f"{name}/output_shape", [n, oh, ow, out_channels], "int32")
+        if computed_shape:  # (n, h, w, c) * (1, oh / h, ow / w, 0) + (0, 0, 0, out_channels)
+            if oh % h or ow % w:
+                raise ValueError("computed_shape needs an output size that is a multiple of the input's")
+            steps = [(Op.SHAPE, [x], _opts("ShapeOptions", OutType=fb.TensorType.INT32)),
+                     (Op.MUL, [self._const(f"{name}/shape_scale", [1, oh // h, ow // w, 0], "int32")], None),
+                     (Op.ADD, [self._const(f"{name}/shape_channels", [0, 0, 0, out_channels], "int32")], None)]
+            shape = None
+            for code, extra, opts in steps:
+                out = self._add_tensor(_Tensor(f"{name}/shape_{len(self._ops)}", (4,), "int32"))
+                self._ops.append(_Op(code, 1, ([x] if code == Op.SHAPE else [shape, *extra]), [out],
+                                     opts or (_opts("MulOptions") if code == Op.MUL else _opts("AddOptions")),
+                                     [], lambda: np.zeros(4), "NONE"))
+                shape = out
+        inputs = [shape, self._const(f"{name}/weights", wq, "int8", ws, qdim=0), x]
         bf = 0.0
         if bias:  # optional for TRANSPOSE_CONV
             bq = self._bias(tconv(t.sim), bscale.astype(np.float64), self._bias_type(x))

@@ -403,3 +403,20 @@ def test_space_to_batch_keeps_its_quantization(tmp_path):
     mb.output(mb.space_to_batch_nd(mb.input((1, 4, 4, 2)), (2, 2), [[0, 0], [0, 0]]))
     mb._tensors[mb.outputs[0]].zero_point = mb._tensors[mb.outputs[0]].zero_point + 1
     _plan_error(mb, tmp_path / "s2b.tflite", UnsupportedOperator, "share a type and quantization")
+
+
+def test_a_transpose_conv_output_shape_computed_from_the_input_is_the_files(tmp_path):
+    """Converters compute a transposed convolution's output shape (SHAPE, then int32 MUL and ADD);
+    the output tensor states it, so those ops are not run, and the engine equals LiteRT."""
+    from deployer.pipeline import Options, deploy
+    from deployer.verify import random_inputs, verify
+    from tests.tflite_builder import ModelBuilder
+    mb = ModelBuilder(2)
+    mb.output(mb.relu(mb.transpose_conv(mb.input((1, 6, 6, 4)), 5, computed_shape=True)))
+    path = tmp_path / "tconv.tflite"
+    mb.save(path)
+    dep = deploy(path, Options())
+    assert [layer.op for layer in dep.graph.layers] == ["TRANSPOSE_CONV", "RELU"]
+    assert any("output shapes" in n and "SHAPE" in n for n in dep.notes)
+    result = verify(dep, path, [random_inputs(dep.graph, s) for s in range(2)])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"])
