@@ -12,6 +12,11 @@ and nothing is run that is not byte for byte what a build of ours produced:
 - an entry is built in a fresh private temp folder that then takes its name in one rename, with
   the artifact's sha256 recorded beside it; on reuse the artifact is hashed again, and a missing
   record or a mismatch means the entry is rebuilt, never run.
+- the cache holds at most ``$DEPLOY_BUILD_CACHE_SIZE`` bytes (512M by default; K, M and G are
+  multiples of 1024): after each build the entries used least recently go first, but none used
+  in the last ``RECENT_S`` seconds (a concurrent run may be about to execute it). Temp folders
+  that a killed build left (``build-<pid>-*``, ``stale-<pid>-*``) go once they are that old and
+  their process is gone.
 
     exe = cached(digest, "engine", lambda folder: compile_into(folder))
 """
@@ -19,17 +24,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from network_parser.errors import DeployError
 
 ENV = "DEPLOY_BUILD_CACHE"
+SIZE_ENV = "DEPLOY_BUILD_CACHE_SIZE"
+DEFAULT_SIZE = 512 << 20
+RECENT_S = 600.0  # entries used this recently are kept, and temp folders this young too
 NAME = "mcu-deploy"
 RECORD = ".sha256"  # the artifact's digest, in a file of that name beside it
+TEMP_PREFIXES = ("build-", "stale-")  # folders being built or being removed: never entries
+_TEMP = re.compile(r"^(?:build|stale)-(?:(\d+)-)?")
+_SIZE = re.compile(r"^\s*(\d+)\s*([KkMmGg]?)\s*$")
 
 
 class CacheError(DeployError):
@@ -70,15 +83,18 @@ def cached(key: str, artifact: str, build: Callable[[Path], None]) -> Path:
     """``<cache>/<key>/<artifact>``: reused when the entry is private and the artifact's bytes are
     the ones recorded when it was built; otherwise ``build(folder)`` makes the artifact (and
     whatever else it needs) in a fresh private folder that then takes the entry's place."""
-    if not key or "/" in key or key.startswith(".") or os.path.isabs(artifact) or ".." in Path(artifact).parts:
+    if not key or "/" in key or key.startswith((".", *TEMP_PREFIXES)) or os.path.isabs(artifact) \
+            or ".." in Path(artifact).parts:
         raise ValueError(f"not a cache entry: {key!r}, {artifact!r}")
     base = root()
+    limit = size_limit()
     entry = base / key
     found = _reuse(entry, artifact)
     if found is not None:
+        _touch(entry)
         return found
     try:
-        tmp = Path(tempfile.mkdtemp(prefix="build-", dir=base))  # 0700, ours
+        tmp = Path(tempfile.mkdtemp(prefix=f"build-{os.getpid()}-", dir=base))  # 0700, ours
         try:
             build(tmp)
             made = tmp / artifact
@@ -90,7 +106,100 @@ def cached(key: str, artifact: str, build: Callable[[Path], None]) -> Path:
     except OSError as e:  # a full or read-only file system under the cache
         raise CacheError(f"cannot write the build cache {base}: {e.strerror or e}; free space there or set {ENV} "
                          f"to another folder") from None
+    prune(base, limit)
     return entry / artifact
+
+
+def size_limit() -> int:
+    """The most the cache may hold, in bytes (``$DEPLOY_BUILD_CACHE_SIZE``, else 512M)."""
+    text = os.environ.get(SIZE_ENV, "").strip()
+    if not text:
+        return DEFAULT_SIZE
+    m = _SIZE.match(text)
+    if not m:
+        raise CacheError(f"{SIZE_ENV}={text!r}: expected a number of bytes such as 536870912, 512M or 2G")
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+
+
+def prune(base: Path, limit: int, now: float | None = None) -> None:
+    """Temp folders of builds that died removed; then, while the entries hold more than
+    ``limit`` bytes, the one used least recently, among those not used in the last RECENT_S
+    seconds. Only our own folders are touched; what vanishes meanwhile (another process
+    pruning too) is skipped."""
+    now = time.time() if now is None else now
+    entries = []
+    for path in _children(base):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        if path.name.startswith(TEMP_PREFIXES):
+            if now - st.st_mtime > RECENT_S and not _owner_alive(path.name):
+                shutil.rmtree(path, ignore_errors=True)
+            continue
+        entries.append((st.st_mtime, _bytes(path), path))
+    total = sum(size for _, size, _ in entries)
+    for used, size, path in sorted(entries, key=lambda e: e[0]):
+        if total <= limit or now - used <= RECENT_S:
+            break
+        _discard(path)
+        total -= size
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _bytes(folder: Path) -> int:
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _owner_alive(name: str) -> bool:
+    """Whether the process a temp folder's name carries still runs (a name without one, from
+    before names carried it, has no owner)."""
+    m = _TEMP.match(name)
+    if m is None or m.group(1) is None:
+        return False
+    try:
+        os.kill(int(m.group(1)), 0)
+    except PermissionError:  # another user's process
+        return True
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
+
+
+def _discard(entry: Path) -> None:
+    """An entry out of the cache: renamed away first, so no reader ever sees it half removed."""
+    try:
+        stale = Path(tempfile.mkdtemp(prefix=f"stale-{os.getpid()}-", dir=entry.parent))
+    except OSError:
+        return
+    try:
+        entry.rename(stale / "entry")
+    except OSError:  # another process discarded or replaced it first
+        pass
+    shutil.rmtree(stale, ignore_errors=True)
+
+
+def _touch(entry: Path) -> None:
+    """The entry's time of last use, which pruning orders by."""
+    try:
+        os.utime(entry)
+    except OSError:
+        pass
 
 
 def _install(tmp: Path, entry: Path, artifact: str) -> None:
@@ -102,7 +211,7 @@ def _install(tmp: Path, entry: Path, artifact: str) -> None:
     if _reuse(entry, artifact) is not None:
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    stale = Path(tempfile.mkdtemp(prefix="stale-", dir=entry.parent))
+    stale = Path(tempfile.mkdtemp(prefix=f"stale-{os.getpid()}-", dir=entry.parent))
     try:
         entry.rename(stale / "entry")
     except FileNotFoundError:  # another process discarded it first

@@ -6,44 +6,90 @@
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
+import signal
 import sys
-import time
-import traceback
-import warnings
-from dataclasses import replace
-from pathlib import Path
 
-import click
-import numpy as np
 
-from network_parser.cut import CutSpec
-from network_parser.errors import DeployError, UsageError
-from network_parser.side_files import load_npy
+def interrupted(error: BaseException) -> bool:
+    """Ctrl-C, or an error it caused: an extension module interrupted while it initialises raises
+    ImportError from the KeyboardInterrupt (pybind11's "initialization failed")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
-from .frontends import frontend_for
-from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
-from .output import write_output
-from .render import ERROR_CHARS, display, terminal_text
-from backends import BACKENDS
 
-from .pipeline import Options, deploy, finish
-from .report import build_summary, dump_arena_plan, dump_graph, summary_table, target_info, targets_table
+def _interrupted_at_start() -> None:
+    """Ctrl-C while this module imports (numpy, OR-Tools, the readers: a second or so, before
+    any command runs): the one line and status 130 of any interrupt, and with --json its error
+    object, rather than a traceback from inside an import. Nothing has been written yet, so the
+    process ends at once: an interrupt seen inside an extension's initialisation can leave
+    CPython set to end the process by SIGINT, whatever status it is given."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while this is written
+    if "--json" in sys.argv[1:]:
+        sys.stdout.write('{\n  "error": {\n    "type": "Interrupted",\n    "message": "interrupted",\n'
+                         '    "exit_status": 130\n  }\n}\n')
+    sys.stderr.write("error: interrupted\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
+try:  # the console script and python -m both import this module before main() can catch anything
+    import json
+    import math
+    import re
+    import time
+    import traceback
+    import warnings
+    from dataclasses import replace
+    from pathlib import Path
+
+    import click
+    import numpy as np
+
+    from network_parser.cut import CutSpec
+    from network_parser.errors import DeployError, UsageError
+    from network_parser.side_files import load_npy
+
+    from .frontends import frontend_for
+    from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
+    from .output import write_output
+    from .render import ERROR_CHARS, display, terminal_text
+    from backends import BACKENDS
+
+    from .pipeline import Options, deploy, finish
+    from .report import build_summary, dump_arena_plan, dump_graph, summary_table, target_info, targets_table
+except BaseException as e:
+    if interrupted(e):
+        _interrupted_at_start()
+    raise
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
 
 
-def parse_size(text: str | None) -> int | None:
-    """'64K' -> 65536, '1M' -> 1048576, '1000' -> 1000 (K and M are multiples of 1024)."""
+# every target is a 32-bit part (host models one): no memory of it holds more bytes than this
+ADDRESS_SPACE_BYTES = 1 << 32
+
+
+def parse_size(text: str | None, flag: str | None = None) -> int | None:
+    """'64K' -> 65536, '1M' -> 1048576, '1000' -> 1000 (K and M are multiples of 1024), at most
+    the 4 GiB a 32-bit target addresses. ``flag``: the option it came from, for the error."""
     if text is None:
         return None
+    named = f"{flag} " if flag else ""
     m = _SIZE.match(str(text))
     if not m:
-        raise UsageError(f"cannot read size '{text}' (examples: 65536, 64K, 1M)")
-    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+        raise UsageError(f"{named}cannot read size '{text}' (examples: 65536, 64K, 1M)")
+    size = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+    if size > ADDRESS_SPACE_BYTES:
+        raise UsageError(f"{named}{str(text).strip()} is {size:,} bytes, more than the {ADDRESS_SPACE_BYTES:,} (4 GiB) "
+                         f"a 32-bit target addresses")
+    return size
 
 
 PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
@@ -67,10 +113,11 @@ def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_pla
              input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
              io=None, overlap="on", input_memory="arena", order="auto") -> Options:
     check_time_limit(time_limit)
-    return Options(target=target, l1=parse_size(l1), sram=parse_size(sram), flash=parse_size(flash),
+    return Options(target=target, l1=parse_size(l1, "--l1"), sram=parse_size(sram, "--sram"),
+                   flash=parse_size(flash, "--flash"),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    overlap=overlap == "on" and not no_in_place, input_memory=input_memory, order=order,
-                   tile_objective=tile_objective, l3=parse_size(l3), patch=patch,
+                   tile_objective=tile_objective, l3=parse_size(l3, "--l3"), patch=patch,
                    max_overhead=None if max_overhead is None else parse_share(max_overhead), kernels=kernels,
                    input_layout=input_layout,
                    output_layout=output_layout, input_type=input_type, cut=_cut(inputs, outputs, io))
@@ -182,7 +229,11 @@ class DefaultGroup(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["build", *args]
         ctx.meta["json"] = "--json" in args
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except KeyboardInterrupt:  # before invoke() (click would say "Aborted!" and exit 1)
+            report_error(None, "interrupted", 130, ctx.meta["json"])
+            sys.exit(130)
 
     def invoke(self, ctx):
         """A user's error as one line and status 1 or 2; warnings as one ``warning:`` line each;
@@ -208,6 +259,9 @@ class DefaultGroup(click.Group):
             except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
                 raise
             except Exception as e:  # noqa: BLE001 - a bug: say so on one line, keep the traceback on request
+                if interrupted(e):  # Ctrl-C while an extension module loaded
+                    report_error(None, "interrupted; nothing was written", 130, as_json)
+                    sys.exit(130)
                 if os.environ.get("DEPLOY_TRACEBACK"):
                     raise
                 at = traceback.extract_tb(e.__traceback__)[-1]
@@ -304,9 +358,9 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
 
     language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune)
     with _progress(quiet):
-        dep = deploy(model, Options(target=target, sram=parse_size(sram), flash=parse_size(flash), planner=planner,
-                                    time_limit_s=check_time_limit(time_limit), rtos=rtos, debug_guards=debug_guards,
-                                    language=language, input_memory=input_memory))
+        dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
+                                    planner=planner, time_limit_s=check_time_limit(time_limit), rtos=rtos,
+                                    debug_guards=debug_guards, language=language, input_memory=input_memory))
     if dump_ir:
         for k, op in enumerate(dep.graph.ops):
             say(f"{k:4d}  {op_summary(op)}")
@@ -444,6 +498,9 @@ def _samples(model: Path, dep, inputs, expected_files, seeds: int):
     return verification_samples(dep, model, seeds)
 
 
+MAX_SEEDS = 10_000  # every sample and its outputs are held in memory at once
+
+
 def _input_type(model: Path, given: str | None) -> str | None:
     """An integer ONNX graph's input range: as given, else from the test vectors beside it."""
     if given is not None or Path(model).suffix.lower() != ".onnx":
@@ -460,7 +517,8 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--expected", "expected_files", multiple=True, type=click.Path(path_type=Path),
               help=".npy expected output (one per model output) of the --input files; default: the reference "
               "interpreter")
-@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1), help="number of seeded random inputs")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1, max=MAX_SEEDS),
+              help="number of seeded random inputs")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs; with --qemu also "
               "each layer's instructions beside the cycles the tiling cost model gives it")

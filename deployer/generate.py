@@ -70,7 +70,18 @@ def build(out_dir: Path, manifest: dict) -> Path:
     return compile_files(sources, "gcc", CFLAGS, HARNESS)
 
 
+def check_prompt(prompt: str) -> None:
+    """A prompt is text: bytes the command line could not decode as UTF-8 reach Python as lone
+    surrogates (surrogateescape), which the tokenizer cannot take."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")
+        raise UsageError(f"the prompt is not UTF-8 text (byte 0x{raw[:1].hex()} at character {e.start + 1})") from None
+
+
 def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None = None) -> dict:
+    check_prompt(prompt)
     out_dir = Path(out_dir)
     _check_ours(out_dir)
     manifest = _manifest(out_dir)

@@ -16,7 +16,7 @@ from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer,
 
 from network_parser import conv_geometry as geo
 from .recurrent import Lstm, Svdf, lower_lstm, lower_svdf
-from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, checked_log2, dtype_range, int16_lut, sigmoid16_input_rescale, sigmoid_table16, f32, float_table, leaky_relu_table, quantize_multiplier, round_away, sigmoid_table, sqrt_table, float_requant_table,
+from .requant import (INT8_MAX, INT8_MIN, abs_table, activation_range, checked_log2, dtype_range, int16_lut, sigmoid16_input_rescale, sigmoid_table16, f32, float_table, leaky_relu_table, quantize_multiplier, RescaleError, round_away, sigmoid_table, sqrt_table, float_requant_table,
                       quantize_multiplier_greater_than_one, quantize_multiplier_smaller_than_one)
 
 
@@ -659,7 +659,11 @@ def _act(t: Tensor, activation: str) -> tuple[int, int]:
 def _float_scales(x: Tensor, w: Tensor, y: Tensor, channels: int) -> tuple[float, ...]:
     """onnxruntime's per-channel requantization scales: (x_scale * w_scale) / y_scale in float32."""
     ws = np.array(w.quant.scale if w.quant.per_channel else w.quant.scale * channels, np.float32)
-    return tuple(float(v) for v in (np.float32(x.scale) * ws) / np.float32(y.scale))
+    with np.errstate(over="ignore"):
+        scales = (np.float32(x.scale) * ws) / np.float32(y.scale)
+    if not np.all(np.isfinite(scales)):  # inf * 0 is NaN, which no rounding of the engine's defines
+        raise RescaleError(f"rescale factor {float(scales[~np.isfinite(scales)][0]):g} overflows float32")
+    return tuple(float(v) for v in scales)
 
 
 def _check_bias(g: Graph, bias: int, counts: tuple[int, ...], where: str) -> None:
@@ -981,7 +985,8 @@ def _min_max(g: Graph, l: Layer, where: str) -> MinMax:
 
 def _mul(g: Graph, l: Layer, where: str) -> Mul:
     a, b, y = (g.tensors[i] for i in (*l.inputs[:2], l.outputs[0]))
-    real = f32(np.float32(a.scale) * np.float32(b.scale) / np.float32(y.scale))
+    with np.errstate(over="ignore"):  # an overflow is inf, which quantize_multiplier refuses
+        real = f32(np.float32(a.scale) * np.float32(b.scale) / np.float32(y.scale))
     m, s = quantize_multiplier(real)
     lo, hi = _act(y, l.attrs.activation)
     return Mul(_broadcast(a, b, y, where), -a.zero_point, -b.zero_point, m, s, y.zero_point, lo, hi, y.dtype)
@@ -1257,8 +1262,8 @@ def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
         hires = np.float32(1.0 / 128.0) * np.float32(x.scale)
         reluish_scale = np.float32(3.0) / np.float32(32768.0)
         output, reluish = float(hires / np.float32(y.scale)), float(hires / reluish_scale)
+    rm, re_ = quantize_multiplier(reluish)  # first: at absurd input scales it is the one float32 overflows
     om, oe = quantize_multiplier(output)
-    rm, re_ = quantize_multiplier(reluish)
     if oe > 0:
         raise UnsupportedOperator(f"{where}: HARD_SWISH output scale too small for the int8 kernel")
     return HardSwish(x.elements, x.zero_point, y.zero_point, _int16_multiplier(rm), re_,
@@ -1268,7 +1273,8 @@ def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
 def _requantize_act(g: Graph, l: Layer, where: str) -> Requantize:
     x, y = _same_shape(g, l, where)
     # ReluPrepare divides the scales in float; int8 QUANTIZE divides in double.
-    real = x.scale / y.scale if l.op == "QUANTIZE" else f32(np.float32(x.scale) / np.float32(y.scale))
+    with np.errstate(over="ignore"):  # an overflow is inf, which quantize_multiplier refuses
+        real = x.scale / y.scale if l.op == "QUANTIZE" else f32(np.float32(x.scale) / np.float32(y.scale))
     m, s = quantize_multiplier(real)
     act = l.op if l.op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1") else "NONE"
     lo, hi = _act(y, act)
@@ -1568,10 +1574,24 @@ def data_inputs(layer: Layer, kernel: Kernel) -> list[int]:
     return [i for i in layer.inputs if i >= 0 and not (isinstance(kernel, WEIGHTED) and i in (kernel.weights, kernel.bias))]
 
 
+def _scales_of(graph: Graph, layer: Layer) -> str:
+    """The quantized tensors of a layer but its biases, with their scales (the largest of
+    per-channel ones), to say which scale made a rescale factor unrepresentable."""
+    named = []
+    for role, ids in (("input", layer.inputs), ("output", layer.outputs)):
+        for i in ids:
+            t = graph.tensors[i] if i >= 0 else None
+            if t is not None and t.quant is not None and len(t.quant.scale) and t.dtype not in ("int32", "int64"):
+                named.append(f"{role} '{t.name}' {max(t.quant.scale):g}")
+    return f" (scales: {', '.join(named)})" if named else ""
+
+
 def lower(graph: Graph, layer: Layer) -> Kernel:
     where = _where(graph, layer)
     try:
         return LOWERINGS[layer.op](graph, layer, where)
+    except RescaleError as e:
+        raise UnsupportedOperator(f"{where}: {e}{_scales_of(graph, layer)}") from None
     except ValueError as e:  # parameters the integer kernel cannot represent
         raise UnsupportedOperator(f"{where}: {e}") from None
 

@@ -26,10 +26,21 @@ def round_away(x: float) -> int:
     return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
 
 
+class RescaleError(ValueError):
+    """A rescale factor the int32 fixed-point requantization cannot represent (lower() names the
+    op and the scales of its tensors)."""
+
+
+MAX_LEFT_SHIFT = 30  # x * (1 << shift) in int32: 1 << 31 overflows
+
+
 def quantize_multiplier(real: float) -> tuple[int, int]:
-    """QuantizeMultiplier: real = m * 2^(shift - 31) with m in [2^30, 2^31)."""
-    if not math.isfinite(real):  # scales whose float32 products overflow (a ValueError: the caller names the op)
-        raise ValueError(f"rescale factor {real:g} is not a finite number")
+    """QuantizeMultiplier: real = m * 2^(shift - 31) with m in [2^30, 2^31). Factors below 2^-32
+    flush to zero as TFLite's do. From 2^30 up (a shift above 30) int32 has no representation:
+    the reference's 1 << shift overflows (TFLite saturates such factors only in its
+    single-rounding build), so they are refused with a RescaleError."""
+    if not math.isfinite(real):  # scales whose float32 products overflow
+        raise RescaleError(f"rescale factor {real:g} is not a finite number")
     if real == 0.0:
         return 0, 0
     q, shift = math.frexp(real)
@@ -39,8 +50,9 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
         shift += 1
     if shift < -31:
         return 0, 0
-    if shift > 30:  # TFLite saturates multipliers that large
-        return (1 << 31) - 1, 30
+    if shift > MAX_LEFT_SHIFT:
+        raise RescaleError(f"rescale factor {real:g} is 2^{MAX_LEFT_SHIFT} or more: the int32 fixed-point "
+                           f"multiplier's shift would be {shift}, beyond {MAX_LEFT_SHIFT}")
     return q_fixed, shift
 
 
@@ -134,8 +146,8 @@ def float_table(fn: str, in_scale: float, in_zp: int, out_scale: float, out_zp: 
     inv = np.float32(1.0) / np.float32(out_scale)
     table = []
     for v in range(-128, 128):
-        x = np.float32(in_scale) * np.float32(v - in_zp)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # an absurd scale's infinities are defined below
+            x = np.float32(in_scale) * np.float32(v - in_zp)
             p = np.float32(f(x) * inv)
         if not np.isfinite(p) or not -2.0 ** 31 <= round_away(float(p)) < 2.0 ** 31:
             q = -2 ** 31

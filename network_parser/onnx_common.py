@@ -19,6 +19,7 @@ from .ir import Concat, Conv2D, DepthwiseConv2D, Gather, Layer, NoAttrs, Pool2D,
 from .side_files import read_model_file
 
 UNIT = Quant((1.0,), (0,))
+STANDARD_DOMAINS = ("", "ai.onnx")  # the default operator set's two spellings
 # Inputs every node of an op needs (present and named), before any reader looks at it.
 ARITY = {"Conv": 2, "Gemm": 2, "MatMul": 2, "Add": 2, "Mul": 2, "Div": 2, "Reshape": 2, "RequantShift": 3,
          "QuantizeLinear": 2, "DequantizeLinear": 2, "QLinearConv": 8, "QLinearMatMul": 8, "QGemm": 6,
@@ -44,7 +45,7 @@ def _check_names(g, path: Path) -> None:
         if not isinstance(name, str):
             raise ModelFormatError(f"{path}: {what} name {name[:40]!r} is not valid UTF-8")
     for i, node in enumerate(g.node):
-        for name in (node.name, node.op_type, *node.input, *node.output):
+        for name in (node.name, node.op_type, node.domain, *node.input, *node.output):
             check(name, f"node {i}")
         if node.op_type == "Constant" and not node.output:
             raise ModelFormatError(f"{path}: node {i} Constant '{node.name}' has no output")
@@ -190,12 +191,18 @@ class Value:
 
 
 class OnnxGraphBuilder:
+    # op type -> the domains a reader takes it from: an op of another domain shares only its name
+    # with the one the reader implements
+    DOMAINS: dict[str, tuple[str, ...]] = {}
+
     def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str):
         self.path, self.model, self.g = path, model, model.graph
         self.input_layout, self.output_layout = input_layout, output_layout
+        self.nodes = list(self.g.node)
+        for i, node in enumerate(self.nodes):  # before any node is read (Constant values below)
+            self.check_domain(i, node)
         self.consts: dict[str, np.ndarray] = {init.name: tensor_array(init, f"{path.name}: initializer '{init.name}'")
                                               for init in self.g.initializer}
-        self.nodes = list(self.g.node)
         for node in self.nodes:
             if node.op_type == "Constant":
                 self.consts[node.output[0]] = self._constant_value(node)
@@ -225,6 +232,20 @@ class OnnxGraphBuilder:
         if len(node.input) < need or not all(node.input[:need]) or not node.output or not node.output[0]:
             raise ModelFormatError(f"{self.where(i)}: {len(node.input)} inputs and {len(node.output)} outputs; "
                                    f"{node.op_type} needs {need} inputs and one output")
+
+    def check_domain(self, i: int, node) -> None:
+        """The node's (domain, op type) is in the reader's table. An op type the reader does not
+        know at all, in the default domain, is left to the reader, which lists what it takes."""
+        domains = self.DOMAINS.get(node.op_type)
+        if domains is not None and node.domain in domains:
+            return
+        if domains is None and node.domain in STANDARD_DOMAINS:
+            return
+        where = f"{self.where(i)}: operator {node.op_type} of domain '{node.domain}' is not supported"
+        if domains is None:
+            raise UnsupportedOperator(where)
+        raise UnsupportedOperator(f"{where} (the reader takes {node.op_type} of domain "
+                                  f"{' or '.join(repr(d) for d in domains)})")
 
     def run_node(self, i: int, node, handler) -> None:
         """``handler(i, node)``, with a malformed node's slip (a missing attribute, a shape that does

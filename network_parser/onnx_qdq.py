@@ -22,7 +22,7 @@ from .cut import CutSpec
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import Elementwise, name_text, FullyConnected, Graph, LeakyRelu, Mean, NoAttrs, Pool2D, Quant, Softmax, Source, Transpose
 from .onnx_cut import cut_onnx
-from .onnx_common import _IR_AXES, OnnxGraphBuilder, Value, _opset, ir_layout
+from .onnx_common import _IR_AXES, STANDARD_DOMAINS, OnnxGraphBuilder, Value, _opset, ir_layout
 
 FLOAT_OPS = ("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape",
              "Softmax", "LeakyRelu")
@@ -33,6 +33,13 @@ GLUE_OPS = ("Transpose", "Slice", "Split", "Concat", "GlobalMaxPool", "Resize", 
 # QOperator format (quantize_static with QuantFormat.QOperator): the quantized ops themselves
 QLINEAR_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool",
                "QLinearConcat", "QLinearSoftmax", "QLinearLeakyRelu")
+# onnxruntime's contrib ops (all of QLINEAR_OPS but the two standard ones), and its own
+# QuantizeLinear / DequantizeLinear, which its quantizer writes on request, the same for 8 bits
+CONTRIB_DOMAIN = "com.microsoft"
+DOMAINS = {**{op: STANDARD_DOMAINS for op in (*FLOAT_OPS, *ACTIVATION_OPS, *GLUE_OPS, "Constant", "QLinearConv",
+                                              "QLinearMatMul")},
+           **{op: (CONTRIB_DOMAIN,) for op in QLINEAR_OPS if op not in ("QLinearConv", "QLinearMatMul")},
+           "QuantizeLinear": (*STANDARD_DOMAINS, CONTRIB_DOMAIN), "DequantizeLinear": (*STANDARD_DOMAINS, CONTRIB_DOMAIN)}
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ def read_qdq(path: Path, model: onnx.ModelProto, input_layout: str, output_layou
 
 
 class QdqReader(OnnxGraphBuilder):
+    DOMAINS = DOMAINS
+
     def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str):
         super().__init__(path, model, input_layout, output_layout)
         self.float_inputs: dict[str, tuple[int, list[int]]] = {}  # graph input -> (tensor, dims)

@@ -30,7 +30,7 @@ from .cut import CutSpec
 from .errors import ModelFormatError, UnsupportedOperator, UsageError
 from .ir import (BatchMatMul, FullyConnected, MatRequant, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs,
                  Pad, Pool2D, Quant, Rescale, Source)
-from .onnx_common import UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
+from .onnx_common import STANDARD_DOMAINS, UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
 UNSIGNED = Quant((1.0,), (-128,))
@@ -119,6 +119,9 @@ def _power_of_two(d: int) -> tuple[int, bool]:
 
 
 class IntegerGraphReader(OnnxGraphBuilder):
+    # Deeploy writes RequantShift in the default domain or onnxruntime-extensions' ai.onnx.contrib
+    DOMAINS = {**{op: STANDARD_DOMAINS for op in INTEGER_OPS}, "RequantShift": (*STANDARD_DOMAINS, "ai.onnx.contrib")}
+
     def __init__(self, path: Path, model: onnx.ModelProto, input_layout: str, output_layout: str,
                  input_type: str | None):
         super().__init__(path, model, input_layout, output_layout)
@@ -134,8 +137,6 @@ class IntegerGraphReader(OnnxGraphBuilder):
         for i, node in enumerate(self.nodes):
             if i in self.done:
                 continue
-            if node.domain not in ("", "ai.onnx") and node.op_type != "RequantShift":
-                raise UnsupportedOperator(f"{self.where(i)}: operator {node.domain}.{node.op_type} is not supported")
             if node.op_type not in handlers:
                 raise UnsupportedOperator(f"{self.where(i)}: operator {node.op_type} is not supported in an "
                                           f"integer graph (supported: {', '.join(sorted(handlers))})")

@@ -49,7 +49,7 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str,
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
             raise ModelFormatError(f"{where}: needs dtype, shape and data_offsets")
         dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:  # a list or object is no key
             raise ModelFormatError(f"{where}: dtype {dtype!r} is not supported (known: {', '.join(DTYPES)})")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                   for d in shape):

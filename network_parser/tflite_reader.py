@@ -1,6 +1,7 @@
 """Read an int8 ``.tflite`` flatbuffer into the IR (subgraph 0)."""
 from __future__ import annotations
 
+import math
 import traceback
 from pathlib import Path
 
@@ -327,7 +328,7 @@ def _tensor(model, graph, index: int, buf: bytes, path) -> Tensor:
             if dtype not in _NP_TYPES:
                 raise UnsupportedOperator(f"{path}: constant tensor {index} '{name}' has "
                                           f"unsupported type {dtype}")
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            count = math.prod(shape)  # exact: an int64 product wraps, and may wrap to the buffer's size
             if len(raw) != count * np.dtype(_NP_TYPES[dtype]).itemsize:
                 raise ModelFormatError(f"{path}: tensor {index} '{name}' holds {len(raw)} bytes, "
                                        f"shape {list(shape)} {dtype} needs "
