@@ -298,10 +298,10 @@ class IntSoftmax:
 
 @dataclass(frozen=True, slots=True)
 class IntRmsNorm:
-    """Deeploy's iRMSNorm over the middle axis of an (outer, depth, inner) view of int8 values: the
-    int32 sum of squares of a row over depth (floored), plus one, its integer square root r;
-    each output is clamp((x * weight[j] / r, truncated) >> log2_d) to int8. Inputs: x, the int32
-    weights (one per position j along the axis)."""
+    """Deeploy's iRMSNorm over the middle axis of an (outer, depth, inner) view of int8 values: r,
+    the integer square root of the row's mean square (its int32 sum of squares / depth, floored)
+    plus one; each output is (x * weight[j] / r, truncated) >> log2_d, clamped to int8. Inputs: x,
+    the int32 weights (one per position j along the axis)."""
     outer: int
     depth: int
     inner: int

@@ -7,6 +7,8 @@ Two families of graphs arrive here:
   chain of nodes after each Conv/Gemm/MatMul/Add/pooling (Mul, Add, Cast, Div, Floor, Clip, or one
   ``RequantShift``). The chain is folded, by the values of its constants, into one exact integer
   requantization of the layer (``ir.IntRequant``): acc * mul + add, a floor shift, a clamp.
+  Deeploy's integer softmax and norms (iSoftmax, iRMSNorm, iNoNorm) are layers of their own,
+  computed as its kernels compute them.
 * **QDQ graphs** (``onnxruntime.quantization``): QuantizeLinear/DequantizeLinear around float ops,
   read into the same scale/zero-point IR as a ``.tflite`` (``onnx_qdq``).
 
@@ -613,7 +615,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
         if xt.dtype != "int8" or (signed and xt.quant.zero_point[0] != 0):
             kind = "unsigned 8-bit" if xt.dtype == "int8" else xt.dtype
             raise UnsupportedOperator(f"{where}: {node.op_type} of a{'n' if kind[0] in 'aeiou' else ''} {kind} "
-                                      f"activation (Deeploy's kernel takes signed 8-bit values)")
+                                      f"activation (Deeploy's kernel takes {'signed ' if signed else ''}8-bit values)")
         return x, where
 
     def _last_axis(self, node, x: Value, where: str) -> int:
