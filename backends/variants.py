@@ -101,6 +101,7 @@ def _portable_name8(kern) -> str:
 PORTABLE_NAMES = {
     K.FullyConnected: "fully_connected_s8", K.Mean: "mean_s8", K.TransposeConv: "transpose_conv_s8", K.BatchMatMul: "batch_matmul_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8", K.Prelu: "prelu_s8",
     K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
+    K.IntSoftmax: "isoftmax_s8", K.IntRmsNorm: "irmsnorm_s8", K.IntNoNorm: "inonorm_s8",
     K.Softmax: "softmax_s8", K.TableSoftmax: "softmax_table_s8", K.Lstm: "lstm_s8_s16", K.Svdf: "svdf_s8", K.LogSoftmax: "log_softmax_s8", K.L2Norm: "l2_normalization_s8", K.HardSwish: "hard_swish_s8", K.Slopes: "leaky_relu_s16", K.Softmax16: "softmax_s16",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
     K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8", K.Gather: "gather_s8",

@@ -150,6 +150,8 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                                 post=(kern.post_mul, kern.post_add, kern.post_shift) != (1, 0, 0)))
         case K.IntRescale() | K.Pool() if kern.int_rq is not None:
             return _int_rq_context(kern.int_rq, k, sym)
+        case K.IntNoNorm():
+            return dict(bias=sym.tensor(data[2], f"op{k}_bias"))
         case K.Lookup():
             return dict(table=sym.array(f"op{k}_table", "int8_t", kern.table))
         case K.Concat():

@@ -450,6 +450,45 @@ def _l2_norm(k: K.L2Norm, x):
     return out.reshape(x.shape).astype(np.int8)
 
 
+U32 = np.uint64(0xFFFFFFFF)
+
+
+def _int_softmax(k: K.IntSoftmax, x):
+    """Deeploy's iSoftmax in its kernel's widths: uint64 exponentials kept to 32 bits, their sum
+    and each scaled one wrapping in 32 bits (a zero sum, which only a wrap gives, yields 0)."""
+    v = x.reshape(k.outer, k.depth, k.inner).astype(np.int64)
+    z, p = K.isoftmax_exponent(k.log2, v - v.max(axis=1, keepdims=True))
+    t = k.coeff_a * (p + k.coeff_b) ** 2 + k.coeff_c  # int64: checked by the lowering not to overflow
+    y = (t.astype(np.uint64) >> z.astype(np.uint64)) & U32
+    total = y.sum(axis=1, keepdims=True, dtype=np.uint64) & U32
+    q = ((y * np.uint64(k.n_levels - 1)) & U32) // np.maximum(total, np.uint64(1))
+    q = np.where(total == 0, np.uint64(0), q)
+    return ((q & np.uint64(0xFF)).astype(np.int64) - 128).reshape(x.shape).astype(np.int8)
+
+
+def isqrt_floor(v: np.ndarray) -> np.ndarray:
+    """floor(sqrt(v)) of non-negative integers below 2^52, exactly."""
+    r = np.floor(np.sqrt(v.astype(np.float64))).astype(np.int64)
+    r -= (r * r > v).astype(np.int64)
+    return r + ((r + 1) * (r + 1) <= v).astype(np.int64)
+
+
+def _int_rms_norm(k: K.IntRmsNorm, x, w):
+    v = x.reshape(k.outer, k.depth, k.inner).astype(np.int64)
+    root = isqrt_floor((v * v).sum(axis=1, keepdims=True) // k.depth + 1)
+    t = v * w.astype(np.int64).reshape(1, k.depth, 1)
+    q = np.sign(t) * (np.abs(t) // root)  # C's division truncates
+    return np.clip(q >> k.log2_d, -128, 127).reshape(x.shape).astype(np.int8)
+
+
+def _int_no_norm(k: K.IntNoNorm, x, w, b):
+    shape = k.view.shape
+    xs, ws, bs = (np.broadcast_to(a.reshape((1,) * (4 - a.ndim) + a.shape), shape).astype(np.int64)
+                  for a in (x, w, b))
+    r = (((xs * ws + bs) * k.mul) >> k.log2_d) & 0xFF
+    return ((r ^ 0x80) - 0x80).astype(np.int8)
+
+
 def _lookup(k: K.Lookup, x):
     return np.array(k.table, np.int8)[x.astype(np.int64) + 128]
 
@@ -530,6 +569,12 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _int_rescale(kernel, ins[0])
         case K.Offset():
             y = ins[0].astype(np.int64) + kernel.delta
+        case K.IntSoftmax():
+            y = _int_softmax(kernel, ins[0])
+        case K.IntRmsNorm():
+            y = _int_rms_norm(kernel, ins[0], ins[1])
+        case K.IntNoNorm():
+            y = _int_no_norm(kernel, ins[0], ins[1], ins[2])
         case K.Pool():
             y = _pool(kernel, ins[0])
         case K.Mean():

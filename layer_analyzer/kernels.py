@@ -282,6 +282,46 @@ class IntRescale:
 
 
 @dataclass(frozen=True, slots=True)
+class IntSoftmax:
+    """Deeploy's iSoftmax over the middle axis of an (outer, depth, inner) view of int8 values, in
+    its kernel's integer widths. Per row, each d = x - max (-255..0) splits as d = p - z * log2
+    (z = -d / log2 truncated, at most 31); its exponential y = coeff_a * (p + coeff_b)^2 + coeff_c,
+    as uint64 shifted right by z, kept to 32 bits; the row's sum wraps in 32 bits, and each output
+    is y * (n_levels - 1) (32 bits) / sum: an unsigned value, stored as its low byte - 128."""
+    outer: int
+    depth: int
+    inner: int
+    coeff_a: int
+    coeff_b: int
+    coeff_c: int
+    log2: int
+    n_levels: int
+
+
+@dataclass(frozen=True, slots=True)
+class IntRmsNorm:
+    """Deeploy's iRMSNorm over the middle axis of an (outer, depth, inner) view of int8 values: r,
+    the integer square root of the row's mean square (its int32 sum of squares / depth, floored)
+    plus one; each output is (x * weight[j] / r, truncated) >> log2_d, clamped to int8. Inputs: x,
+    the int32 weights (one per position j along the axis)."""
+    outer: int
+    depth: int
+    inner: int
+    log2_d: int
+
+
+@dataclass(frozen=True, slots=True)
+class IntNoNorm:
+    """Deeploy's iNoNorm: ((x * w + b) * mul) >> log2_d in int32, stored as its low byte (its
+    kernel wraps, never clamps). ``view``: x against the int8 weights; ``bias_strides``: the
+    int32 bias against the output (a stride of 0 broadcasts)."""
+    view: Broadcast
+    bias_strides: tuple[int, int, int, int]
+    mul: int
+    log2_d: int
+
+
+@dataclass(frozen=True, slots=True)
 class Offset:
     """uint8 <-> int8 at a graph's edge: unsigned activations are stored as value - 128."""
     elements: int
@@ -934,6 +974,66 @@ def _rescale(g: Graph, l: Layer, where: str) -> IntRescale:
     return IntRescale(x.elements, channels, -x.zero_point, lo, hi, l.attrs.requant)
 
 
+def _row_view(x: Tensor, axis: int) -> tuple[int, int, int]:
+    """(outer, depth, inner) of ``x`` around ``axis``."""
+    return math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+
+
+def isoftmax_exponent(log2: int, d):
+    """(z, p) of Deeploy's iSoftmax for differences ``d`` from the row's maximum (d <= 0):
+    z = -d / log2 (truncated, at most 31), p = d + z * log2."""
+    z = np.minimum(-np.asarray(d, np.int64) // log2, 31)
+    return z, d + z * log2
+
+
+def _int_softmax(g: Graph, l: Layer, where: str) -> IntSoftmax:
+    x, y = _same_shape(g, l, where)
+    a = l.attrs
+    if x.dtype != "int8" or y.dtype != "int8" or not x.shape:
+        raise UnsupportedOperator(f"{where}: iSoftmax of a {x.dtype} {list(x.shape)} value (int8 rows are needed)")
+    if not 2 <= a.n_levels <= 256:
+        raise UnsupportedOperator(f"{where}: iSoftmax with n_levels {a.n_levels} (the output is 8-bit: 2..256)")
+    if not 2 <= a.log2 < 2 ** 31:
+        # below 2 the kernel's 8-bit exponent -(x - max) / log2 overflows
+        raise UnsupportedOperator(f"{where}: iSoftmax log2 {a.log2} (supported: 2 up to int32)")
+    # coeff_a * (p + coeff_b)^2 is int32 arithmetic in the kernel: it must not overflow for any p
+    _, p = isoftmax_exponent(a.log2, np.arange(-255, 1))
+    square = int(((p + a.coeff_b) ** 2).max())
+    if square >= 2 ** 31 or abs(a.coeff_a) * square >= 2 ** 31 or abs(a.coeff_c) >= 2 ** 62:
+        raise UnsupportedOperator(f"{where}: iSoftmax coefficients {a.coeff_a}, {a.coeff_b}, {a.coeff_c} overflow "
+                                  f"the kernel's int32 polynomial")
+    return IntSoftmax(*_row_view(x, a.axis), a.coeff_a, a.coeff_b, a.coeff_c, a.log2, a.n_levels)
+
+
+def _int_rms_norm(g: Graph, l: Layer, where: str) -> IntRmsNorm:
+    x, y = _same_shape(g, l, where)
+    w = g.tensors[l.inputs[1]]
+    outer, depth, inner = _row_view(x, l.attrs.axis)
+    if x.dtype != "int8" or y.dtype != "int8" or w.dtype != "int32" or not w.is_const or w.elements != depth:
+        raise UnsupportedOperator(f"{where}: iRMSNorm needs int8 values and {depth} constant int32 weights")
+    if depth * 128 * 128 >= 2 ** 31:
+        raise UnsupportedOperator(f"{where}: iRMSNorm over {depth} values (the int32 sum of squares holds 131,071)")
+    if 128 * int(np.abs(w.data.astype(np.int64)).max()) >= 2 ** 31:
+        raise UnsupportedOperator(f"{where}: iRMSNorm weights beyond 2^24 overflow the kernel's int32 products")
+    if not 0 <= l.attrs.log2_d <= 31:
+        raise UnsupportedOperator(f"{where}: iRMSNorm D = 2^{l.attrs.log2_d} (supported: up to 2^31)")
+    return IntRmsNorm(outer, depth, inner, l.attrs.log2_d)
+
+
+def _int_no_norm(g: Graph, l: Layer, where: str) -> IntNoNorm:
+    x, w, b, y = (g.tensors[i] for i in (*l.inputs[:3], l.outputs[0]))
+    a = l.attrs
+    if x.shape != y.shape or (x.dtype, w.dtype, b.dtype, y.dtype) != ("int8", "int8", "int32", "int8") \
+            or not (w.is_const and b.is_const):
+        raise UnsupportedOperator(f"{where}: iNoNorm needs int8 values, constant int8 weights and an int32 bias")
+    top = 128 * 128 + int(np.abs(b.data.astype(np.int64)).max(initial=0))
+    if top * abs(a.mul) >= 2 ** 31:
+        raise UnsupportedOperator(f"{where}: iNoNorm mul {a.mul} and bias overflow the kernel's int32 arithmetic")
+    if not 0 <= a.log2_d <= 31:
+        raise UnsupportedOperator(f"{where}: iNoNorm D = 2^{a.log2_d} (supported: up to 2^31)")
+    return IntNoNorm(_broadcast(x, w, y, where), _broadcast(x, b, y, where).b_strides, a.mul, a.log2_d)
+
+
 def _add(g: Graph, l: Layer, where: str) -> Add | IntAdd:
     if isinstance(l.attrs, IntegerAdd):
         return _int_add(g, l, where)
@@ -1555,12 +1655,13 @@ LOWERINGS = {
     "GATHER": _gather, "GATHER_ND": _gather_nd, "PACK": _pack, "DEPTH_TO_SPACE": _depth_space, "SPACE_TO_DEPTH": _depth_space,
     "TILE": _tile, "BROADCAST_TO": _broadcast_to, "EXPAND_DIMS": _copy, "PADV2": _pad, "MIRROR_PAD": _mirror_pad, "SPACE_TO_BATCH_ND": _space_batch,
     "BATCH_TO_SPACE_ND": _space_batch, "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce,
-    "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale, "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm, "SVDF": lower_svdf,
+    "ARG_MAX": _reduce, "ARG_MIN": _reduce, "REQUANT_SHIFT": _rescale,
+    "INTEGER_SOFTMAX": _int_softmax, "INTEGER_RMS_NORM": _int_rms_norm, "INTEGER_NO_NORM": _int_no_norm, "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm, "SVDF": lower_svdf,
 }
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
           | Slopes | Sigmoid16 | Softmax16 | Requantize | Quantize | Dequantize | TableSoftmax | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | ResizeLinear | IntAdd | IntRescale
-          | Offset | Lstm | Svdf)
+          | IntSoftmax | IntRmsNorm | IntNoNorm | Offset | Lstm | Svdf)
 
 
 WEIGHTED = (Conv, TransposeConv, FullyConnected)  # kernels whose constant weights and bias are not data inputs

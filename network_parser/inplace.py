@@ -14,7 +14,9 @@ from .ir import DTYPE_BYTES, Graph
 
 # Same-shape ops whose kernels read element i before writing element i.
 UNARY_ELEMENTWISE = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "HARD_SWISH", "LEAKY_RELU", "ABS", "TANH", "EXP", "LOG", "RSQRT", "SQRT", "NEG",
-                     "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION")
+                     "QUANTIZE", "SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION",
+                     # a row's maximum, sum or mean square is taken before any of it is written
+                     "INTEGER_SOFTMAX", "INTEGER_RMS_NORM", "INTEGER_NO_NORM")
 ZERO_COPY = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 ELEMENTWISE = ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU", *UNARY_ELEMENTWISE)
 CONVERTS = ("QUANTIZE", "DEQUANTIZE")

@@ -215,6 +215,37 @@ class Rescale:
 
 
 @dataclass(frozen=True, slots=True)
+class IntegerSoftmax:
+    """Deeploy's iSoftmax over ``axis`` (the IR's axis): per row, each difference from the row's
+    maximum split into a power of two and a remainder p (``log2``: the input steps in ln 2), the
+    remainder's exponential as coeff_a * (p + coeff_b)^2 + coeff_c shifted down by that power, and
+    each share of the row's sum scaled to n_levels - 1."""
+    axis: int
+    coeff_a: int
+    coeff_b: int
+    coeff_c: int
+    log2: int
+    n_levels: int
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerRmsNorm:
+    """Deeploy's iRMSNorm over ``axis`` (the IR's axis): each value times its weight (one per
+    position along the axis), over the integer root mean square of its row, divided by 2^log2_d.
+    Inputs: x, the int32 weights."""
+    axis: int
+    log2_d: int
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerNoNorm:
+    """Deeploy's iNoNorm: (x * weight + bias) * mul / 2^log2_d, element by element (the weights and
+    the bias broadcast against x). Inputs: x, the int8 weights, the int32 bias."""
+    mul: int
+    log2_d: int
+
+
+@dataclass(frozen=True, slots=True)
 class Mean:
     axes: tuple[int, ...]
     keep_dims: bool
@@ -368,6 +399,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
+              IntegerSoftmax, IntegerRmsNorm, IntegerNoNorm,
               Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, Lstm, Svdf, NoAttrs]
 
 

@@ -7,6 +7,8 @@ Two families of graphs arrive here:
   chain of nodes after each Conv/Gemm/MatMul/Add/pooling (Mul, Add, Cast, Div, Floor, Clip, or one
   ``RequantShift``). The chain is folded, by the values of its constants, into one exact integer
   requantization of the layer (``ir.IntRequant``): acc * mul + add, a floor shift, a clamp.
+  Deeploy's integer softmax and norms (iSoftmax, iRMSNorm, iNoNorm) are layers of their own,
+  computed as its kernels compute them.
 * **QDQ graphs** (``onnxruntime.quantization``): QuantizeLinear/DequantizeLinear around float ops,
   read into the same scale/zero-point IR as a ``.tflite`` (``onnx_qdq``).
 
@@ -28,9 +30,10 @@ import onnx
 
 from .cut import CutSpec
 from .errors import ModelFormatError, UnsupportedOperator, UsageError
-from .ir import (BatchMatMul, FullyConnected, MatRequant, Transpose, name_text, Graph, IntegerAdd, IntRequant, NoAttrs,
-                 Pad, Pool2D, Quant, Rescale, Source)
-from .onnx_common import STANDARD_DOMAINS, UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints, load_onnx, tensor_array
+from .ir import (BatchMatMul, FullyConnected, MatRequant, Transpose, name_text, Graph, IntegerAdd, IntegerNoNorm,
+                 IntegerRmsNorm, IntegerSoftmax, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source)
+from .onnx_common import (_IR_AXES, STANDARD_DOMAINS, UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints,
+                          ir_layout, load_onnx, tensor_array)
 
 INT32 = (-(1 << 31), (1 << 31) - 1)
 UNSIGNED = Quant((1.0,), (-128,))
@@ -38,11 +41,14 @@ UNSIGNED = Quant((1.0,), (-128,))
 # the argmax of their input is the answer).
 TRAILING_FLOAT_OPS = ("LogSoftmax", "Softmax", "Sigmoid")
 CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift", "Identity")
+# Deeploy's integer approximations of softmax and of the layer norms (its quantization library's
+# I-BERT style operators), run with the arithmetic of its kernels
+DEEPLOY_OPS = ("iSoftmax", "iRMSNorm", "iNoNorm")
 # every node type an integer graph may hold (``deploy ops``; the reader's handlers are these)
 INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool",
                                    "GlobalMaxPool", "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze",
                                    "Unsqueeze", "Expand", "Concat", "Transpose", "Slice", "Split", "Resize",
-                                   *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
+                                   *CHAIN_OPS, *DEEPLOY_OPS, *TRAILING_FLOAT_OPS)))
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
@@ -159,7 +165,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
         handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
                     "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
                     "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
-                    "Constant": lambda i, n: None, **self.glue_handlers()}
+                    "Constant": lambda i, n: None, "iSoftmax": self._isoftmax, "iRMSNorm": self._irmsnorm,
+                    "iNoNorm": self._inonorm, **self.glue_handlers()}
         for op in CHAIN_OPS:
             handlers.setdefault(op, self._standalone_chain)
         for op in TRAILING_FLOAT_OPS:
@@ -760,6 +767,107 @@ class IntegerGraphReader(OnnxGraphBuilder):
         out = self.add_tensor(chain.end, xt.shape, dtype, quant)
         self.add_layer("REQUANT_SHIFT", [x.tensor], [out], Rescale(rq), chain.end)
         self.values[chain.end] = Value(out, x.rank)
+
+    # ---- Deeploy's integer softmax and norms -------------------------------------------------
+
+    def _int_attr(self, node, key: str, where: str) -> int:
+        """A required attribute holding one integer (Deeploy stores them as float tensors)."""
+        a = self.attrs(node)
+        if key not in a:
+            raise ModelFormatError(f"{where}: no attribute '{key}'")
+        v = _tensor_attr(a, key, None, where)
+        if not np.isfinite(v) or v != np.round(v) or abs(v) >= 2 ** 62:
+            raise UnsupportedOperator(f"{where}: attribute '{key}' is {v}, not an integer")
+        return int(v)
+
+    def _log2_attr(self, node, key: str, where: str) -> int:
+        d = self._int_attr(node, key, where)
+        if d < 1 or d & (d - 1):
+            raise UnsupportedOperator(f"{where}: {key} {d} is not a power of two (the kernel divides by a shift)")
+        return d.bit_length() - 1
+
+    def _deeploy_input(self, i: int, node, signed: bool) -> tuple[Value, str]:
+        """The op's 8-bit input (Deeploy's kernels read int8), and where."""
+        x = self.value(node.input[0], i)
+        where, _ = self._moved(i, node, x)
+        xt = self.tensors[x.tensor]
+        if xt.dtype != "int8" or (signed and xt.quant.zero_point[0] != 0):
+            kind = "unsigned 8-bit" if xt.dtype == "int8" else xt.dtype
+            raise UnsupportedOperator(f"{where}: {node.op_type} of a{'n' if kind[0] in 'aeiou' else ''} {kind} "
+                                      f"activation (Deeploy's kernel takes {'signed ' if signed else ''}8-bit values)")
+        return x, where
+
+    def _last_axis(self, node, x: Value, where: str) -> int:
+        """The IR's axis of the model's last one, which Deeploy's kernels normalize over."""
+        axis = self.attrs(node).get("axis", -1)
+        if axis not in (-1, x.rank - 1):
+            raise UnsupportedOperator(f"{where}: {node.op_type} over axis {axis} (Deeploy's kernel takes the last axis)")
+        return _IR_AXES[x.rank].index(x.rank - 1)
+
+    def _n_levels(self, node, where: str, allowed: range) -> int:
+        n = self._int_attr(node, "n_levels", where)
+        if n not in allowed:
+            raise UnsupportedOperator(f"{where}: n_levels {n} (supported: {allowed.start}..{allowed.stop - 1}; the "
+                                      f"output is 8-bit)")
+        return n
+
+    def _isoftmax(self, i: int, node) -> None:
+        """iSoftmax: an unsigned 8-bit output (stored as value - 128). The input may be either kind:
+        only differences from the row's maximum count."""
+        x, where = self._deeploy_input(i, node, signed=False)
+        axis = self._last_axis(node, x, where)
+        a, b, c, log2 = (self._int_attr(node, k, where) for k in ("coeffA", "coeffB", "coeffC", "log2"))
+        n = self._n_levels(node, where, range(2, 257))
+        xt = self.tensors[x.tensor]
+        out = self.add_tensor(node.output[0], xt.shape, "int8", UNSIGNED)
+        self.add_layer("INTEGER_SOFTMAX", [x.tensor], [out], IntegerSoftmax(axis, a, b, c, log2, n), node.output[0])
+        self.values[node.output[0]] = Value(out, x.rank)
+
+    def _irmsnorm(self, i: int, node) -> None:
+        x, where = self._deeploy_input(i, node, signed=True)
+        axis = self._last_axis(node, x, where)
+        if self.attrs(node).get("stash_type", 1) != 1:
+            raise UnsupportedOperator(f"{where}: stash_type {self.attrs(node)['stash_type']} (supported: 1)")
+        log2_d = self._log2_attr(node, "D", where)
+        self._n_levels(node, where, range(256, 257))
+        depth = self.model_shape(x)[-1]
+        w = self.channel_vector(self.const(node.input[1], i, "the weights"), depth, i, "the weights")
+        w = w * depth if len(w) == 1 else w
+        if max(map(abs, w)) >= 2 ** 31:
+            raise UnsupportedOperator(f"{where}: weights beyond int32")
+        wt = self.add_tensor(node.input[1], (depth,), "int32", UNIT, np.array(w, np.int32))
+        xt = self.tensors[x.tensor]
+        out = self.add_tensor(node.output[0], xt.shape, "int8", UNIT)
+        self.add_layer("INTEGER_RMS_NORM", [x.tensor, wt], [out], IntegerRmsNorm(axis, log2_d), node.output[0])
+        self.values[node.output[0]] = Value(out, x.rank)
+
+    def _inonorm(self, i: int, node) -> None:
+        """iNoNorm: the weights and the bias broadcast against the input (numpy's rule), laid out
+        as the IR holds the input."""
+        x, where = self._deeploy_input(i, node, signed=True)
+        log2_d = self._log2_attr(node, "D", where)
+        mul = self._int_attr(node, "mul", where)
+        self._n_levels(node, where, range(256, 257))
+        shape = self.model_shape(x)
+        w = self.weights(node.input[1], i)
+        b = _exact_ints(self.const(node.input[2], i, "the bias"), "the bias", where)
+        if np.abs(b).max(initial=0) >= 2 ** 31:
+            raise UnsupportedOperator(f"{where}: bias beyond int32")
+        consts = []
+        for name, arr, dtype in ((node.input[1], w, "int8"), (node.input[2], b, "int32")):
+            try:
+                fits = arr.ndim <= len(shape) and np.broadcast_shapes(arr.shape, shape) == tuple(shape)
+            except ValueError:
+                fits = False
+            if not fits:
+                raise UnsupportedOperator(f"{where}: '{name}' of shape {list(arr.shape)} does not broadcast to the "
+                                          f"input's {list(shape)}")
+            data = ir_layout(arr.astype(dtype), x.rank)
+            consts.append(self.add_tensor(name, data.shape, dtype, UNIT, data))
+        xt = self.tensors[x.tensor]
+        out = self.add_tensor(node.output[0], xt.shape, "int8", UNIT)
+        self.add_layer("INTEGER_NO_NORM", [x.tensor, *consts], [out], IntegerNoNorm(mul, log2_d), node.output[0])
+        self.values[node.output[0]] = Value(out, x.rank)
 
     def _trailing(self, i: int, node) -> None:
         src, out = node.input[0], node.output[0]

@@ -64,6 +64,14 @@ DORY_NETS = [
     ("eegnetDW_1d_8b_Hx1", "eegnet_id_8b.onnx", "hwc"),
     ("eegnet_1d_8b_1xW", "eegnet_id_8b.onnx", "hwc"),
 ]
+# Deeploy's integer softmax and norms (iSoftmax, iRMSNorm, iNoNorm): single layers no tile takes,
+# run whole (on GAP8 too)
+DEEPLOY_NORM_NETS = [
+    "Kernels/Integer/Softmax/Regular",
+    "Kernels/Integer/Softmax/Large",
+    "Kernels/Integer/RMSNorm",
+    "Kernels/Integer/iNoNorm",
+]
 DEEPLOY_NETS = [
     "Kernels/Integer/Add/Regular",
     "Kernels/Integer/Add/Regular_RQ",
@@ -87,6 +95,7 @@ DEEPLOY_NETS = [
     "Kernels/Integer/MaxPool/Regular_2D",
     "Kernels/Integer/Pad/Regular_2D",
     "Kernels/Integer/Slice",
+    *DEEPLOY_NORM_NETS,
     "Models/MLPerf/AnomalyDetection",
     "Models/MLPerf/ImageClassification",
     "Models/MLPerf/KeywordSpotting",

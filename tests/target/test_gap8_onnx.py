@@ -11,7 +11,7 @@ from deployer.pipeline import deploy
 from deployer.test_vectors import find_vectors, to_engine_input, to_engine_output
 from deployer.verify import run_engine
 from tests.host.test_onnx import onnx_options
-from tests.models import DEEPLOY_NETS, DORY_NETS, shared_onnx
+from tests.models import DEEPLOY_NETS, DEEPLOY_NORM_NETS, DORY_NETS, shared_onnx
 from tests.target.test_gap8 import CROSS_CC, cross_compile, emulated
 
 NETS = [f"dory/{folder}/{file}" for folder, file, _ in DORY_NETS] + \
@@ -31,3 +31,17 @@ def test_gap8_l1_32k_bit_exact(rel):
     for j, (ours, want) in enumerate(zip(outs[0], vec.outputs)):
         want = to_engine_output(dep.graph, j, want)
         assert np.array_equal(ours.astype(np.int64), want.astype(np.int64)), f"{rel} output {j}"
+
+
+@pytest.mark.parametrize("rel", DEEPLOY_NORM_NETS)
+def test_gap8_untiled_norms_bit_exact(rel):
+    """Deeploy's iSoftmax, iRMSNorm and iNoNorm, which no tile takes: run whole from L2 at --l1 32K."""
+    model = shared_onnx(f"deeploy/{rel}/network.onnx")
+    dep = deploy(model, onnx_options(model, target="gap8", l1=32 * 1024, patch="off"))
+    assert not dep.tilings
+    if shutil.which(CROSS_CC) is not None:
+        cross_compile(dep)
+    vec = find_vectors(model, dep.graph)
+    outs, _ = run_engine(emulated(dep), [[to_engine_input(dep.graph, i, x) for i, x in enumerate(vec.inputs)]])
+    for j, (ours, want) in enumerate(zip(outs[0], vec.outputs)):
+        assert np.array_equal(ours.astype(np.int64), to_engine_output(dep.graph, j, want).astype(np.int64)), f"{rel} output {j}"
