@@ -95,6 +95,7 @@ DEEPLOY_NETS = [
     "Kernels/Integer/MaxPool/Regular_2D",
     "Kernels/Integer/Pad/Regular_2D",
     "Kernels/Integer/Slice",
+    "Kernels/Integer/Attention",  # products of two activations per head, the integer softmax
     *DEEPLOY_NORM_NETS,
     "Models/MLPerf/AnomalyDetection",
     "Models/MLPerf/ImageClassification",

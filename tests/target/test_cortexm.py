@@ -207,7 +207,9 @@ def test_fused_stages_over_the_application_input_on_qemu(target):
 
 @pytest.mark.parametrize("rel", ["Kernels/Integer/Concat", "Kernels/Integer/GEMM/Regular_RQPerRow",
                                  "Kernels/Integer/MatMul/Regular_RQ", "Kernels/Integer/MatMul/Batch",
-                                 "Kernels/Integer/GEMM/Batch_RQ", "Models/MLPerf/KeywordSpotting"])
+                                 "Kernels/Integer/GEMM/Batch_RQ", "Kernels/Integer/Attention",
+                                 "Kernels/Integer/RMSNorm", "Kernels/Integer/Softmax/Large",
+                                 "Kernels/Integer/iNoNorm", "Models/MLPerf/KeywordSpotting"])
 def test_deeploy_networks_on_the_m7(rel):
     """Deeploy's integer tests (16-bit values, products per row and batch, a whole network) on
     QEMU's M7 against their own expected outputs."""
@@ -220,3 +222,15 @@ def test_deeploy_networks_on_the_m7(rel):
     outs = run_on_qemu(dep, [[to_engine_input(dep.graph, i, x) for i, x in enumerate(vec.inputs)]])[0]
     for j, (ours, want) in enumerate(zip(outs, vec.outputs)):
         assert np.array_equal(ours.astype(np.int64), to_engine_output(dep.graph, j, want).astype(np.int64)), (rel, j)
+
+
+def test_an_integer_llama_block_on_the_m7(tmp_path):
+    """The builder's LLaMA-style integer decoder block (integer RMSNorm, attention, softmax) on
+    QEMU's M7, equal to the golden executor."""
+    from deployer import golden
+    from tests.integer_transformer import llama_block
+    model = llama_block(tmp_path / "llama_block.onnx")
+    dep = deploy(model, Options(target="cortex-m7", input_type="int8"))
+    samples = [random_inputs(dep.graph, s) for s in range(2)]
+    for sample, ours in zip(samples, run_on_qemu(dep, samples)):
+        assert np.array_equal(ours[0], golden.run(dep.graph, sample, dep.kernels)[0][0])
