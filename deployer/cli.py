@@ -58,7 +58,7 @@ try:  # the console script and python -m both import this module before main() c
 
     from .frontends import frontend_for
     from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
-    from .output import write_output
+    from .output import check_report, write_output, write_report
     from .render import ERROR_CHARS, display, terminal_text
     from backends import BACKENDS
 
@@ -91,6 +91,9 @@ def parse_size(text: str | None, flag: str | None = None) -> int | None:
                          f"a 32-bit target addresses")
     return size
 
+
+REPORT_RULE = ("It is written whole (a temporary file renamed into place); an existing file is replaced only when "
+               "it is a report deploy wrote, never through a symbolic link, never the model or an input")
 
 PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
 KERNELS = ("auto", "plain", "smlad")
@@ -206,6 +209,21 @@ def say(text: str = "", err: bool = False) -> None:
     """One message for people: anything a model contributed to it is shown, never obeyed by
     the terminal."""
     click.echo(terminal_text(text), err=err)
+
+
+def json_text(value) -> str:
+    """``value`` as strict JSON (indented): NaN and the infinities, which JSON has no numbers for
+    (json.dumps would write NaN / Infinity, which JSON parsers refuse), become the strings "nan",
+    "inf" and "-inf" (float() reads them back)."""
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+    return json.dumps(finite(value), indent=2, allow_nan=False)
 
 
 def exit_status(error: DeployError) -> int:
@@ -338,7 +356,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
     write_output(dep.files, out_dir, force=force)
     wall = time.perf_counter() - start
     if as_json:
-        click.echo(json.dumps(build_summary(dep, out_dir, wall, steps), indent=2))
+        click.echo(json_text(build_summary(dep, out_dir, wall, steps)))
     elif not quiet:
         say(summary_table(dep))
         for st in steps:
@@ -401,7 +419,7 @@ def generate_cmd(out_dir, prompt, max_tokens, tokenizer, as_json):
 
     result = generate(out_dir, prompt, max_tokens, tokenizer)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json_text(result))
         return
     say(prompt + result["text"])
     say(f"{result['tokens']} tokens generated after a {result['prompt_tokens']}-token prompt: "
@@ -435,7 +453,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     with _progress(quiet):
         s = suggest(model, options, with_front=with_front)
     if as_json:
-        click.echo(json.dumps(suggestion_json(s), indent=2))
+        click.echo(json_text(suggestion_json(s)))
     else:
         say(suggestion_text(s))
     sys.exit(1 if s.signature.unsupported else 0)
@@ -516,10 +534,12 @@ def _input_type(model: Path, given: str | None) -> str | None:
               help=".npy input (one per model input); default: seeded random inputs")
 @click.option("--expected", "expected_files", multiple=True, type=click.Path(path_type=Path),
               help=".npy expected output (one per model output) of the --input files; default: the reference "
-              "interpreter")
+              "interpreter. A NaN matches only a NaN at the same element (never an integer output), an infinity "
+              "only the same infinity; any other NaN or infinity is an infinite difference")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1, max=MAX_SEEDS),
               help="number of seeded random inputs")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (strict: an infinite difference "
+              "is the string \"inf\")")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs; with --qemu also "
               "each layer's instructions beside the cycles the tiling cost model gives it")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined,float-cast-overflow")
@@ -530,7 +550,7 @@ def _input_type(model: Path, given: str | None) -> str | None:
               help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions")
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
-              "beside its modeled cycles")
+              "beside its modeled cycles. " + REPORT_RULE)
 def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
                sanitize, debug_guards, on_qemu, report):
@@ -543,6 +563,10 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
     _check_verify_target(target, on_qemu, sanitize)
     if report is not None and not (on_qemu and per_layer):
         raise UsageError("--report needs --qemu --per-layer: it shows the instructions counted per layer")
+    read = [("the model", model), *(("an --input file", p) for p in inputs),
+            *(("an --expected file", p) for p in expected_files)]
+    if report is not None:
+        check_report(report, "--report", read)  # before the build and the QEMU run it would follow
     if expected_files and not inputs:
         raise UsageError("--expected needs the --input files it belongs to")
     if on_qemu:
@@ -566,13 +590,10 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
             if report is not None:
                 from .pipeline import deployment_problem
                 from .report_html import deployment_report
-                try:
-                    report.write_text(deployment_report(dep, deployment_problem(dep), times=times))
-                except OSError as e:
-                    raise UsageError(f"--report {report}: cannot write it ({e.strerror or e})") from None
+                write_report(report, deployment_report(dep, deployment_problem(dep), times=times), "--report", read)
     exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json_text(result))
     else:
         for o in result["outputs"]:
             say(f"output {o['index']}: max |diff| = {o['max_abs_diff']:g} over {o['elements']} "
@@ -627,12 +648,14 @@ def qemu_summary(result: dict) -> str:
 @click.argument("model", type=click.Path(path_type=Path))
 @budget_options
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
-              help="where to write the HTML report")
+              help="where to write the HTML report. " + REPORT_RULE)
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
 def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                 kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
+    if not tiling:  # --tiling writes no report
+        check_report(report, "--report", [("the model", model)])
     front_options = (input_layout, output_layout, _input_type(model, input_type),
                        cut_inputs, cut_outputs, io)
     if tiling:
@@ -669,10 +692,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
             need = rest + p.peak
             say(f"{p.method:<14} {need:>12,} B of SRAM  {'fits' if need <= sram else 'OVER'} --sram {sram:,}")
     html = planners_report(dep.graph.name, problem, plans, live_bytes(problem), before, patch_line)
-    try:
-        report.write_text(html)
-    except OSError as e:
-        raise UsageError(f"--report {report}: cannot write it ({e.strerror or e})") from None
+    write_report(report, html, "--report", [("the model", model)])
     say(f"wrote {report}")
 
 
@@ -693,7 +713,7 @@ def _compare_tiling(model, options) -> None:
 def targets_cmd(as_json):
     """List the targets: memories, kernels and the QEMU board each runs on."""
     infos = [target_info(b) for b in BACKENDS.values()]
-    click.echo(json.dumps(infos, indent=2) if as_json else targets_table(infos))
+    click.echo(json_text(infos) if as_json else targets_table(infos))
 
 
 @main.command("ops")
@@ -702,7 +722,7 @@ def ops_cmd(as_json):
     """List the supported operators: types, and whether each tiles, runs in patches, runs in place
     and has DSP kernels on a target."""
     from .ops_table import ops_json, ops_text
-    click.echo(json.dumps(ops_json(), indent=2) if as_json else ops_text())
+    click.echo(json_text(ops_json()) if as_json else ops_text())
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 this machine, tokenize the prompt with the GPT-2 BPE files, decode greedily, time it."""
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 import subprocess
@@ -12,7 +13,7 @@ from network_parser.errors import DeployError, UsageError
 from network_parser.side_files import (ENGINE_SOURCE_BYTES, MANIFEST_BYTES, MAX_ID, TOKEN_IDS_BYTES, brief, is_id,
                                        read_json, read_json_object, read_side_file, token_ids)
 
-from .output import MARKER, would_lose
+from .output import MARKER, read_marker, would_lose
 from .tokenizer import Gpt2Tokenizer
 from .verify import BuildError, compile_files
 
@@ -21,15 +22,23 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CFLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 
 
-def _check_ours(out_dir: Path) -> None:
-    """What is compiled and run here must be what deploy wrote: its marker present, nothing
-    added or changed since."""
-    if not out_dir.is_dir() or (out_dir / "manifest.json").exists() and not (out_dir / MARKER).is_file():
-        raise UsageError(f"{out_dir}: not a deploy output as deploy wrote it (no {MARKER}); deploy generate builds "
-                         f"only what deploy wrote: run deploy again")
-    if (out_dir / MARKER).is_file() and would_lose(out_dir):
+def _check_ours(out_dir: Path) -> dict[str, str]:
+    """What is compiled and run here must be what deploy wrote: its marker present and one deploy
+    wrote, nothing added or changed since. A marker that is missing, unreadable or not ours fails
+    closed: the folder is not ours. Returns the marker's digests (name -> sha256)."""
+    if not out_dir.is_dir():
+        what = "not a folder" if out_dir.exists() else "no such folder"
+        raise UsageError(f"{out_dir}: not a deploy output folder ({what})")
+    marker = read_marker(out_dir)
+    if marker is None:
+        why = f"no {MARKER}" if not (out_dir / MARKER).exists() and not (out_dir / MARKER).is_symlink() else \
+            f"its {MARKER} is not one deploy wrote"
+        raise UsageError(f"{out_dir}: not a deploy output as deploy wrote it ({why}); deploy generate builds only "
+                         f"what deploy wrote: run deploy again")
+    if would_lose(out_dir) != []:
         raise UsageError(f"{out_dir}: not a deploy output as deploy wrote it (files added or changed since); deploy "
                          f"generate builds only what deploy wrote: run deploy again")
+    return marker["files"]
 
 
 def _manifest(out_dir: Path) -> dict:
@@ -62,11 +71,17 @@ def _token_ids(out_dir: Path, vocab: int, gpt2_vocab: int) -> list[int] | None:
     return token_ids(ids, where=str(path), what="GPT-2 token ids", vocab=gpt2_vocab, length=vocab)
 
 
-def build(out_dir: Path, manifest: dict) -> Path:
-    """The engine and the generation harness compiled with the host gcc (cached by their sources)."""
+def build(out_dir: Path, manifest: dict, digests: dict[str, str]) -> Path:
+    """The engine and the generation harness compiled with the host gcc (cached by their sources).
+    The bytes compiled are checked against the marker's ``digests`` once read: a file changed
+    after _check_ours looked is never compiled."""
     names = (f"{manifest['library']}_engine.c", "inference_api.h")
     sources = {n: read_side_file(out_dir / n, what="the engine's source", max_bytes=ENGINE_SOURCE_BYTES,
                                  error=UsageError) for n in names}
+    for n, data in sources.items():
+        if hashlib.sha256(data).hexdigest() != digests.get(n):
+            raise UsageError(f"{out_dir / n}: changed since deploy wrote it (not the digest {MARKER} lists); deploy "
+                             f"generate builds only what deploy wrote: run deploy again")
     return compile_files(sources, "gcc", CFLAGS, HARNESS)
 
 
@@ -83,7 +98,7 @@ def check_prompt(prompt: str) -> None:
 def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None = None) -> dict:
     check_prompt(prompt)
     out_dir = Path(out_dir)
-    _check_ours(out_dir)
+    digests = _check_ours(out_dir)
     manifest = _manifest(out_dir)
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be positive, got {max_tokens}")
@@ -106,7 +121,7 @@ def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None
     if len(ids) >= positions:
         raise UsageError(f"the prompt has {len(ids)} tokens; the model has {positions} positions")
     eos = manifest.get("eos_token_id", -1)
-    exe = build(out_dir, manifest)
+    exe = build(out_dir, manifest, digests)
     payload = struct.pack(f"<i{len(ids)}iii", len(ids), *ids, min(max_tokens, positions - len(ids)),
                           -1 if eos is None else eos)
     start = time.perf_counter()

@@ -210,7 +210,16 @@ def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
+    """The largest |a - b| over the elements. Non-finite values are compared, not subtracted: a NaN
+    equals only a NaN at the same element (an integer output never holds one, so a NaN expected
+    there is always a difference), an infinity only the same infinity; any other element holding
+    a NaN or an infinity is an infinite difference (np.max would carry a NaN on, which max()
+    over the samples then drops)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf: a NaN that the equality below replaces
+        diff = np.abs(a - b)
+    diff = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.where(np.isnan(diff), np.inf, diff))
+    return float(np.max(diff, initial=0.0))
 
 
 def verify(dep: Plan, model: Path, samples: list[list[np.ndarray]], sanitize: bool = False,

@@ -101,10 +101,12 @@ def test_killed_run_leaves_the_previous_output_and_the_next_run_cleans_up(previo
 
 
 def test_stale_previous_output_is_put_back(tmp_path):
-    """A run killed between its two renames: the previous output, set aside, comes back."""
+    """A run killed between its two renames: the previous output, set aside, comes back (it
+    carries our marker; a folder without it is left alone)."""
     out, aside = tmp_path / "out", tmp_path / ".out.old-999999999"
     aside.mkdir()
     (aside / "manifest.json").write_text(PREVIOUS["manifest.json"])
+    (aside / output.MARKER).write_text(output.marker_text({"manifest.json": PREVIOUS["manifest.json"]}))
     output._remove_stale(tmp_path, "out")
     assert contents(out) == {"manifest.json": PREVIOUS["manifest.json"]}
 

@@ -115,7 +115,7 @@ SIDE_FILES = [
              ModelFormatError, sf.TOKEN_IDS_BYTES),
     SideFile("output tokenizer/merges.txt", "tokenizer/merges.txt", _out_folder,
              lambda f: Gpt2Tokenizer(f / "tokenizer").encode("ab"), ModelFormatError, sf.TOKENIZER_BYTES),
-    SideFile("output engine source", "m_engine.c", _out_folder, lambda f: generate.build(f, MANIFEST), UsageError,
+    SideFile("output engine source", "m_engine.c", _out_folder, lambda f: generate.build(f, MANIFEST, {}), UsageError,
              sf.ENGINE_SOURCE_BYTES, checked=False),  # C: the compiler checks it
     SideFile("inputs.npz", "inputs.npz", _deeploy, _vectors, ModelFormatError, sf.VECTOR_BYTES),
     SideFile("outputs.npz", "outputs.npz", _deeploy, _vectors, ModelFormatError, sf.VECTOR_BYTES),
