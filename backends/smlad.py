@@ -287,7 +287,7 @@ def batch_matmul_form(kern) -> str | None:
     """How the DSP kernel walks a BATCH_MATMUL (x's rows contiguous along k): "dot" when y's
     columns are contiguous too (adj_y: two dot products of 4 values per pair of SMLADs), "cols"
     when its rows are (4 columns per word: SMLAxy against each halfword); None otherwise."""
-    if not isinstance(kern, K.BatchMatMul) or kern.requant is not None or kern.x_strides[1] != 1 or kern.depth < 4:
+    if not isinstance(kern, K.BatchMatMul) or kern.x_strides[1] != 1 or kern.depth < 4:
         return None
     if kern.y_strides[0] == 1:
         return "dot"
@@ -305,7 +305,10 @@ def _batch_matmul(kern, weight_bytes: int, use: str) -> Variant | None:
 
     def context(kern, k, sym, variant, in_place=False):
         ctx = dict(macro="batch_matmul", form=form, xo2=_offset_pair(kern.x_offset), yo2=_offset_pair(kern.y_offset),
-                   x_offsets=None, y_offsets=None)
+                   x_offsets=None, y_offsets=None, mat=None)
+        if kern.requant is not None:  # an integer graph's element-wise scaling, column "@COL@" filled per store
+            from deployer.emit import mat_requant_terms
+            ctx.update(mat=mat_requant_terms(kern.requant, k, sym, col="@COL@"))
         if len(kern.x_offsets) > 1:
             ctx.update(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
                        y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))

@@ -107,6 +107,21 @@ class _Symbols:
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
 
 
+def mat_requant_terms(rq, k: int, sym, col: str = "j") -> dict:
+    """A matrix product's MatRequant vectors as C expressions over the loop's batch ``b``, row ``i``
+    and column ``col``: a literal where a vector holds one value, else an element of its array."""
+    def term(name, values, strides, ctype):
+        if not values:
+            return "0"
+        if len(values) == 1:
+            return str(c_int64(values[0]) if ctype == "int64_t" else c_int(values[0]))
+        index = " + ".join(f"{v} * {st}" for v, st in zip(("b", "i", f"({col})"), strides) if st) or "0"
+        return f"{sym.array(f'op{k}_{name}', ctype, np.array(values, np.int64))}[{index}]"
+    return dict(addend=term("addend", rq.addend, rq.addend_strides, "int32_t"),
+                mul=term("rq_mul", rq.mul, rq.mul_strides, "int32_t"),
+                add=term("rq_add", rq.add, rq.add_strides, "int64_t"))
+
+
 def _int_rq_context(rq, k: int, sym: _Symbols) -> dict:
     """An integer graph's requantization constants: literals when one value serves every
     channel, else per-channel .rodata arrays (int32 multipliers, int64 addends)."""
@@ -211,19 +226,8 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             if len(kern.x_offsets) > 1:
                 ctx.update(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
                            y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
-            if kern.requant is not None:  # each vector: a literal when it holds one value, else an array
-                rq = kern.requant
-
-                def term(name, values, strides, ctype):
-                    if not values:
-                        return "0"
-                    if len(values) == 1:
-                        return c_int64(values[0]) if ctype == "int64_t" else c_int(values[0])
-                    index = " + ".join(f"{v} * {st}" for v, st in zip(("b", "i", "j"), strides) if st) or "0"
-                    return f"{sym.array(f'op{k}_{name}', ctype, np.array(values, np.int64))}[{index}]"
-                ctx.update(mat_rq=dict(addend=term("addend", rq.addend, rq.addend_strides, "int32_t"),
-                                       mul=term("rq_mul", rq.mul, rq.mul_strides, "int32_t"),
-                                       add=term("rq_add", rq.add, rq.add_strides, "int64_t")))
+            if kern.requant is not None:
+                ctx.update(mat_rq=mat_requant_terms(kern.requant, k, sym))
             return ctx
         case K.AxisGather():
             return dict(tables=[sym.array(f"op{k}_axis{d}", "int32_t", np.array(t, np.int64))
