@@ -395,3 +395,24 @@ def test_cache_removes_what_killed_builds_left(cache):
     _entry("b")
     assert sorted(p.name for p in cache.iterdir()) == sorted(["a", "b", f"build-{os.getpid()}-old",
                                                              f"build-{dead}-young"])
+
+
+def test_a_model_the_reference_refuses_is_the_models_error(tmp_path):
+    """LiteRT refusing to prepare a model (an FC whose output scale is far below its inputs') is
+    a one-line error about the model (exit 1), not an internal one."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from tests.tflite_builder import ModelBuilder
+    mb = ModelBuilder(0)
+    y = mb.fully_connected(mb.input((1, 8)), 4)
+    mb.output(y)
+    mb._tensors[y].scale = np.array([1e-12], np.float32)
+    model = tmp_path / "refused.tflite"
+    mb.save(model)
+    proc = subprocess.run([sys.executable, "-m", "deployer.cli", "verify", str(model)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "LiteRT's reference kernels refuse the model" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
