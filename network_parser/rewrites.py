@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from . import conv_geometry as geo
 
-from .ir import Graph, Layer
+from .ir import Graph, Layer, NoAttrs, Transpose
 
 CONV_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 
@@ -67,7 +67,50 @@ def fuse_pad_into_conv(graph: Graph) -> tuple[Graph, list[str]]:
     return replace(graph, layers=tuple(l for k, l in enumerate(layers) if k not in drop)), notes
 
 
-REWRITES = [("fuse-pad-into-conv", fuse_pad_into_conv)]
+def _moves_data(perm: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether a transpose moves bytes: its axes longer than 1 change their order."""
+    kept = [p for p in perm if shape[p] > 1]
+    return kept != sorted(kept)
+
+
+def fold_transposes(graph: Graph) -> tuple[Graph, list[str]]:
+    """A TRANSPOSE of a TRANSPOSE that only it reads becomes one TRANSPOSE of the first one's input
+    (the two permutations composed), and a TRANSPOSE that keeps every axis longer than 1 in its
+    order a RESHAPE (no byte moves): readers that lay a value out their own way (the integer
+    readers' matrix products, graph edges) leave such pairs behind. Exact: only bytes move."""
+    layers, notes, folded = list(graph.layers), [], 0
+    while True:
+        readers = consumers(Graph(graph.name, graph.tensors, tuple(layers), graph.inputs, graph.outputs))
+        writer = {t: k for k, layer in enumerate(layers) for t in layer.outputs}
+        change = None
+        for k, layer in enumerate(layers):
+            if layer.op != "TRANSPOSE":
+                continue
+            src = layer.inputs[0]
+            first = layers[writer[src]] if src in writer else None
+            if first is not None and first.op == "TRANSPOSE" and readers.get(src) == [k] \
+                    and src not in graph.outputs:
+                p1, p2 = first.attrs.perm, layer.attrs.perm
+                merged = replace(layer, inputs=(first.inputs[0], *layer.inputs[1:]),
+                                 attrs=Transpose(tuple(p1[i] for i in p2)))
+                change = (writer[src], k, merged)
+                break
+            if not _moves_data(layer.attrs.perm, graph.tensors[src].shape):
+                change = (None, k, replace(layer, op="RESHAPE", inputs=(src,), attrs=NoAttrs()))
+                break
+        if change is None:
+            break
+        drop, k, new = change
+        layers[k] = new
+        if drop is not None:
+            del layers[drop]
+        folded += 1
+    if folded:
+        notes.append(f"{folded} transpose(s) folded: pairs composed, and those that move no byte made reshapes")
+    return replace(graph, layers=tuple(layers)), notes
+
+
+REWRITES = [("fuse-pad-into-conv", fuse_pad_into_conv), ("fold-transposes", fold_transposes)]
 
 
 def apply_rewrites(graph: Graph, enabled: bool = True) -> tuple[Graph, list[str]]:

@@ -436,3 +436,23 @@ def test_slice_from_before_the_axis_backwards(tmp_path):
     g = read_onnx(path, input_type="uint8")
     ours, refs = _run_both(path, g, np.random.default_rng(2).integers(0, 256, (1, 4, 5, 7)))
     assert list(refs[0].shape) == shapes[0] and np.array_equal(ours[0].astype(np.int64), refs[0].astype(np.int64))
+
+
+def test_transpose_pairs_fold_and_byte_preserving_transposes_become_reshapes(tmp_path):
+    """The integer attention block lays values out its own way around each matrix product; the
+    rewrite composes transpose pairs and turns those that move no byte into reshapes (fewer
+    layers and buffers), and the engine still equals the executor."""
+    import numpy as np
+
+    from deployer import golden
+    from deployer.pipeline import Options, deploy
+    from deployer.verify import build_engine, random_inputs, run_engine
+    from tests.integer_transformer import attention_block
+    model = attention_block(tmp_path / "attention.onnx")
+    plain, folded = (deploy(model, Options(input_type="int8", fuse=f)) for f in (False, True))
+    count = [sum(layer.op == "TRANSPOSE" for layer in d.graph.layers) for d in (plain, folded)]
+    assert count[1] < count[0] / 2 and any("transpose(s) folded" in n for n in folded.notes)
+    assert folded.memory.sram_bytes <= plain.memory.sram_bytes
+    sample = random_inputs(folded.graph, 0)
+    ours = run_engine(build_engine(folded), [sample])[0][0]
+    assert np.array_equal(ours[0], golden.run(plain.graph, sample, plain.kernels)[0][0])
