@@ -248,11 +248,19 @@ class QdqReader(OnnxGraphBuilder):
                                       f"(symmetric), got {w.data.dtype} with zero points {sorted(set(w.zero_point))[:4]}")
         return w
 
-    def bias(self, b: QConst | None, i: int, units: int) -> int:
+    def bias(self, b: QConst | None, i: int, units: int, x: Value, w: QConst) -> int:
         if b is None:
             return -1
         if b.data.dtype != np.int32 or b.data.size != units:
             raise UnsupportedOperator(f"{self.where(i)}: bias '{b.name}' must be {units} int32 values")
+        # the integer kernels add the bias to the accumulator, whose scale is the input's times the
+        # weights': another scale (onnxruntime then dequantizes the bias in float) has no integer form
+        want = np.float32(self.tensors[x.tensor].quant.scale[0]) * np.asarray(w.scale, np.float32)
+        have = np.broadcast_to(np.asarray(b.scale, np.float32), want.shape)
+        if not np.allclose(have, want, rtol=1e-6, atol=0):
+            raise UnsupportedOperator(f"{self.where(i)}: bias '{b.name}' has scale {float(have[0]):g}, not the input's "
+                                      f"times the weights' ({float(want[0]):g}); the integer kernels add it to "
+                                      f"their accumulator at that scale only")
         return self.add_tensor(b.name, (units,), "int32", Quant(b.scale, b.zero_point), b.data.reshape(units))
 
     def quantized(self, i: int, node, k: int) -> Quant:
@@ -344,7 +352,10 @@ class QdqReader(OnnxGraphBuilder):
         if len(node.input) <= k or not node.input[k]:
             return None
         data = self.const(node.input[k], i, "the bias")
-        return QConst(node.input[k], data, w.scale, (0,) * len(w.scale), 0)
+        # no scale of its own: the input's (input 1 of every QLinear form) times the weights'
+        x_scale = np.float32(self.const(node.input[1], i, "the input scale").reshape(-1)[0])
+        scale = tuple(float(x_scale * np.float32(s)) for s in w.scale)
+        return QConst(node.input[k], data, scale, (0,) * len(w.scale), 0)
 
     def checked_weights(self, w, i: int) -> QConst:
         if not isinstance(w, QConst) or w.data.dtype != np.int8 or any(w.zero_point):
@@ -388,7 +399,7 @@ class QdqReader(OnnxGraphBuilder):
         kind, wdata, shape, attrs = self.conv_geometry(i, node, x, w.data, extra)
         axis = 0 if kind == "CONV_2D" else 3
         inputs = [x.tensor, self.add_tensor(w.name, wdata.shape, "int8", Quant(w.scale, w.zero_point, axis), wdata)]
-        inputs += [t for t in [self.bias(b, i, shape[3])] if t >= 0]
+        inputs += [t for t in [self.bias(b, i, shape[3], x, w)] if t >= 0]
         self.emit(kind, inputs, shape, quant, attrs(None, activation, True), out_name, x.rank)
 
     def fc(self, i, node, x: Value, w: QConst, b: QConst | None, quant, activation, out_name) -> None:
@@ -399,7 +410,7 @@ class QdqReader(OnnxGraphBuilder):
             raise UnsupportedOperator(f"{self.where(i)}: weights {list(data.shape)} over input "
                                       f"{list(self.tensors[x.tensor].shape)}")
         inputs = [x.tensor, self.add_tensor(w.name, data.shape, "int8", Quant(w.scale, w.zero_point, 0), data)]
-        inputs += [t for t in [self.bias(b, i, data.shape[0])] if t >= 0]
+        inputs += [t for t in [self.bias(b, i, data.shape[0], x, w)] if t >= 0]
         self.emit("FULLY_CONNECTED", inputs, (self.tensors[x.tensor].shape[0], data.shape[0]), quant,
                   FullyConnected(activation, False, None, True), out_name, 2)
 
@@ -420,7 +431,7 @@ class QdqReader(OnnxGraphBuilder):
         seq = self.add_tensor(f"{out_name}/rows_in", (1, 1, rows, depth), xt.dtype, xt.quant)
         self.add_layer("TRANSPOSE", [x.tensor], [seq], Transpose((0, 1, 3, 2)), f"{out_name}/rows_in")
         inputs = [seq, self.add_tensor(w.name, data.shape, "int8", Quant(w.scale, w.zero_point, 0), data)]
-        inputs += [t for t in [self.bias(b, i, units)] if t >= 0]
+        inputs += [t for t in [self.bias(b, i, units, x, w)] if t >= 0]
         out = self.add_tensor(f"{out_name}/rows", (rows, units), "int8", quant)
         self.add_layer("FULLY_CONNECTED", inputs, [out], FullyConnected(activation, False, None, True), f"{out_name}/rows")
         view = self.add_tensor(f"{out_name}/view", (1, 1, rows, units), "int8", quant)

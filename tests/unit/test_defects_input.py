@@ -416,3 +416,24 @@ def test_a_model_the_reference_refuses_is_the_models_error(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 1 and "LiteRT's reference kernels refuse the model" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_qdq_bias_at_another_scale_than_the_accumulators_is_refused(tmp_path):
+    """A bias whose DequantizeLinear scale is not the input's times the weights' has no integer
+    form (onnxruntime adds it in float): refused by name, never a silent mismatch."""
+    import onnx
+    from onnx import numpy_helper
+
+    from deployer.pipeline import Options, deploy
+    from network_parser.errors import UnsupportedOperator
+    from tests.onnx_builder import quantized_model
+    model = onnx.load(quantized_model(tmp_path, "mlp", per_channel=False))
+    inits = {t.name: t for t in model.graph.initializer}
+    dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear"
+              and numpy_helper.to_array(inits[n.input[0]]).dtype == np.int32)
+    scale = inits[dq.input[1]]
+    scale.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scale) * 3, scale.name))
+    path = tmp_path / "bias_scale.onnx"
+    onnx.save(model, path)
+    with pytest.raises(UnsupportedOperator, match="not the input's times the weights'"):
+        deploy(path, Options())
