@@ -541,7 +541,9 @@ class IntegerGraphReader(OnnxGraphBuilder):
             raise UnsupportedOperator(f"{where}: {node.op_type} of a {xt.dtype} activation (supported: int8, int16)")
         model = self.model_shape(x)
         count = math.prod(model[v] for v in axes)
-        if count << (15 if xt.dtype == "int16" else 7) >= 1 << 31:
+        zp = xt.quant.zero_point[0]
+        largest = 1 << 15 if xt.dtype == "int16" else max(abs(-128 - zp), abs(127 - zp))  # a true value's magnitude
+        if count * largest + count // 2 >= 1 << 31:  # the sum, and a mean's rounding term, in int32
             raise UnsupportedOperator(f"{where}: a sum of {count} {xt.dtype} values may pass int32 (Deeploy's "
                                       f"accumulator)")
         reduced = tuple(k for k, m in enumerate(ir_axes) if m in axes)
