@@ -68,7 +68,8 @@ class VariantRule:
 
 def portable_name(kern) -> str:
     name = _portable_name8(kern)
-    return name.replace("_s8", "_s16") if K.activation_dtype(kern) == "int16" else name
+    wide = {"int16": "_s16", "int32": "_s32"}.get(K.activation_dtype(kern))
+    return name.replace("_s8", wide) if wide else name
 
 
 def _portable_name8(kern) -> str:
@@ -95,6 +96,10 @@ def _portable_name8(kern) -> str:
             return f"{kern.name}_s8"  # logistic_s8, leaky_relu_s8: a table either way
         case K.Sigmoid16():
             return "tanh_s16" if kern.tanh else "logistic_s16"
+        case K.IntReduce():
+            return "reduce_mean_int_s8" if kern.mean else "reduce_sum_int_s8_s32"
+        case K.IntHardswish():
+            return "ihardswish_s8_s32" if kern.act_max > 127 or kern.act_min < -128 else "rq_ihardswish_s8"
     return PORTABLE_NAMES[type(kern)]
 
 
@@ -102,6 +107,7 @@ PORTABLE_NAMES = {
     K.FullyConnected: "fully_connected_s8", K.Mean: "mean_s8", K.TransposeConv: "transpose_conv_s8", K.BatchMatMul: "batch_matmul_s8", K.Add: "elementwise_add_s8", K.Mul: "elementwise_mul_s8", K.Prelu: "prelu_s8",
     K.IntAdd: "elementwise_add_int", K.IntRescale: "requant_shift_s8", K.Offset: "offset_u8_s8",
     K.IntSoftmax: "isoftmax_s8", K.IntRmsNorm: "irmsnorm_s8", K.IntNoNorm: "inonorm_s8",
+    K.IntReduce: "reduce_sum_int_s8_s32", K.IntHardswish: "ihardswish_s8_s32",
     K.Softmax: "softmax_s8", K.TableSoftmax: "softmax_table_s8", K.Lstm: "lstm_s8_s16", K.Svdf: "svdf_s8", K.LogSoftmax: "log_softmax_s8", K.L2Norm: "l2_normalization_s8", K.HardSwish: "hard_swish_s8", K.Slopes: "leaky_relu_s16", K.Softmax16: "softmax_s16",
     K.Requantize: "requantize_s8", K.Quantize: "quantize_f32_s8", K.Dequantize: "dequantize_s8_f32",
     K.Copy: "reshape", K.Pad: "pad_s8", K.Concat: "concatenation_s8", K.Transpose: "transpose_s8", K.Gather: "gather_s8",
@@ -116,7 +122,7 @@ def _portable(kern, weight_bytes: int, use: str) -> Variant:
                    walk="pixels" if pixels else None)
 
 
-PORTABLE = VariantRule("portable", _portable, dtypes=("int8", "int16"))  # every kernel
+PORTABLE = VariantRule("portable", _portable, dtypes=("int8", "int16", "int32"))  # every kernel
 
 
 def choose(rules: tuple[VariantRule, ...], kern, weight_bytes: int, use: str = "whole") -> Variant:

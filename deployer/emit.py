@@ -163,10 +163,14 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
             return dict(flat=int(np.prod(kern.view.shape, dtype=np.int64)) if kern.view.dense else None,
                         rq=dict(add=c_int64(kern.add), post_add=c_int64(kern.post_add),
                                 post=(kern.post_mul, kern.post_add, kern.post_shift) != (1, 0, 0)))
-        case K.IntRescale() | K.Pool() if kern.int_rq is not None:
+        case K.IntRescale() | K.IntHardswish() | K.Pool() if kern.int_rq is not None:
             return _int_rq_context(kern.int_rq, k, sym)
         case K.IntNoNorm():
             return dict(bias=sym.tensor(data[2], f"op{k}_bias"))
+        case K.IntReduce():
+            strides = K.element_strides(kern.in_shape)
+            return dict(kept=[(kern.in_shape[d], strides[d]) for d in kern.kept],
+                        reduced=[(kern.in_shape[d], strides[d]) for d in kern.axes])
         case K.Lookup():
             return dict(table=sym.array(f"op{k}_table", "int8_t", kern.table))
         case K.Concat():

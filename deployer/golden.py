@@ -180,6 +180,25 @@ def _int_rescale(k: K.IntRescale, x):
     return int_requant(xs, k.int_rq, k.act_min, k.act_max)
 
 
+def _int_reduce(k: K.IntReduce, x):
+    v = np.transpose(x.reshape(k.in_shape), k.kept + k.axes).reshape(-1, k.count).astype(np.int64)
+    s = v.sum(axis=1) + k.sum_offset
+    if k.mean:
+        n, sh = k.count, k.mean_shift
+        if sh is not None:  # half up, by a shift
+            s = (s + ((1 << sh) >> 1)) >> sh
+        else:  # half away from zero, C's truncating division
+            s = np.where(s >= 0, (s + n // 2) // n, -((-s + n // 2) // n))
+        s = s + k.output_offset
+    return np.clip(s, k.act_min, k.act_max)
+
+
+def _int_hardswish(k: K.IntHardswish, x):
+    v = x.reshape(-1, k.channels).astype(np.int64) + k.input_offset
+    acc = v * (np.clip(v + k.three, 0, k.six) * k.one_over_six)
+    return int_requant(acc, k.int_rq, k.act_min, k.act_max)
+
+
 def _mul(k: K.Mul, a, b):
     sa, sb = _views(k.view, a, b)
     out = fx.mbqm((sa + k.a_offset) * (sb + k.b_offset), k.out_multiplier, k.out_shift) + k.output_offset
@@ -567,6 +586,10 @@ def run_kernel(kernel, layer, graph: Graph, values: dict[int, np.ndarray]) -> np
             y = _int_add(kernel, ins[0], ins[1])
         case K.IntRescale():
             y = _int_rescale(kernel, ins[0])
+        case K.IntReduce():
+            y = _int_reduce(kernel, ins[0])
+        case K.IntHardswish():
+            y = _int_hardswish(kernel, ins[0])
         case K.Offset():
             y = ins[0].astype(np.int64) + kernel.delta
         case K.IntSoftmax():

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from network_parser.errors import UnsupportedOperator
-from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntRequant, Layer, Tensor
+from network_parser.ir import DTYPE_BYTES, Graph, IntegerAdd, IntegerHardswish, IntegerReduce, IntRequant, Layer, Tensor
 
 from network_parser import conv_geometry as geo
 from .recurrent import Lstm, Svdf, lower_lstm, lower_svdf
@@ -272,13 +272,59 @@ class IntAdd:
 
 @dataclass(frozen=True, slots=True)
 class IntRescale:
-    """REQUANT_SHIFT on its own: per channel (the last axis) of an 8-bit activation."""
+    """REQUANT_SHIFT on its own: per channel (the last axis) of an 8-bit activation (or of an
+    int16 / int32 one, requantized down)."""
     elements: int
     channels: int
     input_offset: int
     act_min: int
     act_max: int
     int_rq: IntRequant
+    dtype: str = "int8"  # the input's type
+
+
+@dataclass(frozen=True, slots=True)
+class IntReduce:
+    """SUM / MEAN of an integer graph (Deeploy's ReduceSum, ReduceMean): per output element, in
+    order, the input elements over ``axes`` summed in int32 (``sum_offset``: the input offset's
+    share); MEAN divides by their count, a power of two by a shift rounding half up, another
+    count rounding half away from zero. The output walks the input's ``kept`` axes in order."""
+    in_shape: tuple[int, ...]
+    kept: tuple[int, ...]
+    axes: tuple[int, ...]
+    sum_offset: int
+    mean: bool
+    output_offset: int
+    act_min: int
+    act_max: int
+    dtype: str = "int8"  # the input's type
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.in_shape[a] for a in self.axes)
+
+    @property
+    def mean_shift(self) -> int | None:
+        """log2 of the count when it is a power of two (the mean is a rounding shift), else None."""
+        n = self.count
+        return n.bit_length() - 1 if n & (n - 1) == 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class IntHardswish:
+    """HARD_SWISH of an integer graph (Deeploy's iHardswish): x = in + input_offset,
+    acc = x * (clamp(x + three, 0, six) * one_over_six) in int32, requantized by ``int_rq`` per
+    channel (the last axis; an identity clamped to int32 when the output is the raw value)."""
+    elements: int
+    channels: int
+    input_offset: int
+    one_over_six: int
+    three: int
+    six: int
+    act_min: int
+    act_max: int
+    int_rq: IntRequant
+    dtype: str = "int8"  # the input's type
 
 
 @dataclass(frozen=True, slots=True)
@@ -971,7 +1017,46 @@ def _rescale(g: Graph, l: Layer, where: str) -> IntRescale:
     x = g.tensors[l.inputs[0]]
     channels = x.shape[-1] if x.shape else 1
     lo, hi = _int_range(l.attrs.requant, channels, where)
-    return IntRescale(x.elements, channels, -x.zero_point, lo, hi, l.attrs.requant)
+    return IntRescale(x.elements, channels, -x.zero_point, lo, hi, l.attrs.requant, x.dtype)
+
+
+def _int_reduce(g: Graph, l: Layer, where: str) -> IntReduce:
+    x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
+    a: IntegerReduce = l.attrs
+    rank = len(x.shape)
+    if sorted((*a.kept, *a.axes)) != list(range(rank)):
+        raise UnsupportedOperator(f"{where}: kept axes {list(a.kept)} and reduced axes {list(a.axes)} do not "
+                                  f"cover the input's {rank} axes once each")
+    if y.elements != math.prod(x.shape[k] for k in a.kept):
+        raise UnsupportedOperator(f"{where}: output {list(y.shape)} is not {list(x.shape)} reduced over {list(a.axes)}")
+    if x.dtype not in ("int8", "int16"):
+        raise UnsupportedOperator(f"{where}: {l.op} of a {x.dtype} input (supported: int8, int16)")
+    count = math.prod(x.shape[d] for d in a.axes)
+    mean = l.op == "MEAN"
+    if mean and (y.dtype, y.quant) != (x.dtype, x.quant) or not mean and y.dtype != "int32":
+        raise UnsupportedOperator(f"{where}: {l.op} to {y.dtype} (MEAN keeps its input's type and "
+                                  f"quantization; SUM gives int32)")
+    lo, hi = dtype_range(y.dtype)
+    return IntReduce(tuple(x.shape), a.kept, a.axes, -x.zero_point * count, mean, y.zero_point if mean else 0,
+                     lo, hi, x.dtype)
+
+
+def _sum(g: Graph, l: Layer, where: str) -> IntReduce:
+    if not isinstance(l.attrs, IntegerReduce):
+        raise UnsupportedOperator(f"{where}: SUM outside an integer graph")
+    return _int_reduce(g, l, where)
+
+
+def _int_hardswish(g: Graph, l: Layer, where: str) -> IntHardswish:
+    x, y = _same_shape(g, l, where)
+    a: IntegerHardswish = l.attrs
+    if x.dtype != "int8":
+        raise UnsupportedOperator(f"{where}: integer HARD_SWISH of a {x.dtype} input (supported: int8)")
+    channels = x.shape[-1] if x.shape else 1
+    lo, hi = _int_range(a.requant, channels, where)
+    if (lo, hi) != (max(lo, dtype_range(y.dtype)[0]), min(hi, dtype_range(y.dtype)[1])):
+        raise UnsupportedOperator(f"{where}: requantization clamp {lo}..{hi} beyond the {y.dtype} output")
+    return IntHardswish(x.elements, channels, -x.zero_point, a.one_over_six, a.three, a.six, lo, hi, a.requant)
 
 
 def _row_view(x: Tensor, axis: int) -> tuple[int, int, int]:
@@ -1123,7 +1208,9 @@ def _pool(g: Graph, l: Layer, where: str) -> Pool:
     return Pool(kind, n, ih, iw, c, oh, ow, fh, fw, sh, sw, *pads, lo, hi, dtype=y.dtype)
 
 
-def _mean(g: Graph, l: Layer, where: str) -> Mean:
+def _mean(g: Graph, l: Layer, where: str) -> Mean | IntReduce:
+    if isinstance(l.attrs, IntegerReduce):
+        return _int_reduce(g, l, where)
     x, y = g.tensors[l.inputs[0]], g.tensors[l.outputs[0]]
     rank = len(x.shape)
     if any(not -rank <= a < rank for a in l.attrs.axes):
@@ -1354,7 +1441,9 @@ def _int16_multiplier(m32: int) -> int:
     return (1 << 15) - 1 if m32 >= (1 << 31) - 1 - (1 << 15) else (m32 + (1 << 15)) >> 16
 
 
-def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish:
+def _hard_swish(g: Graph, l: Layer, where: str) -> HardSwish | IntHardswish:
+    if isinstance(l.attrs, IntegerHardswish):
+        return _int_hardswish(g, l, where)
     x, y = _same_shape(g, l, where)
     # HardSwishPrepare computes every scale in float32 (absurd scales overflow it: quantize_multiplier
     # refuses a factor that is not finite)
@@ -1645,7 +1734,7 @@ def _broadcast_to(g: Graph, l: Layer, where: str) -> Strided:
 LOWERINGS = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fc, "TRANSPOSE_CONV": _transpose_conv, "BATCH_MATMUL": _batch_matmul,
     "ADD": _add, "SUB": _add, "SQUARED_DIFFERENCE": _squared_difference, "PRELU": _prelu, "MUL": _mul, "MAXIMUM": _min_max, "MINIMUM": _min_max, "AVERAGE_POOL_2D": _pool, "MAX_POOL_2D": _pool,
-    "MEAN": _mean, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
+    "MEAN": _mean, "SUM": _sum, "SOFTMAX": _softmax, "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_norm, "LOGISTIC": _logistic, "TANH": _float_lookup, "EXP": _float_lookup, "LOG": _float_lookup,
     "RSQRT": _float_lookup, "SQRT": _sqrt, "NEG": _neg, "HARD_SWISH": _hard_swish,
     "LEAKY_RELU": _leaky_relu, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "RESIZE_BILINEAR": _resize_bilinear, "ABS": _abs,
     "RELU": _requantize_act, "RELU6": _requantize_act, "RELU_N1_TO_1": _requantize_act,
@@ -1661,7 +1750,7 @@ LOWERINGS = {
 
 Kernel = (Conv | TransposeConv | BatchMatMul | FullyConnected | Add | Mul | MinMax | Prelu | Pool | Mean | Softmax | LogSoftmax | L2Norm | Lookup | HardSwish
           | Slopes | Sigmoid16 | Softmax16 | Requantize | Quantize | Dequantize | TableSoftmax | Copy | Pad | AxisGather | Concat | Gather | Reduce | Transpose | Strided | ResizeNearest | ResizeBilinear | ResizeLinear | IntAdd | IntRescale
-          | IntSoftmax | IntRmsNorm | IntNoNorm | Offset | Lstm | Svdf)
+          | IntSoftmax | IntRmsNorm | IntNoNorm | IntReduce | IntHardswish | Offset | Lstm | Svdf)
 
 
 WEIGHTED = (Conv, TransposeConv, FullyConnected)  # kernels whose constant weights and bias are not data inputs
@@ -1702,7 +1791,8 @@ def lower_graph(graph: Graph) -> tuple[Kernel, ...]:
 
 
 def activation_dtype(kernel: Kernel) -> str:
-    """The activation type a kernel computes on ("int16" for the 16x8 kernels, else "int8")."""
+    """The activation type a kernel computes on ("int16" for the 16x8 kernels, "int32" for an integer
+    graph's requantization of raw int32 values, else "int8")."""
     return getattr(kernel, "dtype", "int8")
 
 

@@ -79,7 +79,10 @@ INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
 
 
 def dtype_range(dtype: str) -> tuple[int, int]:
-    """The stored range of an activation type (int16 in 16x8 layers, else int8)."""
+    """The stored range of an activation type (int16 in 16x8 layers, int32: an integer graph's raw
+    values, else int8)."""
+    if dtype == "int32":
+        return -(1 << 31), (1 << 31) - 1
     return (INT16_MIN, INT16_MAX) if dtype == "int16" else (INT8_MIN, INT8_MAX)
 
 

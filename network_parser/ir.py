@@ -246,6 +246,28 @@ class IntegerNoNorm:
 
 
 @dataclass(frozen=True, slots=True)
+class IntegerReduce:
+    """SUM / MEAN of an integer graph (Deeploy's ReduceSum, ReduceMean): the input's true values
+    summed over ``axes`` in int32; MEAN divides the sum by the count, rounding half up by a
+    shift when the count is a power of two, else half away from zero (Deeploy's generic
+    kernel). The output holds the kept axes in the order ``kept`` lists them (any reshape of
+    that order: the layout the output value needs is written directly)."""
+    axes: tuple[int, ...]
+    kept: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerHardswish:
+    """HARD_SWISH of an integer graph (Deeploy's iHardswish) on the input's true values:
+    h = x * (clamp(x + three, 0, six) * one_over_six) in int32, then ``requant`` (a following
+    RequantShift folded in; without one, an identity clamped to int32: h is the output)."""
+    one_over_six: int
+    three: int
+    six: int
+    requant: IntRequant
+
+
+@dataclass(frozen=True, slots=True)
 class Mean:
     axes: tuple[int, ...]
     keep_dims: bool
@@ -399,7 +421,7 @@ class NoAttrs:
 
 
 Attrs = Union[Conv2D, DepthwiseConv2D, TransposeConv2D, BatchMatMul, FullyConnected, Pool2D, Elementwise, IntegerAdd, Rescale,
-              IntegerSoftmax, IntegerRmsNorm, IntegerNoNorm,
+              IntegerSoftmax, IntegerRmsNorm, IntegerNoNorm, IntegerReduce, IntegerHardswish,
               Mean, Softmax, Resize, LeakyRelu, Pad, Gather, GatherNd, Block, SpaceBatch, Tile, Axis, Reduce, Concat, Transpose, StridedSlice, Lstm, Svdf, NoAttrs]
 
 

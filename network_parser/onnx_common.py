@@ -21,7 +21,7 @@ from .side_files import read_model_file
 UNIT = Quant((1.0,), (0,))
 STANDARD_DOMAINS = ("", "ai.onnx")  # the default operator set's two spellings
 # Inputs every node of an op needs (present and named), before any reader looks at it.
-ARITY = {"Conv": 2, "Gemm": 2, "MatMul": 2, "Add": 2, "Mul": 2, "Div": 2, "Reshape": 2, "RequantShift": 3,
+ARITY = {"Conv": 2, "Gemm": 2, "MatMul": 2, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Reshape": 2, "RequantShift": 3,
          "iRMSNorm": 2, "iNoNorm": 3,
          "QuantizeLinear": 2, "DequantizeLinear": 2, "QLinearConv": 8, "QLinearMatMul": 8, "QGemm": 6,
          "QLinearAdd": 8, "QLinearAveragePool": 5, "QLinearGlobalAveragePool": 5}

@@ -22,6 +22,7 @@ output is converted at the edge (one add of -128 / +128).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +31,9 @@ import onnx
 
 from .cut import CutSpec
 from .errors import ModelFormatError, UnsupportedOperator, UsageError
-from .ir import (BatchMatMul, FullyConnected, MatRequant, Transpose, name_text, Graph, IntegerAdd, IntegerNoNorm,
-                 IntegerRmsNorm, IntegerSoftmax, IntRequant, NoAttrs, Pad, Pool2D, Quant, Rescale, Source)
+from .ir import (BatchMatMul, FullyConnected, MatRequant, Transpose, name_text, Graph, IntegerAdd, IntegerHardswish,
+                 IntegerNoNorm, IntegerReduce, IntegerRmsNorm, IntegerSoftmax, IntRequant, NoAttrs, Pad, Pool2D, Quant,
+                 Rescale, Source)
 from .onnx_common import (_IR_AXES, STANDARD_DOMAINS, UNIT, OnnxGraphBuilder, Value, exact_ints as _exact_ints,
                           ir_layout, load_onnx, tensor_array)
 
@@ -41,14 +43,18 @@ UNSIGNED = Quant((1.0,), (-128,))
 # the argmax of their input is the answer).
 TRAILING_FLOAT_OPS = ("LogSoftmax", "Softmax", "Sigmoid")
 CHAIN_OPS = ("Mul", "Add", "Div", "Cast", "Floor", "Clip", "Relu", "RequantShift", "Identity")
-# Deeploy's integer approximations of softmax and of the layer norms (its quantization library's
-# I-BERT style operators), run with the arithmetic of its kernels
-DEEPLOY_OPS = ("iSoftmax", "iRMSNorm", "iNoNorm")
+# Deeploy's own integer operators: its requantization, integer division and hardswish, and the
+# integer approximations of softmax and of the layer norms (its quantization library's I-BERT style
+# operators), run with the arithmetic of its kernels
+DEEPLOY_OPS = ("RequantShift", "iHardswish", "TrueIntegerDiv", "iSoftmax", "iRMSNorm", "iNoNorm")
 # every node type an integer graph may hold (``deploy ops``; the reader's handlers are these)
-INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "MaxPool", "AveragePool", "GlobalAveragePool",
+INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "Sub", "MaxPool", "AveragePool", "GlobalAveragePool",
                                    "GlobalMaxPool", "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze",
                                    "Unsqueeze", "Expand", "Concat", "Transpose", "Slice", "Split", "Resize",
-                                   *CHAIN_OPS, *DEEPLOY_OPS, *TRAILING_FLOAT_OPS)))
+# Deeploy's own integer operators: its requantization, integer division and hardswish, and the
+# integer approximations of softmax and of the layer norms (its quantization library's I-BERT style
+# operators), run with the arithmetic of its kernels
+DEEPLOY_OPS = ("RequantShift", "iHardswish", "TrueIntegerDiv", "iSoftmax", "iRMSNorm", "iNoNorm")
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
@@ -162,11 +168,12 @@ class IntegerGraphReader(OnnxGraphBuilder):
 
     def handlers(self) -> dict:
         """The reader's handler of every node type an integer graph may hold (INTEGER_OPS)."""
-        handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add,
+        handlers = {"Conv": self._conv, "Gemm": self._fc, "MatMul": self._fc, "Add": self._add, "Sub": self._sub,
                     "MaxPool": self._pool, "AveragePool": self._pool, "GlobalAveragePool": self._pool,
                     "Flatten": self._flatten, "Reshape": self._flatten, "Pad": self._pad,
                     "Constant": lambda i, n: None, "iSoftmax": self._isoftmax, "iRMSNorm": self._irmsnorm,
-                    "iNoNorm": self._inonorm, **self.glue_handlers()}
+                    "iNoNorm": self._inonorm, "ReduceSum": self._reduce, "ReduceMean": self._reduce,
+                    "iHardswish": self._hardswish, "TrueIntegerDiv": self._true_integer_div, **self.glue_handlers()}
         for op in CHAIN_OPS:
             handlers.setdefault(op, self._standalone_chain)
         for op in TRAILING_FLOAT_OPS:
@@ -651,30 +658,161 @@ class IntegerGraphReader(OnnxGraphBuilder):
                     return self.value(src, i), m[0]
         return self.value(name, i), 1
 
-    def _add(self, i: int, node) -> None:
+    def _add(self, i: int, node, sign: int = 1) -> None:
+        """Add (``sign`` -1: Sub) of two activations over their true values, with the requantization
+        after it; the sum's output is int32 when no clamp follows (Deeploy's Add and Sub write int32)."""
+        op = "ADD" if sign > 0 else "SUB"
         if any(x in self.consts for x in node.input):  # Add of a constant: part of a requantization
+            if sign < 0:
+                raise UnsupportedOperator(f"{self.where(i)}: Sub with a constant operand")
             return self._standalone_chain(i, node)
         where = self.where(i)
         (a, ma), (b, mb) = (self._scaled_operand(n, i) for n in node.input[:2])
         ta, tb = self.tensors[a.tensor], self.tensors[b.tensor]
         for t in (ta, tb):
             if t.dtype != "int8":
-                raise UnsupportedOperator(f"{where}: operand '{t.name}' is {t.dtype}; Add reads 8-bit activations")
+                raise UnsupportedOperator(f"{where}: operand '{t.name}' is {t.dtype}; {node.op_type} reads 8-bit activations")
         try:
             shape = np.broadcast_shapes(ta.shape, tb.shape)
         except ValueError:
             raise UnsupportedOperator(f"{where}: operands {list(ta.shape)} and {list(tb.shape)} do not broadcast") from None
         chain = self.absorb(node.output[0], 1)
         unsigned = ta.quant.zero_point[0] == -128 and tb.quant.zero_point[0] == -128
-        self.saturate_if_read_as_8bit(chain, unsigned, where)
+        self.saturate_if_read_as_8bit(chain, unsigned and sign > 0, where)
         if len(chain.mul) != 1 or len(chain.add) != 1:
-            raise UnsupportedOperator(f"{where}: a per-channel requantization after Add")
-        rq, dtype, quant = self.requant(chain, 1, where, unsigned, allow_post=True)
-        attrs = IntegerAdd(ma * rq.mul[0], mb * rq.mul[0], rq.add[0], rq.shift, rq.lo, rq.hi,
+            raise UnsupportedOperator(f"{where}: a per-channel requantization after {node.op_type}")
+        rq, dtype, quant = self.requant(chain, 1, where, unsigned and sign > 0, allow_post=True)
+        attrs = IntegerAdd(ma * rq.mul[0], sign * mb * rq.mul[0], rq.add[0], rq.shift, rq.lo, rq.hi,
                            *self.post_stage(chain, quant))
         out = self.add_tensor(chain.end, shape, dtype, quant)
-        self.add_layer("ADD", [a.tensor, b.tensor], [out], attrs, chain.end)
+        self.add_layer(op, [a.tensor, b.tensor], [out], attrs, chain.end)
         self.values[chain.end] = Value(out, max(a.rank, b.rank))
+
+    def _sub(self, i: int, node) -> None:
+        self._add(i, node, -1)
+
+    def _reduce(self, i: int, node) -> None:
+        """ReduceSum / ReduceMean over constant axes (Deeploy's kernels): SUM gives the int32 sum of
+        the true values; MEAN the rounded mean in the input's own type (it stays in its range).
+        The output is written in the IR layout of its own rank, whatever axes are dropped."""
+        x = self.value(node.input[0], i)
+        where, ir_axes = self._moved(i, node, x)
+        xt = self.tensors[x.tensor]
+        a = self.attrs(node)
+        axes = a.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            axes = _exact_ints(self.const(node.input[1], i, "the axes"), "the axes", where).reshape(-1).tolist()
+        if not axes:
+            if a.get("noop_with_empty_axes", 0):
+                self.values[node.output[0]] = x
+                return
+            axes = list(range(x.rank))
+        if any(not -x.rank <= v < x.rank for v in axes) or len({v % x.rank for v in axes}) != len(axes):
+            raise ModelFormatError(f"{where}: axes {list(axes)} of a rank-{x.rank} activation")
+        axes = sorted(v % x.rank for v in axes)
+        keep = bool(a.get("keepdims", 1))
+        if xt.dtype not in ("int8", "int16"):
+            raise UnsupportedOperator(f"{where}: {node.op_type} of a {xt.dtype} activation (supported: int8, int16)")
+        model = self.model_shape(x)
+        count = math.prod(model[v] for v in axes)
+        zp = xt.quant.zero_point[0]
+        largest = 1 << 15 if xt.dtype == "int16" else max(abs(-128 - zp), abs(127 - zp))  # a true value's magnitude
+        if count * largest + count // 2 >= 1 << 31:  # the sum, and a mean's rounding term, in int32
+            raise UnsupportedOperator(f"{where}: a sum of {count} {xt.dtype} values may pass int32 (Deeploy's "
+                                      f"accumulator)")
+        reduced = tuple(k for k, m in enumerate(ir_axes) if m in axes)
+        if keep:
+            rank, kept = x.rank, tuple(k for k in range(len(ir_axes)) if k not in reduced)
+            shape = tuple(1 if k in reduced else n for k, n in enumerate(xt.shape))
+        else:
+            rank = x.rank - len(axes)
+            if rank == 0:
+                raise UnsupportedOperator(f"{where}: {node.op_type} to a scalar (keepdims 0 over every axis)")
+            if rank > 2 and 0 in axes:
+                raise UnsupportedOperator(f"{where}: {node.op_type} over the batch axis to a rank-{rank} value (the "
+                                          f"engine's values keep their batch axis first)")
+            left = [m for m in range(x.rank) if m not in axes]  # output axis j is input axis left[j]
+            out_axes = _IR_AXES[rank]
+            order = [ir_axes.index(left[m]) for m in out_axes if m is not None]
+            # the input's other axes (its added one, of size 1) after them: they move no value
+            kept = tuple(order) + tuple(k for k in range(len(ir_axes)) if k not in reduced and k not in order)
+            shape = tuple(1 if m is None else model[left[m]] for m in out_axes)
+        if node.op_type == "ReduceSum":
+            op, dtype, quant = "SUM", "int32", UNIT
+        else:
+            op, dtype, quant = "MEAN", xt.dtype, xt.quant
+        out = self.add_tensor(node.output[0], shape, dtype, quant)
+        self.add_layer(op, [x.tensor], [out], IntegerReduce(reduced, kept), node.output[0])
+        self.values[node.output[0]] = Value(out, rank)
+
+    def _int_attrs(self, i: int, node, names: tuple[str, ...]) -> list[int]:
+        """Integer attributes a Deeploy operator needs (ints, or floats holding integers)."""
+        a = self.attrs(node)
+        values = []
+        for name in names:
+            v = a.get(name)
+            if isinstance(v, onnx.TensorProto):
+                v = _tensor_attr(a, name, None, self.where(i))
+            if v is None or isinstance(v, (bytes, str, list)) or not float(v).is_integer():
+                raise ModelFormatError(f"{self.where(i)}: attribute '{name}' must be one integer, found {v!r}")
+            values.append(int(v))
+        return values
+
+    def _hardswish(self, i: int, node) -> None:
+        """Deeploy's iHardswish of int8 values: x * (clamp(x + three, 0, six) * one_over_six) in
+        int32, with the RequantShift after it (if any) as its requantization."""
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        xt = self.tensors[x.tensor]
+        one_over_six, six, three = self._int_attrs(i, node, ("one_over_six", "six", "three"))
+        if xt.dtype != "int8" or xt.quant.zero_point[0] != 0:
+            # Deeploy's kernel multiplies an unsigned input's stored (offset) value: no true-value rule to follow
+            raise UnsupportedOperator(f"{where}: iHardswish of a {'unsigned ' if xt.dtype == 'int8' else ''}"
+                                      f"{xt.dtype} activation (supported: signed int8, as Deeploy's kernel reads)")
+        v = np.arange(-128, 128, dtype=np.int64)
+        t = np.clip(v + three, 0, six) * one_over_six
+        if max(np.abs(t).max(), np.abs(v * t).max()) >= 1 << 31:
+            raise UnsupportedOperator(f"{where}: iHardswish constants (one_over_six {one_over_six}, six {six}, "
+                                      f"three {three}) take int8 values past int32")
+        c = xt.shape[-1]
+        chain = self.absorb(node.output[0], c)
+        rq, dtype, quant = self.requant(chain, c, where)
+        out = self.add_tensor(chain.end, xt.shape, dtype, quant)
+        self.add_layer("HARD_SWISH", [x.tensor], [out], IntegerHardswish(one_over_six, three, six, rq), chain.end)
+        self.values[chain.end] = Value(out, x.rank)
+
+    def _true_integer_div(self, i: int, node) -> None:
+        """Deeploy's TrueIntegerDiv (x times Delta / y, its integer approximation) runs merged into
+        the RequantShift after it, as Deeploy's MergeTrueIntegerDivRequantShiftPass merges them:
+        that RequantShift's multiplier times floor(Delta * eta / (y * eta + eps)) * 256, its
+        divisor times 256 (it has no kernel of its own). One REQUANT_SHIFT of x."""
+        where = self.where(i)
+        x = self.value(node.input[0], i)
+        delta, eps, eta, y = self._int_attrs(i, node, ("Delta", "eps", "eta", "y"))
+        nxt = self.single_consumer(node.output[0])
+        rqs = self.nodes[nxt] if nxt is not None and nxt not in self.done else None
+        scalar = rqs is not None and rqs.op_type == "RequantShift" and len(rqs.input) >= 3 \
+            and all(n in self.consts and self.consts[n].size == 1 for n in rqs.input[1:3])
+        if not scalar or _exact_ints(self.consts[rqs.input[2]], "add", where).reshape(-1)[0] != 0:
+            raise UnsupportedOperator(f"{where}: TrueIntegerDiv runs merged into a RequantShift after it, with one "
+                                      f"constant multiplier and a zero addend (as Deeploy merges it)")
+        if y * eta + eps <= 0:
+            raise UnsupportedOperator(f"{where}: TrueIntegerDiv with y * eta + eps = {y * eta + eps}")
+        self.check_node(nxt, rqs)
+        ra = self.attrs(rqs)
+        rwhere = self.where(nxt)
+        mul = int(_exact_ints(self.consts[rqs.input[1]], "mul", rwhere).reshape(-1)[0])
+        k, off = _power_of_two(int(_tensor_attr(ra, "div", 1, rwhere)))
+        if k < 0 or off:
+            raise UnsupportedOperator(f"{rwhere}: RequantShift div is not a power of two")
+        levels = int(_tensor_attr(ra, "n_levels_out", _tensor_attr(ra, "n_levels", 256, rwhere), rwhere))
+        signed = bool(_tensor_attr(ra, "signed", 1, rwhere))
+        coeff = math.floor((delta * eta) / (y * eta + eps)) * 256  # Deeploy's float64 quotient, floored
+        lo, hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
+        chain = Chain([mul * coeff], [1 << (k + 7)], k + 8, lo, hi, nodes=[nxt])  # rounds half up, as RequantShift
+        self.done.add(nxt)
+        c = self.tensors[x.tensor].shape[-1]
+        self._rescale(i, x, self.absorb(rqs.output[0], c, chain))
 
     def _pool(self, i: int, node) -> None:
         where = self.where(i)
@@ -757,12 +895,17 @@ class IntegerGraphReader(OnnxGraphBuilder):
         if chain.identity:
             self.values[chain.end] = x
             return
-        if xt.dtype != "int8":
-            raise UnsupportedOperator(f"{self.where(i)}: requantization of a {xt.dtype} activation that no "
-                                      f"layer produces with it (only 8-bit activations can be rescaled alone)")
+        self._rescale(i, x, chain)
+
+    def _rescale(self, i: int, x: Value, chain: Chain) -> None:
+        """One REQUANT_SHIFT of ``x`` (int8, or an int16 / int32 value requantized down) by ``chain``."""
+        xt = self.tensors[x.tensor]
+        c = xt.shape[-1]
+        if xt.dtype not in ("int8", "int16", "int32"):
+            raise UnsupportedOperator(f"{self.where(i)}: requantization of a {xt.dtype} activation")
         # the layer reads stored values: the input offset (128 for unsigned) makes them true values
         rq, dtype, quant = self.requant(chain, c, self.where(i))
-        if dtype != "int8":
+        if dtype != "int8" and xt.dtype == "int8":
             raise UnsupportedOperator(f"{self.where(i)}: a requantization of an 8-bit activation to {dtype}")
         out = self.add_tensor(chain.end, xt.shape, dtype, quant)
         self.add_layer("REQUANT_SHIFT", [x.tensor], [out], Rescale(rq), chain.end)

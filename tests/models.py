@@ -96,6 +96,12 @@ DEEPLOY_NETS = [
     "Kernels/Integer/Pad/Regular_2D",
     "Kernels/Integer/Slice",
     "Kernels/Integer/Attention",  # products of two activations per head, the integer softmax
+    "Kernels/Integer/Sub",  # int32 output (Deeploy's Sub writes int32)
+    "Kernels/Integer/ReduceSum",  # int32 sums
+    "Kernels/Integer/ReduceMean",
+    "Kernels/Integer/Hardswish/Regular",  # int32 output
+    "Kernels/Integer/Hardswish/Regular_RQ",  # its RequantShift from int32 folded in
+    "Kernels/Integer/TrueIntegerDiv",  # 16-bit input, merged into the RequantShift after it as Deeploy does
     *DEEPLOY_NORM_NETS,
     "Models/MLPerf/AnomalyDetection",
     "Models/MLPerf/ImageClassification",
