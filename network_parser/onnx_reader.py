@@ -51,10 +51,7 @@ DEEPLOY_OPS = ("RequantShift", "iHardswish", "TrueIntegerDiv", "iSoftmax", "iRMS
 INTEGER_OPS = tuple(dict.fromkeys(("Conv", "Gemm", "MatMul", "Add", "Sub", "MaxPool", "AveragePool", "GlobalAveragePool",
                                    "GlobalMaxPool", "Flatten", "Reshape", "Pad", "Constant", "Gather", "Squeeze",
                                    "Unsqueeze", "Expand", "Concat", "Transpose", "Slice", "Split", "Resize",
-# Deeploy's own integer operators: its requantization, integer division and hardswish, and the
-# integer approximations of softmax and of the layer norms (its quantization library's I-BERT style
-# operators), run with the arithmetic of its kernels
-DEEPLOY_OPS = ("RequantShift", "iHardswish", "TrueIntegerDiv", "iSoftmax", "iRMSNorm", "iNoNorm")
+                                   "ReduceSum", "ReduceMean", *DEEPLOY_OPS, *CHAIN_OPS, *TRAILING_FLOAT_OPS)))
 
 
 def read_onnx(path: Path, input_layout: str = "nchw", output_layout: str = "nchw",
