@@ -67,6 +67,15 @@ def fuse_pad_into_conv(graph: Graph) -> tuple[Graph, list[str]]:
     return replace(graph, layers=tuple(l for k, l in enumerate(layers) if k not in drop)), notes
 
 
+def _well_formed(layer: Layer, graph: Graph) -> bool:
+    """A TRANSPOSE whose permutation and output shape agree with its input."""
+    if not isinstance(layer.attrs, Transpose) or not layer.inputs or not layer.outputs:
+        return False
+    perm, shape = layer.attrs.perm, graph.tensors[layer.inputs[0]].shape
+    return sorted(perm) == list(range(len(shape))) and graph.tensors[layer.outputs[0]].shape == \
+        tuple(shape[p] for p in perm)
+
+
 def _moves_data(perm: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     """Whether a transpose moves bytes: its axes longer than 1 change their order."""
     kept = [p for p in perm if shape[p] > 1]
@@ -84,11 +93,11 @@ def fold_transposes(graph: Graph) -> tuple[Graph, list[str]]:
         writer = {t: k for k, layer in enumerate(layers) for t in layer.outputs}
         change = None
         for k, layer in enumerate(layers):
-            if layer.op != "TRANSPOSE":
-                continue
+            if layer.op != "TRANSPOSE" or not _well_formed(layer, graph):
+                continue  # (a malformed one: the lowering says what is wrong with it)
             src = layer.inputs[0]
             first = layers[writer[src]] if src in writer else None
-            if first is not None and first.op == "TRANSPOSE" and readers.get(src) == [k] \
+            if first is not None and first.op == "TRANSPOSE" and _well_formed(first, graph) and readers.get(src) == [k] \
                     and src not in graph.outputs:
                 p1, p2 = first.attrs.perm, layer.attrs.perm
                 merged = replace(layer, inputs=(first.inputs[0], *layer.inputs[1:]),

@@ -27,7 +27,6 @@ from tests.hostile import WTE, Case, _cnn, _mixed, _qdq_bytes, _requant_shift, _
     run_deploy, write_case
 from tests.unit.test_cli import builder_model, run_clirunner
 
-SHARED_ONNX = ROOT.parent / "shared" / "models" / "onnx"
 
 
 def _one_line(status: int, stderr: str, expected_status: int, kind: str, where: str) -> str:
@@ -325,9 +324,10 @@ def test_qoperator_contrib_op_in_the_default_domain_is_refused(tmp_path):
 def test_shared_deeploy_and_dory_models_pass_the_domain_check():
     """Every shared integer graph's (domain, op type) pairs are in the reader's table (what
     else a model holds is for the other tests)."""
-    models = sorted(SHARED_ONNX.rglob("*.onnx"))
+    from tests.models import ONNX
+    models = sorted(ONNX.rglob("*.onnx"))
     if not models:
-        pytest.skip(f"no shared ONNX models under {SHARED_ONNX}")
+        pytest.skip(f"no reference ONNX models under {ONNX}")
     for path in models:
         try:
             read_onnx(path)
