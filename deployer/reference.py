@@ -283,6 +283,8 @@ def run_reference(model: Path, inputs: list[np.ndarray], preserve: bool = False,
                                [graph.tensors[o].name for o in graph.outputs])
         return "onnxruntime", to_engine_outputs(graph, outs), None
     try:
+        if _tflm_only(Path(model)):  # LiteRT would give wrong values without an error
+            raise ValueError("quantized_dimension: TFLite Micro's alone")
         outs, tensors = run_litert(model, inputs, preserve)
         return "litert-builtin-ref", outs, tensors
     except (ValueError, RuntimeError) as e:

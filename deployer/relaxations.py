@@ -38,7 +38,7 @@ RELAXATIONS = (
                lambda o: o.overlap and o.in_place, "--overlap on (unless --no-in-place)",
                lambda p: any(_shares(p, o) for o in p.overlaps)),
     Relaxation("operator order", "SRAM", "nothing: on a branched graph the ops run in another order it allows, "
-               "the one with the least peak (messages keep the file's op indices)",
+               "the one with the least peak (errors about the model name the file's op)",
                lambda o: o.order == "auto", "--order auto", lambda p: p.order is not None),
     Relaxation("patch inference", "SRAM", "recomputed MACs (the patches' halos), within --max-overhead",
                lambda o: o.patch != "off", "--patch auto", lambda p: bool(p.patches)),

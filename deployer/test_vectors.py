@@ -106,9 +106,13 @@ def find_vectors(model: Path, graph: Graph) -> TestVectors | None:
                 raise ModelFormatError(f"{folder}: the out_layerN.txt dumps hold over {VECTOR_BYTES:,} bytes of values")
         last = layers[-1]
         out_shape = src.output_shapes[0]
+        header = dump_header(dumps[-1])
+        stated = header is not None and int(np.prod(header[1], dtype=np.int64)) == last.size
+        if last.size != int(np.prod(out_shape)) and not stated:
+            raise ModelFormatError(f"{dumps[-1]}: {last.size} values for the output of shape {list(out_shape)}")
         if last.size != int(np.prod(out_shape)) or len(graph.outputs) != 1:
-            # the dumps hold DORY's layers: ops after its last one (a Gather of the scores) are not in them
-            header = dump_header(dumps[-1])
+            # the dumps hold DORY's layers (the header says which): ops after its last one (a Gather
+            # of the scores) are not in them
             layer = f"'{header[0]}', " if header and header[0] else ""
             return TestVectors("dory", [x], None, layers,
                                f"{dumps[-1].name} holds DORY's last layer ({layer}{last.size} values), not the "

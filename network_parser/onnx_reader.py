@@ -135,6 +135,13 @@ class IntegerGraphReader(OnnxGraphBuilder):
                  input_type: str | None):
         super().__init__(path, model, input_layout, output_layout)
         self.input_type = input_type
+        self.batched: set[str] = set()  # values of a batch above 1, in the graph's layout: matrix products' only
+
+    def value(self, name: str, i: int) -> Value:
+        if name in self.batched and self.nodes[i].op_type not in ("MatMul", "Gemm"):
+            raise UnsupportedOperator(f"{self.where(i)}: '{name}' holds a batch above 1, which only matrix products "
+                                      f"(MatMul, Gemm) read; {self.nodes[i].op_type} would take its axes wrongly")
+        return super().value(name, i)
 
     # ---- the graph ----------------------------------------------------------------
 
@@ -198,13 +205,17 @@ class IntegerGraphReader(OnnxGraphBuilder):
         if kind not in ("int8", "uint8", "int16"):
             raise UnsupportedOperator(f"{self.path.name}: graph input '{inp.name}': input type {kind} "
                                       f"(supported: int8, uint8, int16)")
-        t = self.engine_input(inp.name, dims, kind, UNIT)
+        batched = dims[0] != 1 and len(dims) > 2
+        layout, self.input_layout = self.input_layout, "nchw" if batched else self.input_layout
+        t = self.engine_input(inp.name, dims, kind, UNIT)  # a batch stays in the graph's own layout
+        self.input_layout = layout
         if kind == "uint8":  # stored as value - 128 inside
             s = self.add_tensor(f"{inp.name}/as_int8", self.tensors[t].shape, "int8", UNSIGNED)
             self.add_layer("QUANTIZE", [t], [s], NoAttrs(), f"{inp.name}/as_int8")
             t = s
-        if dims[0] != 1 and len(dims) > 2:  # a value of rank 2 or less is held as the graph has it
+        if batched:  # held as the graph has it, as a value of rank 2 or less is (only products read it)
             self.values[inp.name] = Value(t, 2)
+            self.batched.add(inp.name)
             return
         self.values[inp.name] = Value(self.to_nhwc(t, inp.name, dims), len(dims))
 
@@ -565,7 +576,8 @@ class IntegerGraphReader(OnnxGraphBuilder):
         except ValueError:
             raise UnsupportedOperator(f"{where}: batch axes of {list(X.shape)} and {list(Y.shape)} do not broadcast") from None
         alpha, beta = (a.get("alpha", 1.0), a.get("beta", 1.0)) if gemm else (1.0, 1.0)
-        if alpha != int(alpha) or beta != int(beta):
+        if not all(math.isfinite(v) and abs(v) < 2 ** 31 for v in (alpha, beta)) or alpha != int(alpha) \
+                or beta != int(beta):
             raise UnsupportedOperator(f"{where}: Gemm alpha {alpha} and beta {beta} must be integers in an integer graph")
         addend = np.zeros(1, np.int64)
         if gemm and len(node.input) > 2 and node.input[2]:
@@ -583,8 +595,9 @@ class IntegerGraphReader(OnnxGraphBuilder):
                 add = _exact_ints(self.const(n.input[2], j, "add"), "add", self.where(j)).astype(np.int64)
                 div = int(_tensor_attr(ra, "div", 1, self.where(j)))
                 k, off = _power_of_two(div)
-                if k < 0 or off:
-                    raise UnsupportedOperator(f"{self.where(j)}: RequantShift div {div} is not a power of two")
+                if k < 0 or off or k > 31:
+                    raise UnsupportedOperator(f"{self.where(j)}: RequantShift div {div} is not a power of two up "
+                                              f"to 2^31")
                 levels = int(_tensor_attr(ra, "n_levels_out", _tensor_attr(ra, "n_levels", 256, self.where(j)), self.where(j)))
                 signed = bool(_tensor_attr(ra, "signed", 1, self.where(j)))
                 lo, hi = (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
@@ -610,11 +623,22 @@ class IntegerGraphReader(OnnxGraphBuilder):
             raise UnsupportedOperator(f"{where}: a RequantShift to {hi - lo + 1} levels after a matrix product "
                                       f"(supported: 8-bit results, or none: int32)")
         (addend_v, addend_s), (mul_v, mul_s), (add_v, add_s) = vectors
+        # the kernels' widths: int32 constants and products (Deeploy's), the scaling in int64
+        depth = X.shape[-2] if adj_x else X.shape[-1]
+        acc = depth * 255 * 255
+        low = abs(int(alpha)) * acc + max(map(abs, addend_v), default=0)
+        if low >= 2 ** 31 or max(map(abs, mul_v)) >= 2 ** 31 or max(map(abs, add_v)) >= 2 ** 61 \
+                or low * max(map(abs, mul_v)) + max(map(abs, add_v)) >= 2 ** 63:
+            raise UnsupportedOperator(f"{where}: a scaling of the matrix product beyond its integer widths (alpha "
+                                      f"{int(alpha)}, constants up to {max(map(abs, addend_v), default=0)} added, "
+                                      f"{max(map(abs, mul_v))} multiplied: products must stay in 32 bits)")
         rq = MatRequant(int(alpha), addend_v if any(addend_v) else (), addend_s, mul_v, mul_s, add_v, add_s, k, lo, hi)
         in_ir = len(shape) > 2 and shape[0] == 1  # a batch above 1 stays in the graph's layout (as rank 2 does)
         out = self.add_tensor(f"{cur}/model" if in_ir else cur, shape, dtype, quant)
         self.add_layer("BATCH_MATMUL", [xt, yt], [out], BatchMatMul(adj_x, adj_y, rq), cur)
         self.values[cur] = self._ir_layout(out, cur) if in_ir else Value(out, 2)
+        if len(shape) > 2 and not in_ir:
+            self.batched.add(cur)
 
     def _matmul3(self, i: int, node, x: Value) -> None:
         """MatMul of a rank-3 activation (N, S, D), a sequence of S vectors, by constant (D, E)
@@ -889,10 +913,17 @@ class IntegerGraphReader(OnnxGraphBuilder):
             chain.lo, chain.hi = max(chain.lo, lo), min(chain.hi, hi)
             if (chain.lo, chain.hi) == (lo, hi):
                 chain.lo = chain.hi = None
+        if src in self.batched and (len(chain.mul) > 1 or len(chain.add) > 1):
+            raise UnsupportedOperator(f"{self.where(i)}: a per-channel requantization of '{src}', which holds a "
+                                      f"batch above 1 in the graph's own layout")
         if chain.identity:
             self.values[chain.end] = x
+            if src in self.batched:
+                self.batched.add(chain.end)
             return
         self._rescale(i, x, chain)
+        if src in self.batched:
+            self.batched.add(chain.end)
 
     def _rescale(self, i: int, x: Value, chain: Chain) -> None:
         """One REQUANT_SHIFT of ``x`` (int8, or an int16 / int32 value requantized down) by ``chain``."""

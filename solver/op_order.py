@@ -25,7 +25,7 @@ from network_parser.ir import Graph
 
 BEAM = 4096  # sets kept per level: exact below it ...
 WORK = 2_000_000  # ... and fewer on long graphs: levels x sets x ops stays about this (a second or two)
-MAX_OPS = 512  # longer graphs keep the file's order (the search's work grows with the square of the ops)
+MAX_OPS = 300  # longer graphs keep the file's order (the search's work grows with the square of the ops)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class _Buffers:
         owner: dict[int, int] = {}
         for layer in graph.layers:  # reshapes only reinterpret: their output is their input's bytes
             src = layer.inputs[0] if layer.inputs else -1
-            if layer.op in ZERO_COPY and src >= 0 and not tensors[src].is_const:
+            if layer.op in ZERO_COPY and src >= 0 and not tensors[src].is_const and owner.get(src, src) not in outside:
                 owner[layer.outputs[0]] = owner.get(src, src)
 
         def arena(t: int) -> bool:
@@ -79,10 +79,15 @@ class _Buffers:
         # what op k reads must be written first (a reshape's output too, though it holds no bytes)
         wrote = {t: k for k, layer in enumerate(graph.layers) for t in layer.outputs}
         self.before = [0] * n
+        last_user: dict[int, int] = {}  # a state tensor each user updates: its users keep the file's order
         for k, layer in enumerate(graph.layers):
             for t in layer.inputs:
                 if wrote.get(t, k) != k:
                     self.before[k] |= 1 << wrote[t]
+                if t >= 0 and tensors[t].variable:
+                    if t in last_user:
+                        self.before[k] |= 1 << last_user[t]
+                    last_user[t] = k
         self.out = [sum(self.size[t] for t in layer.outputs if t in self.size and self.writer.get(t) == k)
                     for k, layer in enumerate(graph.layers)]
         # buffers that may die when op k runs: what it reads, and what it writes that nobody reads
@@ -122,7 +127,7 @@ def least_peak_order(graph: Graph, outside=frozenset(), savings=None, beam: int 
     op -> ((input, bytes), ...) its output over a dying input saves)."""
     b = _Buffers(graph, outside, savings)
     n = b.n
-    beam = min(beam, max(64, WORK // max(n * n, 1)))
+    beam = min(beam, max(8, WORK // max(n * n, 1)))
     file_peak = file_order_peak(b)
     # set -> (peak, area, live bytes, parent set, op run last)
     level: dict[int, tuple] = {0: (b.start, 0, b.start, None, None)}

@@ -456,3 +456,53 @@ def test_transpose_pairs_fold_and_byte_preserving_transposes_become_reshapes(tmp
     sample = random_inputs(folded.graph, 0)
     ours = run_engine(build_engine(folded), [sample])[0][0]
     assert np.array_equal(ours[0], golden.run(plain.graph, sample, plain.kernels)[0][0])
+
+
+def _batched_product(tmp_path, after=None, **rq):
+    """x[2, 4, 8] @ W[8, 3] -> RequantShift (a batch of 2 inside the graph), then ``after``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).integers(-8, 9, (8, 3)).astype(np.float32), "w")
+    mul = numpy_helper.from_array(np.array(rq.get("mul", 7.0), np.float32), "mul")
+    add = numpy_helper.from_array(np.array(0.0, np.float32), "add")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("RequantShift", ["p", "mul", "add"], ["y"],
+                              div=helper.make_tensor("d", TensorProto.FLOAT, [], [float(rq.get("div", 256))]),
+                              n_levels_out=helper.make_tensor("n", TensorProto.FLOAT, [], [256.0]),
+                              signed=helper.make_tensor("s", TensorProto.FLOAT, [], [1.0]))]
+    out = "y"
+    if after is not None:
+        f = lambda v: helper.make_tensor("c", TensorProto.FLOAT, [], [float(v)])  # noqa: E731
+        nodes.append(helper.make_node(after, ["y"], ["z"], coeffA=f(1), coeffB=f(173), coeffC=f(15599), log2=f(127),
+                                      n_levels=f(256)))
+        out = "z"
+    g = helper.make_graph(nodes, "b", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 4, 3])], [w, mul, add])
+    path = tmp_path / "batched.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_a_batch_inside_the_graph_is_read_by_products_only(tmp_path):
+    """A batch above 1 stays in the graph's layout: what reads it after the product (an iSoftmax)
+    would take its axes wrongly, so it is refused by name; with --input-layout nhwc the product
+    still reads the graph's layout (the engine's values equal numpy's)."""
+    from deployer import golden
+    from deployer.pipeline import Options, deploy
+    with pytest.raises(UnsupportedOperator, match="holds a batch above 1"):
+        read_onnx(_batched_product(tmp_path, after="iSoftmax"), input_type="int8")
+    path = _batched_product(tmp_path)
+    x = np.random.default_rng(1).integers(-128, 128, (2, 4, 8))
+    w = np.random.default_rng(0).integers(-8, 9, (8, 3))
+    want = np.clip((x @ w * 7 + 128) >> 8, -128, 127)
+    for layout in ("nchw", "nhwc"):
+        dep = deploy(path, Options(input_type="int8", input_layout=layout))
+        got = golden.run(dep.graph, [x.astype(np.int8).reshape(dep.graph.tensors[dep.graph.inputs[0]].shape)],
+                         dep.kernels)[0][0]
+        assert np.array_equal(got.reshape(2, 4, 3), want), layout
+
+
+@pytest.mark.parametrize("rq", [dict(mul=2.0 ** 33 + 5), dict(div=2.0 ** 70)])
+def test_a_product_scaling_beyond_the_kernels_widths_is_refused(tmp_path, rq):
+    with pytest.raises(UnsupportedOperator, match="beyond its integer widths|not a power of two up to"):
+        read_onnx(_batched_product(tmp_path, **rq), input_type="int8")
