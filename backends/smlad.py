@@ -304,11 +304,9 @@ def _batch_matmul(kern, weight_bytes: int, use: str) -> Variant | None:
         return None
 
     def context(kern, k, sym, variant, in_place=False):
+        # an integer graph's element-wise scaling: the portable kernel's terms (L.mat_rq), per column
         ctx = dict(macro="batch_matmul", form=form, xo2=_offset_pair(kern.x_offset), yo2=_offset_pair(kern.y_offset),
-                   x_offsets=None, y_offsets=None, mat=None)
-        if kern.requant is not None:  # an integer graph's element-wise scaling, column "@COL@" filled per store
-            from deployer.emit import mat_requant_terms
-            ctx.update(mat=mat_requant_terms(kern.requant, k, sym, col="@COL@"))
+                   x_offsets=None, y_offsets=None, portable_values=kern.requant is not None)
         if len(kern.x_offsets) > 1:
             ctx.update(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
                        y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))

@@ -107,15 +107,16 @@ class _Symbols:
         return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
 
 
-def mat_requant_terms(rq, k: int, sym, col: str = "j") -> dict:
+def _mat_requant_terms(rq, k: int, sym: _Symbols) -> dict:
     """A matrix product's MatRequant vectors as C expressions over the loop's batch ``b``, row ``i``
-    and column ``col``: a literal where a vector holds one value, else an element of its array."""
+    and column ``(j)`` (a DSP kernel storing several columns at once puts its own in place of
+    ``(j)``): a literal where a vector holds one value, else an element of its array."""
     def term(name, values, strides, ctype):
         if not values:
             return "0"
         if len(values) == 1:
             return str(c_int64(values[0]) if ctype == "int64_t" else c_int(values[0]))
-        index = " + ".join(f"{v} * {st}" for v, st in zip(("b", "i", f"({col})"), strides) if st) or "0"
+        index = " + ".join(f"{v} * {st}" for v, st in zip(("b", "i", "(j)"), strides) if st) or "0"
         return f"{sym.array(f'op{k}_{name}', ctype, np.array(values, np.int64))}[{index}]"
     return dict(addend=term("addend", rq.addend, rq.addend_strides, "int32_t"),
                 mul=term("rq_mul", rq.mul, rq.mul_strides, "int32_t"),
@@ -231,7 +232,7 @@ def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: boo
                 ctx.update(x_offsets=sym.array(f"op{k}_x_offsets", "int32_t", np.array(kern.x_offsets, np.int32)),
                            y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
             if kern.requant is not None:
-                ctx.update(mat_rq=mat_requant_terms(kern.requant, k, sym))
+                ctx.update(mat_rq=_mat_requant_terms(kern.requant, k, sym))
             return ctx
         case K.AxisGather():
             return dict(tables=[sym.array(f"op{k}_axis{d}", "int32_t", np.array(t, np.int64))
