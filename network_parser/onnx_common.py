@@ -326,24 +326,27 @@ class OnnxGraphBuilder:
             raise UnsupportedOperator(f"{where}: batch {dims[0]}; the engine runs one sample (batch 1)")
         return dims
 
-    def engine_input(self, name: str, dims: list[int], dtype: str, quant: Quant | None) -> int:
-        """The engine's input tensor: the model's shape, or channels last with --input-layout nhwc."""
-        perm = (0, *range(2, len(dims)), 1) if len(dims) > 2 and self.input_layout == "nhwc" else None
+    def engine_input(self, name: str, dims: list[int], dtype: str, quant: Quant | None, layout: str | None = None) -> int:
+        """The engine's input tensor: the model's shape, or channels last with --input-layout nhwc
+        (``layout``: another than --input-layout's)."""
+        layout = layout or self.input_layout
+        perm = (0, *range(2, len(dims)), 1) if len(dims) > 2 and layout == "nhwc" else None
         t = self.add_tensor(name, dims if perm is None else [dims[p] for p in perm], dtype, quant)
         self.input_tensors[name] = t
         self.input_perms.append(perm)
         self.input_shapes.append(tuple(dims))
         return t
 
-    def to_nhwc(self, t: int, name: str, dims: list[int]) -> int:
-        """An input tensor (as the engine takes it) as the IR's NHWC (rank 3: N, 1, L, C)."""
+    def to_nhwc(self, t: int, name: str, dims: list[int], layout: str | None = None) -> int:
+        """An input tensor (as the engine takes it: ``layout``, by default --input-layout's) as the
+        IR's NHWC (rank 3: N, 1, L, C)."""
         rank = len(dims)
         if rank == 2:
             return t
         tt = self.tensors[t]
         c, spatial = dims[1], dims[2:]
         h, w = (1, spatial[0]) if rank == 3 else spatial
-        if self.input_layout == "nhwc":
+        if (layout or self.input_layout) == "nhwc":
             if rank == 3:
                 r = self.add_tensor(f"{name}/nhwc", (1, 1, w, c), tt.dtype, tt.quant)
                 self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nhwc")
@@ -357,15 +360,15 @@ class OnnxGraphBuilder:
         self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 2, 3, 1)), f"{name}/nhwc")
         return n
 
-    def from_nhwc(self, v: Value, name: str) -> tuple[int, tuple[int, ...] | None]:
-        """An output value as the engine hands it out (the model's layout unless --output-layout nhwc),
-        and the permutation from the model's layout to it."""
+    def from_nhwc(self, v: Value, name: str, layout: str | None = None) -> tuple[int, tuple[int, ...] | None]:
+        """An output value as the engine hands it out (``layout``, by default --output-layout's: the
+        model's own unless nhwc), and the permutation from the model's layout to it."""
         t = v.tensor
         tt = self.tensors[t]
         if v.rank <= 2:
             return t, None
         _, h, w, c = tt.shape
-        if self.output_layout == "nchw":
+        if (layout or self.output_layout) == "nchw":
             n = self.add_tensor(f"{name}/nchw", (1, c, h, w), tt.dtype, tt.quant)
             self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{name}/nchw")
             t = n

@@ -206,9 +206,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
             raise UnsupportedOperator(f"{self.path.name}: graph input '{inp.name}': input type {kind} "
                                       f"(supported: int8, uint8, int16)")
         batched = dims[0] != 1 and len(dims) > 2
-        layout, self.input_layout = self.input_layout, "nchw" if batched else self.input_layout
-        t = self.engine_input(inp.name, dims, kind, UNIT)  # a batch stays in the graph's own layout
-        self.input_layout = layout
+        t = self.engine_input(inp.name, dims, kind, UNIT, "nchw" if batched else None)  # a batch: the graph's layout
         if kind == "uint8":  # stored as value - 128 inside
             s = self.add_tensor(f"{inp.name}/as_int8", self.tensors[t].shape, "int8", UNSIGNED)
             self.add_layer("QUANTIZE", [t], [s], NoAttrs(), f"{inp.name}/as_int8")
@@ -510,33 +508,12 @@ class IntegerGraphReader(OnnxGraphBuilder):
 
     def _model_layout(self, v: Value, name: str) -> int:
         """A value in the ONNX graph's own layout, contiguous (a matrix product indexes its last two axes)."""
-        t, tt = v.tensor, self.tensors[v.tensor]
-        if v.rank <= 2:
-            return t
-        _, h, w, c = tt.shape
-        n = self.add_tensor(f"{name}/model", (1, c, h, w), tt.dtype, tt.quant)
-        self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 3, 1, 2)), f"{name}/model")
-        if v.rank == 3:
-            r = self.add_tensor(f"{name}/model3", (1, c, w), tt.dtype, tt.quant)
-            self.add_layer("RESHAPE", [n], [r], NoAttrs(), f"{name}/model3")
-            n = r
-        return n
+        return self.from_nhwc(v, name, "nchw")[0]
 
     def _ir_layout(self, t: int, name: str) -> Value:
         """A tensor in the ONNX graph's layout as the IR holds values (NHWC; rank 3 as N, 1, L, C)."""
-        tt = self.tensors[t]
-        dims, rank = tt.shape, len(tt.shape)
-        if rank <= 2:
-            return Value(t, rank)
-        c, spatial = dims[1], dims[2:]
-        h, w = (1, spatial[0]) if rank == 3 else spatial
-        if rank == 3:
-            r = self.add_tensor(f"{name}/nchw", (1, c, 1, w), tt.dtype, tt.quant)
-            self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{name}/nchw")
-            t = r
-        n = self.add_tensor(name, (1, h, w, c), tt.dtype, tt.quant)
-        self.add_layer("TRANSPOSE", [t], [n], Transpose((0, 2, 3, 1)), name)
-        return Value(n, rank)
+        dims = list(self.tensors[t].shape)
+        return Value(self.to_nhwc(t, name, dims, "nchw"), len(dims))
 
     @staticmethod
     def _mat_vector(arr, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, int, int]]:
@@ -879,7 +856,7 @@ class IntegerGraphReader(OnnxGraphBuilder):
             if int(np.prod(target)) == total and not (len(target) == 2 and target[0] == 1) \
                     and 2 <= len(target) <= 4 and (len(target) == 2 or target[0] == 1):
                 # any other shape (attention's heads): in the graph's own layout, then back to the IR's
-                t = self._model_layout(x, node.output[0])
+                t = self._model_layout(x, node.input[0])
                 r = self.add_tensor(f"{node.output[0]}/model", target, self.tensors[t].dtype, self.tensors[t].quant)
                 self.add_layer("RESHAPE", [t], [r], NoAttrs(), f"{node.output[0]}/model")
                 self.values[node.output[0]] = self._ir_layout(r, node.output[0])
