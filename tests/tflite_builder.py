@@ -542,72 +542,44 @@ class ModelBuilder:
         self._ops[-1].intermediates = tuple(inter)
         return out
 
+    # per state type: (feature products' range over the state scale, time weights' largest value,
+    # bias bound, op version)
+    _SVDF_STATE = {"int16": (16384.0, 32767, 2000, 3), "int8": (64.0, 127, 200, 4)}
+
     def svdf(self, x, units, rank=1, memory=4, bias=True, activation="RELU", state_dtype="int16",
              state_zero_point=0) -> int:
         """SVDF in TFLite's integer form: int8 feature weights, int16 time weights, int32 bias, a
         variable int16 activation state (batch, memory * units * rank), int8 output;
         ``state_dtype="int8"``: TFLite Micro's int8 time weights and state (with a zero point)."""
-        if state_dtype == "int8":
-            return self._svdf8(x, units, rank, memory, bias, activation, state_zero_point)
+        span, w_max, b_max, version = self._SVDF_STATE[state_dtype]
         t = self._int8(x, rank=2)
         batch, n_in = t.shape
         filters = units * rank
         name = self._name("svdf")
-        xs = float(self._q(x)[0])
         wf, sf = self._weights((filters, n_in), 1, n_in)
-        feature = (t.sim - 0.0) @ (wf * sf[0]).T  # calibration: the feature products' range
-        state_scale = float(np.float32(max(np.abs(feature).max(), 1e-3) / 16384.0))
-        wt = self.rng.integers(-32767, 32768, (filters, memory)).astype(np.int16)
-        st = np.array([1.0 / (32767.0 * memory)], np.float32)
+        feature = t.sim @ (wf * sf[0]).T  # calibration: the feature products' range
+        state_scale = float(np.float32(max(np.abs(feature).max(), 1e-3) / span))
+        wt = self.rng.integers(-w_max, w_max + 1, (filters, memory)).astype(state_dtype)
+        st = np.array([1.0 / (float(w_max) * memory)], np.float32)
         inputs = [x, self._const(f"{name}/weights_feature", wf, "int8", sf),
-                  self._const(f"{name}/weights_time", wt, "int16", st)]
+                  self._const(f"{name}/weights_time", wt, state_dtype, st)]
         if bias:
             bscale = np.array([np.float32(state_scale) * st[0]], np.float32)
-            bq = self.rng.integers(-2000, 2000, units).astype(np.int32)
+            bq = self.rng.integers(-b_max, b_max, units).astype(np.int32)
             inputs.append(self._const(f"{name}/bias", bq, "int32", bscale))
         else:
             inputs.append(-1)
-        state = self._add_tensor(_Tensor(f"{name}/state", (batch, memory * filters), "int16",
-                                         np.array([state_scale], np.float32), np.zeros(1, np.int64), variable=True))
-        inputs.append(state)
-        wtf = wt.astype(np.float64) * float(st[0])
-
-        def run(v):  # one invocation from zero state: only the newest time slot holds the features
-            f = v @ (wf * sf[0]).T  # (calib, batch, filters)
-            y = (f * wtf[:, -1]).reshape(len(v), batch, units, rank).sum(-1)
-            return y
-        opts = _opts("SVDFOptions", Rank=int(rank), FusedActivationFunction=self._check_act(activation))
-        return self._emit(name, Op.SVDF, 3, inputs, [x], run, (batch, units), act=activation, options=opts)
-
-    def _svdf8(self, x, units, rank, memory, bias, activation, state_zero_point) -> int:
-        t = self._int8(x, rank=2)
-        batch, n_in = t.shape
-        filters = units * rank
-        name = self._name("svdf")
-        wf, sf = self._weights((filters, n_in), 1, n_in)
-        feature = t.sim @ (wf * sf[0]).T
-        state_scale = float(np.float32(max(np.abs(feature).max(), 1e-3) / 64.0))
-        wt = self.rng.integers(-127, 128, (filters, memory)).astype(np.int8)
-        st = np.array([1.0 / (127.0 * memory)], np.float32)
-        inputs = [x, self._const(f"{name}/weights_feature", wf, "int8", sf),
-                  self._const(f"{name}/weights_time", wt, "int8", st)]
-        if bias:
-            bscale = np.array([np.float32(state_scale) * st[0]], np.float32)
-            inputs.append(self._const(f"{name}/bias", self.rng.integers(-200, 200, units).astype(np.int32),
-                                      "int32", bscale))
-        else:
-            inputs.append(-1)
-        state = self._add_tensor(_Tensor(f"{name}/state", (batch, memory * filters), "int8",
+        state = self._add_tensor(_Tensor(f"{name}/state", (batch, memory * filters), state_dtype,
                                          np.array([state_scale], np.float32),
                                          np.array([state_zero_point], np.int64), variable=True))
         inputs.append(state)
         wtf = wt.astype(np.float64) * float(st[0])
 
-        def run(v):
-            f = v @ (wf * sf[0]).T
+        def run(v):  # one invocation from zero state: only the newest time slot holds the features
+            f = v @ (wf * sf[0]).T  # (calib, batch, filters)
             return (f * wtf[:, -1]).reshape(len(v), batch, units, rank).sum(-1)
         opts = _opts("SVDFOptions", Rank=int(rank), FusedActivationFunction=self._check_act(activation))
-        return self._emit(name, Op.SVDF, 4, inputs, [x], run, (batch, units), act=activation, options=opts)
+        return self._emit(name, Op.SVDF, version, inputs, [x], run, (batch, units), act=activation, options=opts)
 
     def fully_connected(self, x, units, activation="NONE", keep_num_dims=False, bias=True, bias32=False) -> int:
         """``bias32`` (16x8 only): an int32 bias, quantized_bias_type INT32 in the options."""
