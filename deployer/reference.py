@@ -58,9 +58,16 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
 def _tflm_only(model: Path) -> bool:
     """A file only TFLite Micro runs as written: an SVDF with int8 time weights and state, which
     LiteRT accepts and reads as int16 ones (wrong values, no error)."""
+    st = Path(model).stat()
+    return _tflm_only_file(str(model), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _tflm_only_file(model: str, mtime_ns: int, size: int) -> bool:
+    """_tflm_only per file version (verify asks once per sample)."""
     import tflite
 
-    m = tflite.Model.GetRootAsModel(read_model_file(model), 0)
+    m = tflite.Model.GetRootAsModel(read_model_file(Path(model)), 0)
     g = m.Subgraphs(0)
     for k in range(g.OperatorsLength()):
         op = g.Operators(k)
