@@ -57,7 +57,8 @@ def run_litert_stream(model: Path, samples: list[list[np.ndarray]], resets: froz
 
 def _tflm_only(model: Path) -> bool:
     """A file only TFLite Micro runs as written: an SVDF with int8 time weights and state, which
-    LiteRT accepts and reads as int16 ones (wrong values, no error)."""
+    LiteRT accepts and reads as int16 ones (wrong values, no error), or a QUANTIZE to or from
+    int32, which LiteRT refuses."""
     st = Path(model).stat()
     return _tflm_only_file(str(model), st.st_mtime_ns, st.st_size)
 
@@ -71,9 +72,12 @@ def _tflm_only_file(model: str, mtime_ns: int, size: int) -> bool:
     g = m.Subgraphs(0)
     for k in range(g.OperatorsLength()):
         op = g.Operators(k)
-        code = m.OperatorCodes(op.OpcodeIndex())
-        if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == tflite.BuiltinOperator.SVDF and \
+        code = max(m.OperatorCodes(op.OpcodeIndex()).BuiltinCode(), m.OperatorCodes(op.OpcodeIndex()).DeprecatedBuiltinCode())
+        if code == tflite.BuiltinOperator.SVDF and \
                 op.InputsLength() > 2 and g.Tensors(op.Inputs(2)).Type() == tflite.TensorType.INT8:
+            return True
+        if code == tflite.BuiltinOperator.QUANTIZE and tflite.TensorType.INT32 in \
+                [g.Tensors(t).Type() for t in (*op.InputsAsNumpy(), *op.OutputsAsNumpy()) if t >= 0]:
             return True
     return False
 

@@ -35,10 +35,12 @@ _INT8_16 = ("int8", "int16")
 # why an operator takes no int16 activations, where the reason is the reference's
 _NO_INT16 = {"HARD_SWISH": "LiteRT has no 16-bit HARD_SWISH kernel",
              "SQUARED_DIFFERENCE": "LiteRT has no 16-bit SQUARED_DIFFERENCE kernel"}
-_IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8", "int16"), ("int8", "uint8", "int16")),
+# QUANTIZE to and from int32 as TFLite Micro's kernel: int8 / int16 -> int32 and back, never int32 -> int32
+_IO_TYPES = {"QUANTIZE": (("float32", "int8", "uint8", "int16", "int32"), ("int8", "uint8", "int16", "int32")),
              "DEQUANTIZE": (_INT8_16, ("float32",)),
              "ARG_MAX": (_INT8, ("int32", "int64")), "ARG_MIN": (_INT8, ("int32", "int64")),
              **{op: (_INT8_16, _INT8_16) for op in _INT16_OPS if op not in ("QUANTIZE", "DEQUANTIZE")}}
+_QUANTIZE_INT32 = (("int8", "int32"), ("int16", "int32"), ("int32", "int8"), ("int32", "int16"))
 # ops with one output per piece: read as one STRIDED_SLICE per output
 _SPLITS = ("SPLIT", "SPLIT_V", "UNPACK")
 
@@ -463,9 +465,11 @@ def _read(buf: bytes, path, cut: CutSpec) -> Graph:
         if o < 0 or o not in produced:
             raise ModelFormatError(f"{path}: graph output {o} is never written")
     for i in inputs:
-        if tensors[i].dtype not in ("int8", "uint8", "int16", "float32"):
-            raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type "
-                                      f"{tensors[i].dtype}; only int8, uint8, int16 and float32 are supported")
+        # an int32 input is a QUANTIZE's alone (the int32 values an application's front end makes)
+        int32_ok = tensors[i].dtype == "int32" and all(l.op == "QUANTIZE" for l in layers if i in l.inputs)
+        if tensors[i].dtype not in ("int8", "uint8", "int16", "float32") and not int32_ok:
+            raise UnsupportedOperator(f"{path}: graph input '{tensors[i].name}' has type {tensors[i].dtype}; only "
+                                      f"int8, uint8, int16 and float32 are supported (int32 when QUANTIZEs alone read it)")
     if cut.io == "uint8":  # the int8 edges as uint8 ones: value + 128, zero point + 128
         tensors, layers, inputs, outputs, derived = unsigned_edges(tensors, layers, inputs, outputs, len(edges))
         file_edges = FileEdges(file_edges.inputs, file_edges.outputs, derived)
@@ -729,6 +733,16 @@ def _check_types(op: str, where: str, ins: list[Tensor], outs: list[Tensor]) -> 
         if ins[1].dtype != "int8":
             raise UnsupportedOperator(f"{where}: alpha '{ins[1].name}' is {ins[1].dtype}; a 16-bit PRELU takes an int8 alpha")
         ins = ins[:1]
+    if op == "QUANTIZE" and "int32" in (ins[0].dtype, outs[0].dtype):
+        pair = (ins[0].dtype, outs[0].dtype)
+        if pair not in _QUANTIZE_INT32:
+            raise UnsupportedOperator(f"{where}: QUANTIZE from {pair[0]} to {pair[1]}; TFLite's kernel converts int32 "
+                                      f"from and to int8 and int16 only")
+        wide = ins[0] if ins[0].dtype == "int32" else outs[0]
+        if wide.quant is None or wide.quant.zero_point[0] != 0:
+            raise UnsupportedOperator(f"{where}: int32 tensor '{wide.name}' has "
+                                      f"{'no quantization' if wide.quant is None else f'zero point {wide.quant.zero_point[0]}'}; "
+                                      f"a QUANTIZE takes int32 values with a scale and zero point 0")
     types = {t.dtype for t in (*ins, *outs)}
     widening = op == "SOFTMAX" and [t.dtype for t in (*ins, *outs)] == ["int8", "int16"]  # int8 -> int16 probabilities
     if op not in ("QUANTIZE", "DEQUANTIZE") and "int16" in types and len(types) > 1 and not widening:

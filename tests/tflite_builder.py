@@ -105,7 +105,7 @@ def _apply_act(y, act):
     return y
 
 
-_RANGES = {"int8": (-128, 127), "int16": (-32768, 32767)}
+_RANGES = {"int8": (-128, 127), "int16": (-32768, 32767), "int32": (-(1 << 31), (1 << 31) - 1)}
 
 
 def _fake_quant(y, scale, zp, dtype="int8"):
@@ -171,7 +171,7 @@ class ModelBuilder:
     def __init__(self, seed: int = 0, activations: str = "int8"):
         """``activations``: the type of inputs declared without one ("int16": a 16x8 model, whose
         ops keep their inputs' type; its inputs' zero points are 0)."""
-        if activations not in _RANGES:
+        if activations not in ("int8", "int16"):
             raise ValueError(f"activations must be 'int8' or 'int16', got {activations!r}")
         self.seed = seed
         self.activations = activations
@@ -225,7 +225,7 @@ class ModelBuilder:
         if not 0 <= x < len(self._tensors) or self._tensors[x].sim is None:
             raise ValueError(f"{x} is not an activation tensor id")
         t = self._tensors[x]
-        if t.dtype not in _RANGES:
+        if t.dtype not in ("int8", "int16"):
             raise ValueError(f"tensor {t.name} is {t.dtype}; this op needs int8 or int16 (use quantize())")
         if rank is not None and len(t.shape) != rank:
             raise ValueError(f"tensor {t.name} has shape {t.shape}; expected rank {rank}")
@@ -301,7 +301,8 @@ class ModelBuilder:
         """Graph input (``dtype`` None: the builder's activation type).  int8: missing scale /
         zero point are drawn at random (scale in [0.01, 0.1], zero point in [-32, 32]); int16:
         scale in [1e-4, 1e-3] if missing, the zero point is always 0 (``zero_point`` ignored:
-        16-bit activations are symmetric); float32: no quantization, values expected in
+        16-bit activations are symmetric); int32 (read only by a QUANTIZE): scale as given,
+        zero point 0, values within +-2^20; float32: no quantization, values expected in
         FLOAT_INPUT_RANGE."""
         dtype = dtype or self.activations
         shape = tuple(int(d) for d in shape)
@@ -315,12 +316,18 @@ class ModelBuilder:
             s = float(np.float32(self.rng.uniform(1e-4, 1e-3) if scale is None else scale))
             sim = self.rng.integers(-32768, 32768, (_CALIB, *shape)) * s
             t = _Tensor(name, shape, "int16", np.array([s], np.float32), np.array([0], np.int64), sim=sim)
+        elif dtype == "int32":
+            if scale is None:
+                raise ValueError("an int32 input takes a scale")
+            s = float(np.float32(scale))
+            sim = self.rng.integers(-(1 << 20), 1 << 20, (_CALIB, *shape)) * s
+            t = _Tensor(name, shape, "int32", np.array([s], np.float32), np.array([0], np.int64), sim=sim)
         elif dtype == "float32":
             if scale is not None or zero_point is not None:
                 raise ValueError("float32 inputs carry no quantization")
             t = _Tensor(name, shape, "float32", sim=self.rng.uniform(*FLOAT_INPUT_RANGE, (_CALIB, *shape)))
         else:
-            raise ValueError(f"input dtype must be 'int8', 'int16' or 'float32', got {dtype!r}")
+            raise ValueError(f"input dtype must be 'int8', 'int16', 'int32' or 'float32', got {dtype!r}")
         self._inputs.append(self._add_tensor(t))
         return self._inputs[-1]
 
@@ -866,11 +873,12 @@ class ModelBuilder:
         return self._emit(name, Op.QUANTIZE, 1, [x], [x], lambda v: v, self._tensors[x].shape, quant=quant)
 
     def quantize(self, x, scale=None, zero_point=None, dtype="int8") -> int:
-        """float32 -> int8 / int16, or a requantization between int8 and int16.  Without scale /
-        zero point the output quantization is calibrated; with only a scale the zero point is 0
-        (int16 is always symmetric)."""
+        """float32 -> int8 / int16, or a requantization between int8, int16 and int32.  Without
+        scale / zero point the output quantization is calibrated; with only a scale the zero point
+        is 0 (int16 is always symmetric; int32 takes a scale)."""
         t = self._tensors[x]
-        if t.dtype not in ("float32", *_RANGES) or t.sim is None or dtype not in _RANGES:
+        if t.dtype not in ("float32", *_RANGES) or t.sim is None or dtype not in _RANGES or \
+                (dtype == "int32" and scale is None):
             raise ValueError(f"quantize needs a float32 or integer activation and an integer type, got {t.name} "
                              f"({t.dtype}) -> {dtype}")
         quant = None
