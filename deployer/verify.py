@@ -190,8 +190,8 @@ def parse_output(g: Graph, data: bytes, count: int, traced: bool):
 
 
 def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
-    """Seeded inputs covering the whole int8 (int16) range (float inputs: values that quantize
-    across the range of the type they are quantized to)."""
+    """Seeded inputs covering the whole int8 (int16) range (float and int32 inputs: values that
+    quantize across the range of the type they are quantized to; int32 ones also far beyond it)."""
     rng = np.random.default_rng(seed)
     result = []
     for t in graph.inputs:
@@ -201,6 +201,13 @@ def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
             result.append(rng.integers(lo, lo + span, tt.shape).astype(NP_DTYPES[tt.dtype]))
             continue
         q_out = next((graph.tensors[l.outputs[0]] for l in graph.layers if l.op == "QUANTIZE" and t in l.inputs), None)
+        if tt.dtype == "int32":  # read by QUANTIZEs: values across their outputs' range, some far beyond it
+            half = 32768 if q_out.dtype == "int16" else 128
+            reach = max(1, int(1.5 * half * q_out.scale / tt.scale))
+            near = rng.integers(-reach, reach + 1, tt.shape, dtype=np.int64)
+            far = rng.integers(-(1 << 31), 1 << 31, tt.shape, dtype=np.int64)
+            result.append(np.where(rng.random(tt.shape) < 0.9, near, far).astype(np.int32))
+            continue
         q = q_out.quant if q_out is not None else None
         scale, zp = (q.scale[0], q.zero_point[0]) if q else (1.0 / 64, 0)
         half = 32768 if q_out is not None and q_out.dtype == "int16" else 128

@@ -3,6 +3,7 @@ int16 values widened to int32 and narrowed back, an int32 model input and output
 and the GAP8 cluster; the pairs the kernel has no case for are refused by name."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from deployer.pipeline import Options, deploy
@@ -32,7 +33,14 @@ def test_int32_quantize_bit_exact_against_tflite_micro(tmp_path, target, l1):
     path = int32_model(tmp_path)
     dep = deploy(path, Options(target=target, l1=l1))
     assert [dep.graph.tensors[o].dtype for o in dep.graph.outputs] == ["int8", "int32"]
-    result = verify(dep, path, [random_inputs(dep.graph, s) for s in range(3)])
+    samples = [random_inputs(dep.graph, s) for s in range(3)]
+    x = samples[0][0]  # int32 values across the int8 range the QUANTIZE maps them to, some far beyond it
+    assert x.dtype == np.int32 and np.abs(x.astype(np.int64)).max() > 1 << 24
+    g = dep.graph
+    q = next(l for l in g.layers if l.inputs[0] == g.inputs[0])
+    levels = np.round(x * (g.tensors[g.inputs[0]].scale / g.tensors[q.outputs[0]].scale))
+    assert len(np.unique(np.clip(levels, -128, 127))) > 200
+    result = verify(dep, path, samples)
     assert result["reference"] == "tflite-micro"
     assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
 
