@@ -42,7 +42,6 @@ def _interrupted_at_start() -> None:
 try:  # the console script and python -m both import this module before main() can catch anything
     import json
     import math
-    import re
     import time
     import traceback
     import warnings
@@ -56,6 +55,7 @@ try:  # the console script and python -m both import this module before main() c
     from network_parser.errors import DeployError, UsageError
     from network_parser.side_files import load_npy
 
+    from .flag_values import ADDRESS_SPACE_BYTES, KERNELS, PLANNERS, parse_share, parse_size  # noqa: F401
     from .frontends import frontend_for
     from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
     from .output import check_report, write_output, write_report
@@ -69,47 +69,8 @@ except BaseException as e:
         _interrupted_at_start()
     raise
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
-
-
-# every target is a 32-bit part (host models one): no memory of it holds more bytes than this
-ADDRESS_SPACE_BYTES = 1 << 32
-
-
-def parse_size(text: str | None, flag: str | None = None) -> int | None:
-    """'64K' -> 65536, '1M' -> 1048576, '1000' -> 1000 (K and M are multiples of 1024), at most
-    the 4 GiB a 32-bit target addresses. ``flag``: the option it came from, for the error."""
-    if text is None:
-        return None
-    named = f"{flag} " if flag else ""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise UsageError(f"{named}cannot read size '{text}' (examples: 65536, 64K, 1M)")
-    size = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-    if size > ADDRESS_SPACE_BYTES:
-        raise UsageError(f"{named}{str(text).strip()} is {size:,} bytes, more than the {ADDRESS_SPACE_BYTES:,} (4 GiB) "
-                         f"a 32-bit target addresses")
-    return size
-
-
 REPORT_RULE = ("It is written whole (a temporary file renamed into place); an existing file is replaced only when "
                "it is a report deploy wrote, never through a symbolic link, never the model or an input")
-
-PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
-KERNELS = ("auto", "plain", "smlad")
-
-
-def parse_share(text: str) -> float:
-    """'20%' or '0.2' -> 0.2."""
-    t = str(text).strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise UsageError(f"--max-overhead '{text}': expected a share such as 20% or 0.2") from None
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"--max-overhead '{text}': must be a share of at least 0")
-    return value
-
 
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
              tile_objective="auto", l3=None, patch="auto", max_overhead=None, kernels="auto",
@@ -706,6 +667,71 @@ def _compare_tiling(model, options) -> None:
     cpsat = tile_layers(greedy.but(options=replace(greedy.options, tiler="cpsat")))
     rows = [(k, greedy.graph.layers[k].op, greedy.tilings[k][1], cpsat[k][1]) for k in sorted(greedy.tilings)]
     say(tiling_table(rows))
+
+
+@main.command("sweep")
+@click.argument("models", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("sweep"), show_default=True,
+              help="the sweep's folder: journal, results.parquet, results.csv, report.html (a rerun resumes it)")
+@click.option("--file", "sweep_file", type=click.Path(path_type=Path), default=None,
+              help="a sweep file (JSON or TOML: models, verify, axes); flags given override its axes")
+@click.option("--target", default=None, help="targets, e.g. stm32f446,nrf52840,stm32h743")
+@click.option("--sram", default=None, help="SRAM budgets: a list (none,128K) or a range (64K..512K:x2, 64K..256K:+64K)")
+@click.option("--flash", default=None, help="flash budgets, as --sram")
+@click.option("--l1", default=None, help="L1 budgets, as --sram (none: the part's own or untiled)")
+@click.option("--l3", default=None, help="L3 budgets, as --sram")
+@click.option("--planner", default=None, help=f"arena planners ({', '.join(PLANNERS)})")
+@click.option("--tiler", default=None, help="tilers (cpsat, greedy)")
+@click.option("--patch", default=None, help="patch settings (auto, off, RxC@LAYER)")
+@click.option("--kernels", default=None, help=f"kernel families ({', '.join(KERNELS)})")
+@click.option("--order", default=None, help="operator orders (auto, file)")
+@click.option("--verify", type=click.Choice(("none", "host", "qemu")), default=None,
+              help="check each fitting point: bit-exact on this machine, or on QEMU with its instructions "
+                   "(default: the file's, else none)")
+@click.option("--jobs", type=click.IntRange(min=1, max=4096), default=None,
+              help="processes (default: every core; 1 runs the points here, one after the other)")
+@click.option("--ray", "ray_address", default=None,
+              help="run the points on a Ray cluster: its address, auto, or local (a Ray instance started here)")
+@click.option("--json", "as_json", is_flag=True, help="print a JSON summary")
+@click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
+def sweep_cmd(models, out_dir, sweep_file, target, sram, flash, l1, l3, planner, tiler, patch, kernels, order, verify,
+              jobs, ray_address, as_json, quiet):
+    """Deploy models over targets, budgets and solvers; one row per point in a table, a report of
+    the Pareto fronts and the smallest part that fits."""
+    from .sweep.axes import read_spec
+    from .sweep.run import run_sweep
+    from solver import progress
+
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise UsageError("deploy sweep writes Parquet tables with pyarrow: pip install -e '.[sweep]'") from None
+    flags = dict(target=target, sram=sram, flash=flash, l1=l1, l3=l3, planner=planner, tiler=tiler, patch=patch,
+                 kernels=kernels, order=order)
+    spec = read_spec(tuple(models), flags, sweep_file, verify)
+    jobs = jobs or os.cpu_count() or 1
+    executor = "ray" if ray_address else ("serial" if jobs == 1 else "pool")
+    started = time.perf_counter()
+    listener = progress.Silent() if quiet or as_json else progress.for_stream(sys.stderr)
+    with progress.reporting(listener), progress.step("sweep", total=spec.size) as bar:
+        failed = 0
+
+        def heard(row, fresh):
+            nonlocal failed
+            failed += row["status"] == "failed"
+            bar.advance()
+            bar.note = f"{failed} failed" if failed else ""
+        outcome = run_sweep(spec, out_dir, executor, jobs, ray_address, heard)
+    rows = outcome.rows
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("fits", "over budget", "failed")}
+    if as_json:
+        click.echo(json_text({"output": str(out_dir), "points": len(rows), "computed": outcome.computed,
+                              "reused": outcome.reused, "executor": executor, **counts,
+                              "wall_s": round(time.perf_counter() - started, 3)}))
+    elif not quiet:
+        say(f"{len(rows):,} points ({outcome.computed:,} run, {outcome.reused:,} from the journal): {counts['fits']:,} fit, "
+            f"{counts['over budget']:,} over budget, {counts['failed']:,} failed")
+        say(f"wrote {out_dir}/results.parquet, results.csv and report.html in {time.perf_counter() - started:.1f} s")
 
 
 @main.command("targets")

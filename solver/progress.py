@@ -27,6 +27,7 @@ class Step:
     def __init__(self, name: str, total: int | None, limit_s: float | None, clock=time.monotonic):
         self.name, self.total, self.limit_s, self.clock = name, total, limit_s, clock
         self.done = 0
+        self.note = ""  # what else to say of it (a sweep's failed points)
         self.started = clock()
 
     def advance(self, n: int = 1) -> None:
@@ -151,7 +152,10 @@ def _bar(step: Step, width: int) -> str:
 
 def _status(step: Step) -> str:
     if step.total:
-        return f"{step.done}/{step.total} ({step.elapsed:.1f} s)"
+        note = f", {step.note}" if step.note else ""
+        eta = f", about {step.elapsed / step.done * (step.total - step.done):.0f} s to go" \
+            if 0 < step.done < step.total else ""
+        return f"{step.done}/{step.total}{note} ({step.elapsed:.1f} s{eta})"
     if step.limit_s:
         return f"{step.elapsed:.1f} s of at most {step.limit_s:g} s"
     return f"{step.elapsed:.1f} s"
