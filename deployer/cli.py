@@ -481,11 +481,8 @@ MAX_SEEDS = 10_000  # every sample and its outputs are held in memory at once
 
 
 def _input_type(model: Path, given: str | None) -> str | None:
-    """An integer ONNX graph's input range: as given, else from the test vectors beside it."""
-    if given is not None or Path(model).suffix.lower() != ".onnx":
-        return given
-    from .test_vectors import vector_input_range
-    return vector_input_range(Path(model))
+    from .test_vectors import model_input_type
+    return model_input_type(model, given)
 
 
 @main.command("verify")
@@ -721,7 +718,12 @@ def sweep_cmd(models, out_dir, sweep_file, target, sram, flash, l1, l3, planner,
             failed += row["status"] == "failed"
             bar.advance()
             bar.note = f"{failed} failed" if failed else ""
-        outcome = run_sweep(spec, out_dir, executor, jobs, ray_address, heard)
+        try:
+            outcome = run_sweep(spec, out_dir, executor, jobs, ray_address, heard)
+        except KeyboardInterrupt:  # the journal keeps every finished point
+            report_error(None, f"interrupted; {bar.done} of {spec.size} points are in {out_dir}'s journal: "
+                               f"the same command resumes the sweep", 130, as_json)
+            sys.exit(130)
     rows = outcome.rows
     counts = {s: sum(r["status"] == s for r in rows) for s in ("fits", "over budget", "failed")}
     if as_json:

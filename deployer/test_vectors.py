@@ -168,6 +168,14 @@ def to_engine_outputs(graph: Graph, outputs: list[np.ndarray]) -> list[np.ndarra
     return [to_engine_output(graph, j, y) for j, y in enumerate(outputs)]
 
 
+def model_input_type(model: Path, given: str | None) -> str | None:
+    """An integer ONNX graph's input range: as given (--input-type), else from the test vectors
+    beside it."""
+    if given is not None or Path(model).suffix.lower() != ".onnx":
+        return given
+    return vector_input_range(Path(model))
+
+
 def vector_input_range(model: Path) -> str | None:
     """"int8" or "uint8" when the first test input beside ``model`` tells (negative values, or
     values above 127), "int16" for values past 8 bits; None when there is none or either fits."""

@@ -153,8 +153,8 @@ def _bar(step: Step, width: int) -> str:
 def _status(step: Step) -> str:
     if step.total:
         note = f", {step.note}" if step.note else ""
-        eta = f", about {step.elapsed / step.done * (step.total - step.done):.0f} s to go" \
-            if 0 < step.done < step.total else ""
+        left = step.elapsed / step.done * (step.total - step.done) if 0 < step.done < step.total else None
+        eta = "" if left is None else f", about {left:.{0 if left >= 10 else 1}f} s to go"
         return f"{step.done}/{step.total}{note} ({step.elapsed:.1f} s{eta})"
     if step.limit_s:
         return f"{step.elapsed:.1f} s of at most {step.limit_s:g} s"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -94,6 +95,17 @@ def pool(tasks: Iterable[tuple[Point, str]], models: dict[str, bytes], jobs: int
             raise
 
 
+def _reachable(address: str) -> None:
+    """A HOST:PORT address answers on its port (Ray itself retries an unreachable one for minutes)."""
+    host, _, port = address.rpartition(":")
+    if address in ("local", "auto") or "://" in address or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise UsageError(f"--ray {address}: nothing answers there ({e.strerror or e})") from None
+
+
 def ray_cluster(tasks: Iterable[tuple[Point, str]], models: dict[str, bytes], address: str,
                 jobs: int | None) -> Iterator[dict]:
     """Tasks on a Ray cluster: ``address`` an existing cluster's (or ``auto``), or ``local`` for a
@@ -103,14 +115,18 @@ def ray_cluster(tasks: Iterable[tuple[Point, str]], models: dict[str, bytes], ad
         import ray
     except ImportError:
         raise UsageError("--ray needs Ray: pip install -e '.[ray]'") from None
+    _reachable(address)
     started = not ray.is_initialized()
     if started:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local instance: no token to make
-        if address == "local":
-            ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     logging_level="ERROR")
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        try:
+            if address == "local":
+                ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                         logging_level="ERROR")
+            else:
+                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise UsageError(f"--ray {address}: cannot start or reach a Ray cluster ({str(e).splitlines()[0]})") from None
     try:
         refs = {sha: ray.put(data) for sha, data in models.items()}
         remote = ray.remote(num_cpus=1, max_retries=1)(run_task)

@@ -58,16 +58,19 @@ class Point:
     model_sha256: str
     settings: tuple[tuple[str, object], ...]  # (axis, value) for every axis in AXES order
     verify: str = "none"
+    # an integer ONNX graph's input range, read from the test vectors beside the model as deploy
+    # reads them (the workers have the model's bytes, not its folder)
+    input_type: str | None = None
 
     def key(self, sources: str) -> str:
-        text = json.dumps([self.model_sha256, list(map(list, self.settings)), self.verify, sources])
+        text = json.dumps([self.model_sha256, list(map(list, self.settings)), self.verify, self.input_type, sources])
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def options(self):
         from ..pipeline import Options
         values = dict(self.settings)
         fields = {AXES[name].field: value for name, value in values.items() if name != "overlap"}
-        options = Options(**fields)
+        options = Options(**fields, input_type=self.input_type)
         return replace(options, overlap=values.get("overlap", "on") == "on")
 
 

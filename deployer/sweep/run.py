@@ -10,6 +10,7 @@ from network_parser.errors import UsageError
 
 from . import execute, journal, report
 from .axes import Spec
+from ..test_vectors import model_input_type
 from .point import Point, sources_digest
 
 
@@ -20,8 +21,8 @@ class Outcome:
     reused: int  # points the journal already held
 
 
-def load_models(spec: Spec) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
-    """[(name, sha256)] per model in order, and sha256 -> bytes."""
+def load_models(spec: Spec) -> tuple[list[tuple[str, str, str | None]], dict[str, bytes]]:
+    """[(name, sha256, input type)] per model in order, and sha256 -> bytes."""
     named, data = [], {}
     for path in spec.models:
         try:
@@ -30,18 +31,18 @@ def load_models(spec: Spec) -> tuple[list[tuple[str, str]], dict[str, bytes]]:
             raise UsageError(f"{path}: cannot read the model ({e.strerror or e})") from None
         sha = hashlib.sha256(content).hexdigest()
         name = Path(path).name
-        clash = next((n for n, s in named if n == name and s != sha), None)
+        clash = next((n for n, s, _ in named if n == name and s != sha), None)
         if clash:
             raise UsageError(f"two different models are named {name}: rename one (a sweep's rows name models by file)")
-        named.append((name, sha))
+        named.append((name, sha, model_input_type(Path(path), None)))
         data[sha] = content
     return list(dict.fromkeys(named)), data
 
 
-def points(spec: Spec, named: list[tuple[str, str]]) -> list[Point]:
+def points(spec: Spec, named: list[tuple[str, str, str | None]]) -> list[Point]:
     settings = list(spec.settings())
-    return [Point(i * len(settings) + j, name, sha, s, spec.verify)
-            for i, (name, sha) in enumerate(named) for j, s in enumerate(settings)]
+    return [Point(i * len(settings) + j, name, sha, s, spec.verify, input_type)
+            for i, (name, sha, input_type) in enumerate(named) for j, s in enumerate(settings)]
 
 
 def run_sweep(spec: Spec, folder: Path, executor: str = "pool", jobs: int = 1, ray_address: str | None = None,

@@ -33,8 +33,17 @@ def test_plain_lines_announce_only_long_steps_and_their_end():
             time.sleep(0.2)
     lines = out.getvalue().splitlines()
     assert not any("quick" in line for line in lines)
-    assert re.fullmatch(r"deploy: tiling \(cpsat\): 2/4 \(\d+\.\d s\)", lines[0]), lines
+    assert re.fullmatch(r"deploy: tiling \(cpsat\): 2/4 \(\d+\.\d s, about \d+\.\d s to go\)", lines[0]), lines
     assert re.fullmatch(r"deploy: tiling \(cpsat\): done in \d+\.\d s", lines[-1]), lines
+
+
+def test_a_counted_step_says_what_else_and_the_time_to_go():
+    now = [0.0]
+    s = progress.Step("sweep", 100, None, clock=lambda: now[0])
+    now[0] = 20.0
+    s.advance(40)
+    s.note = "3 failed"
+    assert progress._status(s) == "40/100, 3 failed (20.0 s, about 30 s to go)"
 
 
 def test_a_time_limited_solve_shows_its_limit():
