@@ -17,6 +17,20 @@ class Emulation:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryBank:
+    """One RAM bank of a part: where it is, what it costs to reach and who reaches it."""
+    name: str  # a C identifier (the engine's buffer in it is arena_<name>)
+    size: int
+    section: str  # the linker section its buffer goes to
+    cost: float = 1.0  # relative access cost (a TCM 0.5, on-chip SRAM 1, external RAM more)
+    kind: str = "sram"  # "tcm" | "sram" | "external"
+    masters: tuple[str, ...] = ("cpu", "dma")  # who reaches it (the H743's DMA1/2 cannot reach its DTCM)
+    zeroed: bool = True  # the start-up code zeroes it
+    address: int | None = None  # its first byte on the part (the linker-script fragment places it there)
+    use: str = "arena"  # "arena" (activations) | "l1" (the tiles' scratchpad) | "l3" (external, by DMA)
+
+
+@dataclass(frozen=True, slots=True)
 class Backend:
     name: str
     description: str
@@ -57,3 +71,7 @@ class Backend:
     stack_bytes: int = 0
     emulation: Emulation | None = None  # deploy verify builds against it and runs here
     part: bool = False  # a real part (a board preset, GAP8): its SRAM and flash are the default --sram and --flash
+    # The part's RAM banks (a memory map: --memory-map describes another part's). The first
+    # arena bank is the --sram default; the others join when the activations do not fit it.
+    banks: tuple[MemoryBank, ...] = ()
+    bank_sections: bool = False  # a bank's buffer goes to the bank's linker section (a part's image; not the host's)

@@ -5,7 +5,7 @@ QEMU board it runs on before flashing: mps2-an386 (M4) and mps2-an500 (M7)."""
 from dataclasses import replace
 
 from . import smlad
-from .base import Backend
+from .base import Backend, MemoryBank
 
 K = 1024
 WARNINGS = ("-Wall", "-Wextra", "-Werror")
@@ -26,6 +26,7 @@ CORTEX_M4 = Backend(
     stack_bytes=4 * K,
     alignment=16,
     l1_in_sram=True,  # with --l1, the tiles' buffer is a static array in SRAM (.bss)
+    bank_sections=True,  # a memory map's banks: each buffer in its section (qemu/link.ld maps them)
     # The cost model in instructions, fitted by least squares to the per-layer counts of
     # `deploy verify --qemu --per-layer` (kws, vww_96 and resnet8 on the M7, untiled and tiled at
     # 64K/32K/16K by both tilers: 378 layers, median error 5%). The core copies the tiles itself
@@ -71,6 +72,12 @@ STM32H743 = replace(
     CORTEX_M7, name="stm32h743", part=True, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
     # With --l1 the L1 tiles are staged in the DTCM (the linker script's .dtcm section), not in SRAM.
     l1_attribute='__attribute__((section(".dtcm"))) ', l1_in_sram=False,
-    description="ST STM32H743 (Cortex-M7, 480 MHz): 512 KiB AXI SRAM, 128 KiB DTCM as L1 (--l1), 2 MiB flash")
+    description="ST STM32H743 (Cortex-M7, 480 MHz): 512 KiB AXI SRAM, 128 KiB DTCM as L1 (--l1), 2 MiB flash",
+    # RM0433's memory map: the DTCM (CPU and MDMA only), AXI SRAM (D1), SRAM1-3 (D2, one block of
+    # 288 KiB) and SRAM4 (D3); the D2/D3 banks cross the bus matrix: slower for the core
+    banks=(MemoryBank("AXI_SRAM", 512 * K, ".axisram", 1.0, "sram", ("cpu", "dma"), True, 0x24000000),
+           MemoryBank("DTCM", 128 * K, ".dtcm", 0.5, "tcm", ("cpu", "mdma"), True, 0x20000000, use="l1"),
+           MemoryBank("SRAM123", 288 * K, ".sram123", 1.5, "sram", ("cpu", "dma"), True, 0x30000000),
+           MemoryBank("SRAM4", 64 * K, ".sram4", 1.5, "sram", ("cpu", "dma"), True, 0x38000000)))
 
 CORTEX_M = (CORTEX_M4, CORTEX_M7, STM32F446, STM32H743, NRF52840)

@@ -4,7 +4,7 @@ their tiles with PMSIS cluster DMA and split each tile's outputs across the core
 ``pi_cl_team_fork``; the other layers run on the cluster's master core."""
 from pathlib import Path
 
-from .base import Backend, Emulation
+from .base import Backend, Emulation, MemoryBank
 
 # PMSIS emulated with pthreads (8 cores, barriers) and queued copies (cluster DMA, HyperRAM): a
 # schedule that reads a tile before waiting for it reads stale bytes and fails verification.
@@ -33,6 +33,10 @@ GAP8 = Backend(
     flash_bytes=8 * 1024 * 1024,  # HyperFlash: the boot image
     l3_bytes=8 * 1024 * 1024,  # HyperRAM
     part=True,
+    # its levels as banks: the cluster's L1 (tiles), L2 (the arena) and HyperRAM (L3, by DMA)
+    banks=(MemoryBank("L2", 512 * 1024, ".l2", 1.0, "sram", ("fc", "cluster", "udma"), True, 0x1C000000),
+           MemoryBank("L1", 64 * 1024, ".l1", 0.25, "tcm", ("cluster", "cluster_dma"), False, 0x10000000, use="l1"),
+           MemoryBank("HYPERRAM", 8 * 1024 * 1024, ".l3", 8.0, "external", ("udma",), False, 0, use="l3")),
     emulation=EMULATION,
     weights_in_sram=True,
     async_dma=True,

@@ -75,9 +75,13 @@ REPORT_RULE = ("It is written whole (a temporary file renamed into place); an ex
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
              tile_objective="auto", l3=None, patch="auto", max_overhead=None, kernels="auto",
              input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
-             io=None, overlap="on", input_memory="arena", order="auto") -> Options:
+             io=None, overlap="on", input_memory="arena", order="auto", memory_map=None) -> Options:
     check_time_limit(time_limit)
-    return Options(target=target, l1=parse_size(l1, "--l1"), sram=parse_size(sram, "--sram"),
+    if memory_map is not None:
+        given = [flag for flag, value in (("--sram", sram), ("--l1", l1), ("--l3", l3)) if value is not None]
+        if given:
+            raise UsageError(f"--memory-map describes the part's memories: give it or {', '.join(given)}, not both")
+    options = Options(target=target, l1=parse_size(l1, "--l1"), sram=parse_size(sram, "--sram"),
                    flash=parse_size(flash, "--flash"),
                    planner=planner, time_limit_s=time_limit, in_place=not no_in_place, tiler=tiler,
                    overlap=overlap == "on" and not no_in_place, input_memory=input_memory, order=order,
@@ -85,6 +89,10 @@ def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_pla
                    max_overhead=None if max_overhead is None else parse_share(max_overhead), kernels=kernels,
                    input_layout=input_layout,
                    output_layout=output_layout, input_type=input_type, cut=_cut(inputs, outputs, io))
+    if memory_map is None:
+        return options
+    from .memory_map import read_memory_map, with_memory_map
+    return with_memory_map(options, read_memory_map(memory_map))
 
 
 def _cut(inputs: str | None, outputs: str | None, io: str | None) -> CutSpec:
@@ -118,6 +126,9 @@ def budget_options(f):
         click.option("--flash", default=None, help="flash budget for weights and code, e.g. 1M"),
         click.option("--l3", default=None, help="external memory reached by DMA only (e.g. 8M): weights and "
                      "activations that do not fit flash or SRAM stream from there"),
+        click.option("--memory-map", "memory_map", type=click.Path(path_type=Path), default=None,
+                     help="a JSON file of the part's RAM banks (deployer/memory_map.schema.json): the activations "
+                     "are placed across them; replaces --sram, --l1 and --l3"),
         click.option("--patch", default="auto", show_default=True,
                      help="run stages of the network patch by patch: auto (the stages that fit --sram, or the "
                      "part's own SRAM, at the least recomputed MACs; none when it fits whole), off, or RxC@LAYER "
@@ -288,7 +299,7 @@ def main() -> None:
               help="when the plan is over a budget, apply deploy suggest's measured recommendations until it fits")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
-def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
+def build_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
               kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
               llm_context, llm_tokenizer, llm_prune, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
@@ -301,7 +312,7 @@ def build_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, 
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
     options = replace(options, rtos=rtos, debug_guards=debug_guards)
     with _progress(quiet):
         steps = []
@@ -400,7 +411,7 @@ def _progress(quiet: bool):
 @click.option("--front", "with_front", is_flag=True,
               help="also the SRAM x MAC-overhead front: the least SRAM within each MAC budget, each point planned")
 @click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
-def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler,
+def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler,
                 tile_objective, kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, as_json,
                 with_front, quiet):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
@@ -410,7 +421,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
     with _progress(quiet):
         s = suggest(model, options, with_front=with_front)
     if as_json:
@@ -509,7 +520,7 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
               "beside its modeled cycles. " + REPORT_RULE)
-def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
+def verify_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
                sanitize, debug_guards, on_qemu, report):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
@@ -532,7 +543,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner,
     with _progress(False):
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
         dep = deploy(model, replace(options, debug_guards=debug_guards))
     samples, expected = _samples(model, dep, inputs, expected_files, seeds)
     result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
@@ -608,7 +619,7 @@ def qemu_summary(result: dict) -> str:
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report. " + REPORT_RULE)
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
-def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
+def compare_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                 kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
@@ -619,7 +630,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
                                         tile_objective, l3, patch, max_overhead, kernels, *front_options,
-                                        overlap=overlap, input_memory=input_memory, order=order))
+                                        overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map))
         return
     from .compare import compare_planners, comparison_table, live_bytes
     from .report_html import planners_report
@@ -627,7 +638,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, patch, max_overhead, planner
     from solver.arena import SolverConfig, lower_bound
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                       patch, max_overhead, kernels, *front_options, overlap=overlap, input_memory=input_memory, order=order)
+                       patch, max_overhead, kernels, *front_options, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
     with _progress(False):
         # the plan deploy makes with these flags (its split, tiles, in-place, L3), budgets and all;
         # only its L2 arena is planned again, by every planner

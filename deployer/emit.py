@@ -14,6 +14,7 @@ from layer_analyzer.tiling import l1_align, tile_windows
 from network_parser.ir import (LSTM_BIASES, LSTM_CELL, LSTM_HIDDEN, LSTM_INPUT_WEIGHTS, LSTM_LAYER_NORM, LSTM_PEEPHOLE,
                                LSTM_PROJECTION, LSTM_RECURRENT_WEIGHTS, Graph, Tensor)
 from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
+from solver.arena_types import align
 from solver.tiling import LayerTiling
 
 from solver.patch_split import region_windows, stage_of
@@ -70,8 +71,9 @@ class _Symbols:
     """C names for arena tensors, state tensors and .rodata arrays, shared by every layer of one
     engine."""
 
-    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset(), external=()):
+    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset(), external=(), base=None):
         self.graph, self.macro, self.in_l3 = graph, macro, in_l3
+        self.base = base or {}  # tensor -> the buffer of the bank it lies in (default: the one arena)
         self.external = {t: i for i, t in enumerate(external)}  # inputs in the application's buffers
         self.constants: list[dict] = []
         self._tensor_names: dict[int, str] = {}
@@ -104,7 +106,11 @@ class _Symbols:
             return f"((const {CTYPES[tt.dtype]} *)input_data[{self.external[t]}])"
         if t in self.state:
             return f"({qual}{CTYPES[tt.dtype]} *)(state_buffer + {self.state[t]})"
-        return f"({qual}{CTYPES[tt.dtype]} *)(arena + {self.macro[t]})"
+        return f"({qual}{CTYPES[tt.dtype]} *)({self.at(t)})"
+
+    def at(self, key) -> str:
+        """The address of an arena tensor or scratch buffer: its bank's buffer plus its offset."""
+        return f"{self.base.get(key, 'arena')} + {self.macro[key]}"
 
 
 def _mat_requant_terms(rq, k: int, sym: _Symbols) -> dict:
@@ -460,9 +466,9 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
             K.Quantize: "quantize"}[type(kern)]
     ctx = dict(kind=kind, end=st.end, out=f"P{view.output}", channels=view.channels, ins=[operand(t) for t in view.inputs],
                out_type=CTYPES[out_t.dtype], out_w=out_t.shape[2], full_out=None,
-               out_ptr=f"(arena + {macro[view.output]})")
+               out_ptr=f"({sym.at(view.output)})")
     if view.output == st.output:
-        ctx.update(out_ptr=f"(arena + {macro[scratch_key(k)]})", full_out=f"(arena + {macro[view.output]})")
+        ctx.update(out_ptr=f"({sym.at(scratch_key(k))})", full_out=f"({sym.at(view.output)})")
     ctx["dsp"] = None
     if kind == "spatial":
         g = tiling_geometry(kern, k)
@@ -485,6 +491,18 @@ def _stage_context(patch, layers: list[dict], network_macs: int, reverse: bool =
     return dict(name=f"patch_stage_{st.start}", start=st.start, end=st.end, rows=patch.rows.parts,
                 cols=patch.cols.parts, tensors=tensors, funcs=[layers[k]["func"] for k in patch.layers],
                 macs_extra=extra, overhead=f"{100 * extra / max(network_macs, 1):.1f}%", reverse=reverse)
+
+
+def bank_context(plan) -> list[dict] | None:
+    """The arena's banks as the engine declares them: one buffer each (arena_<name>, the bytes its
+    tensors use, in the bank's linker section on a part), where it starts in the plan's one
+    address space. None: one arena."""
+    if plan.banks is None:
+        return None
+    section = plan.backend.bank_sections  # the part places a bank's buffer by section; the host cannot
+    return [dict(name=m.name, buffer=f"arena_{m.name.lower()}", base=base, bytes=max(align(used, 16), 16), size=m.size,
+                 section=m.section if section else None, cost=m.cost, zeroed=m.zeroed)
+            for m, base, used in zip(plan.banks.memories, plan.banks.bases, plan.banks.used)]
 
 
 def render(plan, guard: int = 0) -> dict[str, str | bytes]:
@@ -516,7 +534,9 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     in_place = {r.layer: r for r in plan.reuses if r.rule == "depthwise-in-place" and r.layer not in tilings}
     life = {lt.tensor: lt for lt in lives}
     external = tuple(graph.inputs) if plan.options.input_memory == "external" else ()
-    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset(), external)
+    banks = bank_context(plan)
+    base = {t: banks[k]["buffer"] for t, k in plan.banks.bank_of.items()} if banks else None
+    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset(), external, base)
 
     tensors = []
     for lt in sorted(lives, key=lambda lt: (offsets[lt.tensor], lt.tensor)):
@@ -524,8 +544,10 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         note = f", alias of {graph.tensors[lt.alias_of].name}" if lt.alias_of is not None else ""
         what = (f"{shape_text(t)} {DTYPE_SHORT.get(t.dtype, t.dtype)}" if lt.tensor >= 0
                 else f"{lt.size} B scratch")
-        tensors.append(dict(macro=macro[lt.tensor], offset=offsets[lt.tensor],
-                            comment=f"{what}, live ops {lt.first_op}..{lt.last_op}{note}"))
+        bank = banks[plan.banks.bank_of[lt.tensor]] if banks else None
+        tensors.append(dict(macro=macro[lt.tensor], offset=offsets[lt.tensor] - (bank["base"] if bank else 0),
+                            comment=f"{what}{' in ' + bank['name'] if bank else ''}, live ops "
+                                    f"{lt.first_op}..{lt.last_op}{note}"))
 
     env = environment(backend)
     functions: dict[str, Code] = {}  # one per (variant, window shape), shared by every layer that needs it
@@ -545,7 +567,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None,
                  reverse=lp.overlap is not None and lp.overlap.reverse and lp.overlap.order != "patches")
         if k in in_place:
-            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)(arena + {macro[scratch_key(k)]})")
+            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)({sym.at(scratch_key(k))})")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
         L["whole_dsp"] = None
@@ -566,7 +588,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                 addr = dict(zip(("in", "in2"), (l3_macro.get(t) for t in data)), out=l3_macro.get(layer.outputs[0]),
                             w=l3_macro.get(("w", k)))
                 slab = _slab_context(*tilings[k], l3.placement.slabs[k],
-                                     f"(arena + {macro[scratch_key(k)]})", addr)
+                                     f"({sym.at(scratch_key(k))})", addr)
             L["tiling"] = _tiling_context(kern, *tilings[k], slab, L["reverse"])
             if variant.dsp:
                 L["tile_dsp"] = _dsp_tiles(L, kern, k, sym, variant, *tilings[k], env)
@@ -586,7 +608,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         layers.append(L)
 
     def io(ts):
-        return [dict(macro=macro.get(t), bytes=graph.tensors[t].nbytes,
+        return [dict(macro=macro.get(t), bytes=graph.tensors[t].nbytes, base=sym.base.get(t, "arena"),
                      comment=f"`{graph.tensors[t].name}` {shape_text(graph.tensors[t])} "
                              f"{DTYPE_SHORT.get(graph.tensors[t].dtype)}") for t in ts]
 
@@ -604,7 +626,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
             lambda a, b: frozenset((a["owner"], b["owner"])) not in paired))
     ctx = dict(model=graph.name, ident=ident, guard=ident.upper(), target=backend.name, guards=guards,
                debug_guards=bool(guard),
-               arena_bytes=max(plan.arena.peak, 16), planner=plan.arena.method, tensors=tensors,
+               arena_bytes=max(plan.arena.peak, 16), planner=plan.arena.method, tensors=tensors, banks=banks,
                state=state, state_bytes=state_bytes,
                constants=sym.constants, layers=layers, inputs=io(graph.inputs), outputs=io(graph.outputs),
                external_inputs=bool(external),
@@ -630,7 +652,11 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     if l3 is not None and l3.image_bytes:
         files[f"{ident}_l3_weights.bin"] = l3.image(graph, kernels)  # to store at L3 address 0
     if backend.qemu_machine:
-        files.update(qemu_files(env, backend, ident))
+        files.update(qemu_files(env, backend, ident, banks))
+    if banks and backend.bank_sections:
+        files["memory_map.ld"] = env.get_template("memory_map.ld.j2").render(
+            banks=[dict(b, region=f"BANK_{b['name'].upper()}", memory=m) for b, m in zip(banks, plan.banks.memories)],
+            model=graph.name)
     return files
 
 
@@ -716,11 +742,17 @@ def network_stack_need(layers: list[dict]) -> dict:
 QEMU_BOARD_MEMORY = 4 * 1024 * 1024  # mps2 boards: 4 MiB of SSRAM as flash, 4 MiB as RAM
 
 
-def qemu_files(env: jinja2.Environment, backend: Backend, ident: str) -> dict[str, str]:
+def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None) -> dict[str, str]:
     """The qemu/ folder: start-up, linker script, semihosting, harness and Makefile that build
-    the engine for the core's QEMU board and run it there before flashing."""
+    the engine for the core's QEMU board and run it there before flashing. ``banks``
+    (bank_context): each bank a region of the board's RAM of the bank's real size, at the top
+    (QEMU gives the banks their sizes, not their addresses)."""
+    regions, top = [], QEMU_BOARD_MEMORY
+    for b in reversed(banks or []):
+        top -= align(b["size"], 16)
+        regions.insert(0, dict(b, region=f"BANK_{b['name'].upper()}", origin=0x20000000 + top))
     ctx = dict(ident=ident, machine=backend.qemu_machine, cflags=" ".join(backend.cflags),
-               flash_bytes=QEMU_BOARD_MEMORY, ram_bytes=QEMU_BOARD_MEMORY, stack_bytes=backend.stack_bytes)
+               flash_bytes=QEMU_BOARD_MEMORY, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions)
     names = ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 

@@ -28,7 +28,8 @@ from solver.arena_types import pair_footprint
 from solver.plan import LayerPlan, Memory, Plan
 from solver.plan_checker import PlanError, check_schedule
 from solver import progress
-from solver.tensor_arena import arena_problem, plan_level
+from solver.tensor_arena import arena_problem, plan_banked_level, plan_level
+from solver.banks import BankLayout
 from solver.l3_placement import layout_l3, place, staging_lifetimes
 from solver.arena_bound import live_per_op
 from solver.op_order import least_peak_order, reordered, worth_searching
@@ -81,6 +82,9 @@ class Options:
     language: LanguageFlags = LanguageFlags()  # a language model's own flags (--weights, --kv-cache, ...)
     link_elf: bool = False  # targets with a QEMU board: link the engine and record the image's real memory
     resolved: bool = False  # the target's memories filled in (resolve_options): None now means none
+    # RAM banks the arena spans (backends.base.MemoryBank: --memory-map's, or the part's when the
+    # activations outgrow its first bank); () one arena, --sram's
+    banks: tuple = ()
 
 
 GUARD_BYTES = emit.GUARD_BYTES
@@ -152,7 +156,7 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     backend = BACKENDS.get(options.target)
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
-    if not options.resolved:  # once only: resolved options keep what they hold (an L3 of None stays none)
+    if not options.resolved and not options.banks:  # once only: resolved options keep what they hold
         options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
         options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
         if backend.part and options.part_budgets:  # a part's memories are its default budgets
@@ -165,6 +169,8 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     if options.kernels == "smlad" and not backend.variants:
         raise UsageError(f"--kernels smlad needs an Armv7E-M target (cortex-m4, cortex-m7 or a board "
                          f"preset), not '{backend.name}'")
+    if options.banks and options.debug_guards:
+        raise UsageError("--debug-guards checks one arena: not with the banks of a memory map")
     if options.l3 is not None and options.l1 is None:
         raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
     return options, backend
@@ -376,6 +382,13 @@ def check_budgets(plan: Plan) -> Plan:
         raise budget_error(over, language_model.budget_details(plan))
     if over:
         raise budget_error(over, {"--sram": f"its peak: {floor_text(floor(plan))}"})
+    if plan.banks is not None and plan.banks.plan.over:
+        full = [(m, u) for m, u in zip(plan.banks.memories, plan.banks.used) if u > m.size]
+        raise InfeasibleBudget("; ".join(f"bank {m.name} needs {u:,} bytes but holds {m.size:,}" for m, u in full)
+                               + f" (the {plan.banks.plan.method} assignment, the best found: every buffer lies in one "
+                               f"bank, the largest takes {max(lt.size for lt in plan.lives):,} B; the peak, all banks "
+                               f"together: {floor_text(floor(plan))})",
+                               full[0][1], {f"bank {m.name}": u for m, u in full})
     return plan
 
 
@@ -770,17 +783,42 @@ def place_and_plan(plan: Plan) -> Plan:
         l2 = lives if l3 is None else ([lt for lt in lives if lt.tensor not in l3.placement.tensors]
                                        + staging_lifetimes(l3.placement, lives))
         slabs = l3.placement.slabs if l3 is not None else {}
-        arena, offsets = plan_level(l2, options.planner, options.time_limit_s, plan.backend.alignment,
-                                    guard_bytes(options), [o for o in plan.overlaps if o.layer not in slabs])
-        placed = plan.but(l3=l3, lives=tuple(l2), arena=arena, offsets=offsets).with_layers(
+        overlaps = [o for o in plan.overlaps if o.layer not in slabs]
+        banks = None
+        if options.banks:
+            arena, offsets, banked, bank_of = plan_banked_level(
+                l2, options.banks, options.planner, options.time_limit_s, plan.backend.alignment, overlaps,
+                access_weights(plan, l2))
+            banks = BankLayout(options.banks, banked.bases(plan.backend.alignment), banked.used, bank_of, banked)
+        else:
+            arena, offsets = plan_level(l2, options.planner, options.time_limit_s, plan.backend.alignment,
+                                        guard_bytes(options), overlaps)
+        placed = plan.but(l3=l3, lives=tuple(l2), arena=arena, offsets=offsets, banks=banks).with_layers(
             lambda lp: replace(lp, l3_weights=lp.index in streamed,
                                overlap=None if lp.index in slabs else walk_way(lp.overlap, offsets, plan.graph)))
+        if banks is not None:  # each layer's output bank, for the manifest and the report
+            placed = placed.but(layers=tuple(
+                replace(lp, bank=banks.memories[banks.bank_of[layer.outputs[0]]].name)
+                if layer.outputs[0] in banks.bank_of else lp for lp, layer in zip(placed.layers, plan.graph.layers)))
         return measure(placed)
 
     result = attempt(options.sram)
     if options.l3 is None or options.sram is None or result.memory.sram_bytes <= options.sram:
         return result
     return aim_lower(attempt, options.sram, result, tries=4, keep_first=False)
+
+
+def access_weights(plan: Plan, lives) -> dict:
+    """Per buffer owner, the bytes its layers move: written once, read by each layer that reads
+    it (what a bank's access cost multiplies)."""
+    readers: dict[int, int] = {}
+    for layer in plan.graph.layers:
+        for t in set(layer.inputs):
+            readers[t] = readers.get(t, 0) + 1
+    weight: dict[int, int] = {}
+    for lt in lives:
+        weight[lt.owner] = weight.get(lt.owner, 0) + lt.size * (1 + readers.get(lt.tensor, 1 if lt.tensor < 0 else 0))
+    return weight
 
 
 def stream_from_l3(plan: Plan, lives, sram_target: int | None):

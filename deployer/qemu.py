@@ -141,10 +141,11 @@ def elf_memory(elf: Path) -> dict:
         m = _SECTION.match(line)
         if m:
             sections[m.group(1)] = int(m.group(2))
-    return dict(sections={k: v for k, v in sections.items() if k in (*FLASH_SECTIONS, *SRAM_SECTIONS, *TCM_SECTIONS)
+    banks = [k for k in sections if k.startswith(".bank_")]  # a memory map's banks: SRAM too
+    return dict(sections={k: v for k, v in sections.items() if k in (*FLASH_SECTIONS, *SRAM_SECTIONS, *TCM_SECTIONS, *banks)
                           and (v or k not in TCM_SECTIONS)},
                 flash_bytes=sum(sections.get(s, 0) for s in FLASH_SECTIONS),
-                sram_bytes=sum(sections.get(s, 0) for s in SRAM_SECTIONS))
+                sram_bytes=sum(sections.get(s, 0) for s in (*SRAM_SECTIONS, *banks)))
 
 
 def functions(elf: Path) -> list[tuple[int, int, str]]:

@@ -78,7 +78,8 @@ class Plan:
     fusion: Any = None  # solver.fusion.FusionChoice: how those stages were chosen (None: no split was asked for)
     lives: tuple = ()  # network_parser.lifetimes.Lifetime of every buffer of the L2 arena
     l3: Any = None  # solver.l3_placement.L3Layout: what lives in L3, how the layers touching it stream
-    arena: Any = None  # solver.arena.ArenaPlan of the L2 arena
+    arena: Any = None  # solver.arena.ArenaPlan of the L2 arena (over several banks: its offsets lay them end to end)
+    banks: Any = None  # solver.banks.BankLayout when the arena spans several RAM banks (--memory-map, a part's banks)
     offsets: MappingProxyType = field(default_factory=lambda: FROZEN_EMPTY)  # tensor (or scratch key) -> offset
     memory: Memory = field(default_factory=Memory)
     relaxed: tuple[str, ...] = ()  # what the memory search turned on to meet the budgets, in order

@@ -9,7 +9,7 @@ from __future__ import annotations
 from network_parser.lifetimes import Lifetime, owner_groups, owner_heights
 
 from . import progress
-from .arena import ArenaPlan, ArenaProblem, Buffer, Overlap, SolverConfig, plan_arena
+from .arena import ArenaPlan, ArenaProblem, Buffer, Overlap, SolverConfig, lower_bound, plan_arena
 from .cpsat import watchdog_s
 from .plan_checker import check_tensor_plan
 
@@ -79,3 +79,27 @@ def plan_level(lives: list[Lifetime], planner: str, time_limit_s: float, alignme
     pairs = [Overlap(a, b, window, rise) for a, b, window, rise in owner_pairs(lives, overlaps)]
     check_tensor_plan(tensor_rows(lives, offsets), plan.peak, alignment, pairs)
     return plan, offsets
+
+
+def plan_banked_level(lives: list[Lifetime], banks, planner: str, time_limit_s: float, alignment: int,
+                      overlaps=(), weights: dict | None = None):
+    """``plan_level`` over several RAM banks (solver.banks): (ArenaPlan whose offsets lay the
+    banks end to end and whose peak is the bytes all banks use, tensor -> that offset, the
+    BankPlan, tensor -> bank index), each bank checked, then every tensor."""
+    from .banks import Bank, plan_banks
+    problem, owners = arena_problem(lives, alignment, 0, overlaps)
+    weight = [(weights or {}).get(t, problem.buffers[i].size) for i, t in enumerate(owners)]
+    with progress.step(f"banks ({planner}, {len(problem.buffers)} buffers, {len(banks)} banks)",
+                       limit_s=watchdog_s(time_limit_s) if planner == "cpsat" else None):
+        banked = plan_banks(problem, tuple(Bank(b.name, b.size, b.cost) for b in banks), planner,
+                            SolverConfig(time_limit_s=time_limit_s), weight)
+    virtual = banked.virtual_offsets(alignment)
+    arena = ArenaPlan(virtual, sum(banked.used), lower_bound(problem), banked.method, banked.status,
+                      banked.wall_s)
+    offsets = tensor_offsets(lives, owners, arena)
+    bank_of = dict(zip(owners, banked.assign))
+    bank_of.update({lt.tensor: bank_of[lt.alias_of] for lt in lives if lt.alias_of is not None})
+    pairs = [Overlap(a, b, window, rise) for a, b, window, rise in owner_pairs(lives, overlaps)]
+    span = max((o + lt.size for lt in lives for o in (offsets[lt.tensor],)), default=0)
+    check_tensor_plan(tensor_rows(lives, offsets), span, alignment, pairs)
+    return arena, offsets, banked, bank_of

@@ -1,0 +1,291 @@
+"""One arena across several RAM banks: which bank each buffer goes to (never straddling two),
+then its offset inside that bank.
+
+    plan = plan_banks(problem, banks, "cpsat", config, weights)   # BankPlan, every bank checked
+
+Three ways to assign, each followed by the arena planners inside every bank:
+
+* greedy: buffers largest first, each into the cheapest bank where the bank's first-fit plan
+  still fits (the baseline, the hint and the fallback);
+* hill climb (as TVM's memory pools planner): from the greedy assignment, move one buffer to
+  another bank while that lowers (bytes over the banks' sizes, access cost);
+* CP-SAT: an assignment whose bytes live at every op fit each bank (a relaxation of the packing:
+  offsets are then planned bank by bank, and a bank that does not pack lowers its capacity in
+  the model by what it lacked), at the least access cost (sum of each buffer's weight, the bytes
+  its layers move, times its bank's cost).
+
+Buffers that may share bytes (overlap pairs) go to one bank together. A bank's offsets are its
+own; ``virtual_offsets`` lays the banks end to end for what needs one address space (the
+tensor-level check, the overlap walks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .arena import ArenaPlan, ArenaProblem, Overlap, SolverConfig, align, plan_arena
+from .plan_checker import PlanError, check_plan
+
+
+@dataclass(frozen=True, slots=True)
+class Bank:
+    """A RAM bank as the placement sees it: its size and relative access cost."""
+    name: str
+    size: int
+    cost: float = 1.0
+
+
+@dataclass(frozen=True)
+class BankPlan:
+    banks: tuple[Bank, ...]
+    assign: tuple[int, ...]  # bank index per buffer
+    offsets: tuple[int, ...]  # per buffer, inside its bank
+    used: tuple[int, ...]  # bytes each bank's plan spans
+    cost: float  # modelled access cost: sum of weight x bank cost
+    cost_bound: float  # the least cost any assignment could have (CP-SAT's bound; else the cost)
+    method: str  # "cpsat", "hill-climb" or a greedy planner's name: the assignment that was kept
+    status: str  # OPTIMAL (cost proven least), FEASIBLE, INFEASIBLE (some bank over its size)
+    plans: tuple[ArenaPlan, ...]  # each bank's arena plan
+    wall_s: float = 0.0
+
+    @property
+    def over(self) -> int:
+        """Bytes the banks lack, summed."""
+        return sum(max(0, u - b.size) for u, b in zip(self.used, self.banks))
+
+    def bases(self, alignment: int) -> tuple[int, ...]:
+        """Each bank's start when the banks are laid end to end (one address space)."""
+        out, at = [], 0
+        for b, u in zip(self.banks, self.used):
+            out.append(at)
+            at += align(max(b.size, u), alignment)
+        return tuple(out)
+
+    def virtual_offsets(self, alignment: int) -> tuple[int, ...]:
+        bases = self.bases(alignment)
+        return tuple(bases[k] + o for k, o in zip(self.assign, self.offsets))
+
+
+@dataclass(frozen=True)
+class BankLayout:
+    """The plan's banks: the part's memories (backends.base.MemoryBank), where each starts in the
+    arena's one address space, the bytes each uses and each tensor's bank."""
+    memories: tuple  # MemoryBank per bank, in the plan's order
+    bases: tuple[int, ...]
+    used: tuple[int, ...]
+    bank_of: Any  # tensor (or scratch key) -> bank index
+    plan: BankPlan
+
+    def bank(self, offset: int) -> int:
+        """The bank an arena offset falls in."""
+        return max(k for k, b in enumerate(self.bases) if b <= offset)
+
+
+def units(problem: ArenaProblem) -> list[list[int]]:
+    """Buffers that must share a bank (joined by overlap pairs), each group in index order,
+    groups by their first buffer."""
+    parent = list(range(len(problem.buffers)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for p in problem.pairs:
+        parent[find(p.earlier)] = find(p.later)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(problem.buffers)):
+        groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def subproblem(problem: ArenaProblem, members: list[int], capacity: int | None) -> ArenaProblem:
+    at = {b: i for i, b in enumerate(members)}
+    pairs = tuple(Overlap(at[p.earlier], at[p.later], p.shift, p.rise) for p in problem.pairs
+                  if p.earlier in at and p.later in at)
+    return ArenaProblem(tuple(problem.buffers[b] for b in members), problem.alignment, capacity, pairs)
+
+
+class _Packer:
+    """Each bank's buffers packed by one planner, remembered by the set packed."""
+
+    def __init__(self, problem: ArenaProblem, banks, method: str, config: SolverConfig):
+        self.problem, self.banks, self.method, self.config = problem, banks, method, config
+        self.memo: dict[tuple, ArenaPlan] = {}
+
+    def pack(self, k: int, members) -> ArenaPlan:
+        key = (k, tuple(sorted(members)))
+        if key not in self.memo:
+            sub = subproblem(self.problem, list(key[1]), self.banks[k].size)
+            self.memo[key] = plan_arena(sub, self.method, self.config) if key[1] else \
+                ArenaPlan((), 0, 0, self.method, "OPTIMAL", 0.0)
+        return self.memo[key]
+
+    def used(self, k: int, members) -> int:
+        return self.pack(k, members).peak
+
+
+def _score(packer: _Packer, assign: list[int], groups, weights) -> tuple[int, float]:
+    members = _members(assign, groups, len(packer.banks))
+    over = sum(max(0, packer.used(k, m) - b.size) for k, (b, m) in enumerate(zip(packer.banks, members)))
+    return over, _cost(assign, groups, weights, packer.banks)
+
+
+def _members(assign: list[int], groups, n_banks: int) -> list[list[int]]:
+    out = [[] for _ in range(n_banks)]
+    for g, k in zip(groups, assign):
+        out[k].extend(g)
+    return out
+
+
+def _cost(assign, groups, weights, banks) -> float:
+    return sum(sum(weights[b] for b in g) * banks[k].cost for g, k in zip(groups, assign))
+
+
+def _order(banks) -> list[int]:
+    """Cheapest banks first, the larger of equal cost first."""
+    return sorted(range(len(banks)), key=lambda k: (banks[k].cost, -banks[k].size, k))
+
+
+def greedy_assign(packer: _Packer, groups) -> list[int]:
+    """Largest group first, into the cheapest bank whose plan still fits with it (else the bank it
+    overflows least)."""
+    assign = [-1] * len(groups)
+    members = [[] for _ in packer.banks]
+    size = [max(packer.problem.buffers[b].size for b in g) for g in groups]
+    for gi in sorted(range(len(groups)), key=lambda i: (-size[i], i)):
+        best = None
+        for k in _order(packer.banks):
+            over = packer.used(k, members[k] + groups[gi]) - packer.banks[k].size
+            if over <= 0:
+                best = (0, k)
+                break
+            if best is None or over < best[0]:
+                best = (over, k)
+        assign[gi] = best[1]
+        members[best[1]].extend(groups[gi])
+    return assign
+
+
+def hill_climb(packer: _Packer, groups, weights, start: list[int], rounds: int = 20) -> list[int]:
+    """Single moves, largest groups first, while one lowers (bytes over, cost)."""
+    assign, score = list(start), _score(packer, start, groups, weights)
+    size = [sum(packer.problem.buffers[b].size for b in g) for g in groups]
+    for _ in range(rounds):
+        improved = False
+        for gi in sorted(range(len(groups)), key=lambda i: (-size[i], i)):
+            for k in _order(packer.banks):
+                if k == assign[gi]:
+                    continue
+                trial = assign[:gi] + [k] + assign[gi + 1:]
+                s = _score(packer, trial, groups, weights)
+                if s < score:
+                    assign, score, improved = trial, s, True
+        if not improved:
+            break
+    return assign
+
+
+def cpsat_assign(problem: ArenaProblem, banks, groups, weights, config: SolverConfig, caps: list[int],
+                 hint: list[int]):
+    """(assignment, proven least cost, status) whose bytes live at every op fit ``caps``, at the
+    least cost; None when CP-SAT finds none."""
+    from ortools.sat.python import cp_model
+    from . import cpsat
+    m = cp_model.CpModel()
+    x = [[m.new_bool_var(f"x{g}_{k}") for k in range(len(banks))] for g in range(len(groups))]
+    for g, row in enumerate(x):
+        m.add_exactly_one(row)
+        for k, v in enumerate(row):
+            m.add_hint(v, hint[g] == k)
+    # bytes live per op: each group's height at that op, as the group packs on its own (the
+    # buffers of an overlap pair share bytes)
+    layout = [dict(zip(g, plan_arena(subproblem(problem, g, None), "first-fit").offsets)) if len(g) > 1 else {g[0]: 0}
+              for g in groups]
+    times = sorted({s[0] for b in problem.buffers for s in b.segments()})
+    for t in times:
+        heights = []
+        for g, members in enumerate(groups):
+            spans = [(layout[g][b], layout[g][b] + s[2]) for b in members for s in problem.buffers[b].segments()
+                     if s[0] <= t <= s[1]]
+            h = max(e for _, e in spans) - min(o for o, _ in spans) if spans else 0
+            if h:
+                heights.append((g, h))
+        for k in range(len(banks)):
+            if sum(h for _, h in heights) > caps[k]:
+                m.add(sum(h * x[g][k] for g, h in heights) <= caps[k])
+    scale = 1000  # costs are relative: three decimals kept as integers
+    m.minimize(sum(int(round(sum(weights[b] for b in groups[g]) * banks[k].cost * scale)) * x[g][k]
+                   for g in range(len(groups)) for k in range(len(banks))))
+    solver = cpsat.new_solver(config.time_limit_s, config.workers, config.seed)
+    status = cpsat.solve(solver, m, what="bank assignment")
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    assign = [next(k for k in range(len(banks)) if solver.value(x[g][k])) for g in range(len(groups))]
+    return assign, solver.best_objective_bound / scale, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE"
+
+
+def plan_banks(problem: ArenaProblem, banks: tuple[Bank, ...], method: str = "cpsat",
+               config: SolverConfig = SolverConfig(), weights: list[float] | None = None) -> BankPlan:
+    """Every buffer in one bank and at an offset inside it, each bank checked. ``weights``: per
+    buffer, the bytes its layers move (default its size)."""
+    import time
+    started = time.perf_counter()
+    weights = list(weights) if weights is not None else [b.size for b in problem.buffers]
+    groups = units(problem)
+    packer = _Packer(problem, banks, "first-fit" if method == "cpsat" else method, config)
+    greedy = greedy_assign(packer, groups)
+    candidates = [(_score(packer, greedy, groups, weights), packer.method, greedy)]
+    bound, status = None, None
+    if method == "cpsat":
+        climbed = hill_climb(packer, groups, weights, greedy)
+        candidates.append((_score(packer, climbed, groups, weights), "hill-climb", climbed))
+        caps = [b.size for b in banks]
+        for _ in range(4):  # a bank the relaxation fits but its planner does not: lower its capacity
+            found = cpsat_assign(problem, banks, groups, weights, config, caps, min(candidates)[2])
+            if found is None:
+                break
+            assign, bound, status = found
+            members = _members(assign, groups, len(banks))
+            plans = [plan_arena(subproblem(problem, m, b.size), "cpsat", config) if m else None
+                     for b, m in zip(banks, members)]
+            over = [max(0, (p.peak if p else 0) - b.size) for p, b in zip(plans, banks)]
+            score = (sum(over), _cost(assign, groups, weights, banks))
+            candidates.append((score, "cpsat", assign))
+            if not any(over):
+                break
+            caps = [c - align(o, problem.alignment) for c, o in zip(caps, over)]
+    (over, cost), chosen, assign = min(candidates, key=lambda c: (c[0], c[1] != "cpsat"))
+    members = _members(assign, groups, len(banks))
+    planner = "cpsat" if method == "cpsat" else method
+    plans = tuple(plan_arena(subproblem(problem, m, b.size), planner, config) if m else
+                  ArenaPlan((), 0, 0, planner, "OPTIMAL", 0.0) for b, m in zip(banks, members))
+    offsets = [0] * len(problem.buffers)
+    bank_of = [0] * len(problem.buffers)
+    for k, (m, p) in enumerate(zip(members, plans)):
+        for b, o in zip(m, p.offsets):
+            offsets[b], bank_of[b] = o, k
+    used = tuple(p.peak for p in plans)
+    fits = all(u <= b.size for u, b in zip(used, banks))
+    cost = _cost(assign, groups, weights, banks)
+    least = bound if chosen == "cpsat" and bound is not None else cost
+    result = BankPlan(tuple(banks), tuple(bank_of), tuple(offsets), used, cost, min(least, cost), chosen,
+                      ("OPTIMAL" if chosen == "cpsat" and status == "OPTIMAL" else "FEASIBLE") if fits else "INFEASIBLE",
+                      plans, time.perf_counter() - started)
+    check_banks(problem, result)
+    return result
+
+
+def check_banks(problem: ArenaProblem, plan: BankPlan) -> None:
+    """Raise PlanError unless every buffer lies in one bank, its bank's buffers pass the arena
+    check on their own, and the two buffers of every overlap pair share a bank."""
+    for p in problem.pairs:
+        if plan.assign[p.earlier] != plan.assign[p.later]:
+            raise PlanError(f"overlap pair {problem.buffers[p.earlier].name} / {problem.buffers[p.later].name} "
+                            f"is split between banks")
+    for k, bank in enumerate(plan.banks):
+        members = [i for i, a in enumerate(plan.assign) if a == k]
+        sub = subproblem(problem, members, None)
+        end = check_plan(sub.buffers, [plan.offsets[i] for i in members], problem.alignment, None, sub.pairs)
+        if end > plan.used[k]:
+            raise PlanError(f"bank {bank.name}: its plan spans {end} bytes, beyond the {plan.used[k]} recorded")
