@@ -501,7 +501,7 @@ def bank_context(plan) -> list[dict] | None:
         return None
     section = plan.backend.bank_sections  # the part places a bank's buffer by section; the host cannot
     return [dict(name=m.name, buffer=f"arena_{m.name.lower()}", base=base, bytes=max(align(used, 16), 16), size=m.size,
-                 section=m.section if section else None, cost=m.cost, zeroed=m.zeroed)
+                 section=m.section if section else None, cost=m.cost, zeroed=m.zeroed, used=used)
             for m, base, used in zip(plan.banks.memories, plan.banks.bases, plan.banks.used)]
 
 

@@ -13,7 +13,7 @@ from .relaxations import BY_NAME
 
 # 2: each layer's kernel variant and in-place rule; the relaxations taken. 3: one schema for every
 # kind of model ("kind"; a language model's own part under "language_model")
-MANIFEST_VERSION = 5
+MANIFEST_VERSION = 6
 SCHEMA = Path(__file__).resolve().parent / "manifest.schema.json"  # its JSON Schema, checked by the tests
 
 
@@ -122,6 +122,14 @@ def _overlap(o, graph, offsets) -> dict | None:
                 shift=offsets[o.output] - offsets[o.input])
 
 
+def _bank_place(plan, t) -> dict:
+    """A tensor's bank and offset inside it (nothing without banks)."""
+    if plan.banks is None:
+        return {}
+    k = plan.banks.bank_of[t]
+    return dict(bank=plan.banks.memories[k].name, bank_offset=plan.offsets[t] - plan.banks.bases[k])
+
+
 def build_manifest(plan) -> dict:
     """manifest.json's content, read off the plan: what every kind of model has (the target, the
     budgets, the memory, the arena tensor by tensor), then its kind's own part."""
@@ -150,9 +158,15 @@ def build_manifest(plan) -> dict:
         "alignment": backend.alignment,
         "guard_bytes": guard_bytes(options),
         "tensors": [dict(name=lt.name, offset=offsets[lt.tensor], size=lt.size, first_op=lt.first_op,
-                         last_op=lt.last_op, alias_of=name[lt.alias_of] if lt.alias_of is not None else None)
+                         last_op=lt.last_op, alias_of=name[lt.alias_of] if lt.alias_of is not None else None,
+                         **_bank_place(plan, lt.tensor))
                     for lt in plan.lives],
     }
+    if plan.banks is not None:
+        b = plan.banks
+        manifest["arena"]["banks"] = [dict(name=m.name, section=m.section, size=m.size, used=u, base=base, cost=m.cost,
+                                           kind=m.kind, address=m.address)
+                                      for m, u, base in zip(b.memories, b.used, b.bases)]
     if plan.kind == "language model":
         manifest["language_model"] = language_model_section(plan, tokenizer="tokenizer/vocab.json" in plan.files)
         return manifest

@@ -85,6 +85,7 @@ class Options:
     # RAM banks the arena spans (backends.base.MemoryBank: --memory-map's, or the part's when the
     # activations outgrow its first bank); () one arena, --sram's
     banks: tuple = ()
+    user_sram: bool = False  # --sram was given (a part's banks are then not spread over)
 
 
 GUARD_BYTES = emit.GUARD_BYTES
@@ -115,7 +116,8 @@ def plan_back(plan: Plan) -> Plan:
         return language_model.plan_back(plan)  # the activation arena (checked), the KV cache as state
     plan = note_target(plan)  # what the flags cost on this target
     plan = choose_variants(plan)  # the target's kernel per layer, as if it ran whole (backends)
-    plan = plan_in_order(plan)  # the memory plan in the file's order and the least-peak one, the better
+    plan = spread_over_banks(plan, plan_in_order(plan))  # the memory plan in the file's order and the
+    # least-peak one, the better; on a part whose activations outgrow its main RAM bank, across its banks
     plan = bind_variants(plan)  # each layer's kernel as it really runs (whole, tile, region, streamed)
     plan = fit_flash(plan)  # over --flash: the layers whose packed weights cost most keep int8 ones
     plan = prove_overlaps(plan)  # every output over its input replayed at its addresses, byte by byte
@@ -156,6 +158,8 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     backend = BACKENDS.get(options.target)
     if backend is None:
         raise UsageError(f"unknown target '{options.target}' (known: {', '.join(sorted(BACKENDS))})")
+    if not options.resolved:
+        options = replace(options, user_sram=options.sram is not None)
     if not options.resolved and not options.banks:  # once only: resolved options keep what they hold
         options = replace(options, l1=backend.l1_bytes) if options.l1 is None else options  # the part's own L1
         options = replace(options, l3=backend.l3_bytes) if options.l3 is None else options  # and its L3
@@ -415,6 +419,38 @@ def plan_in_order(plan: Plan) -> Plan:
     return other.but(notes=(*other.notes, f"the ops run in the order with the least peak, not the file's: SRAM "
                                           f"{other.memory.sram_bytes:,} B against {first.memory.sram_bytes:,} B "
                                           f"(--order file keeps the file's)"))
+
+
+def part_banks(backend, options: Options) -> tuple:
+    """The banks of a part that may hold activations: its arena banks, and its TCM unless --l1
+    reserves it for tiles."""
+    return tuple(b for b in backend.banks if "cpu" in b.masters and
+                 (b.use == "arena" or (b.use == "l1" and options.l1 is None)))
+
+
+def spread_over_banks(unplanned: Plan, planned: Plan) -> Plan:
+    """A part with several RAM banks whose activations do not fit the bank --sram defaults to
+    (no --sram, no memory map): the memory plan again across every bank the core reaches, kept
+    when it fits them (each buffer in one bank)."""
+    options, backend = planned.options, planned.backend
+    banks = part_banks(backend, options)
+    fits = planned.memory.sram_bytes <= options.sram
+    if options.banks or len(banks) < 2 or options.sram != backend.sram_bytes or options.user_sram \
+            or (fits and not planned.patches):
+        return planned
+    spread = replace(options, banks=banks, sram=sum(b.size for b in banks))
+    other = plan_in_order(unplanned.but(options=spread))
+    if other.banks is None or other.banks.plan.over or (fits and _recomputed(other) >= _recomputed(planned)):
+        return planned
+    used = ", ".join(f"{m.name} {u:,} B" for m, u in zip(other.banks.memories, other.banks.used) if u)
+    why = (f"{planned.memory.sram_bytes:,} B do not fit its {options.sram:,} B {banks[0].name}" if not fits else
+           f"its {options.sram:,} B {banks[0].name} alone takes them only with patch stages recomputing "
+           f"{_recomputed(planned):,} MACs")
+    return other.but(notes=(*other.notes, f"the activations span the part's RAM banks ({used}): {why}"))
+
+
+def _recomputed(plan: Plan) -> int:
+    return plan.fusion.macs_extra if plan.fusion is not None and plan.patches else 0
 
 
 def _order_savings(plan: Plan) -> dict:

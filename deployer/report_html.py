@@ -108,7 +108,8 @@ def _environment() -> jinja2.Environment:
 def _planners(name: str, problem: ArenaProblem, plans, curve: list[int], before=None, timings=True) -> dict:
     bound = lower_bound(problem)
     n_ops = max(len(curve), max((b.last + 1 for b in problem.buffers), default=0), 1)
-    axes = _Axes(n_ops, _axis_top(max([bound, *curve, *(before or ()), *(p.peak for p in plans), 1])))
+    ends = [max((o + b.size for b, o in zip(problem.buffers, p.offsets)), default=0) for p in plans]  # banks: past the peak
+    axes = _Axes(n_ops, _axis_top(max([bound, *curve, *(before or ()), *(p.peak for p in plans), *ends, 1])))
     columns = COLUMNS if timings else tuple(c for c in COLUMNS if c != "time ms")
     rows = [r if timings else tuple(c for c, h in zip(r, COLUMNS) if h != "time ms") for r in plan_rows(plans, bound)]
     return dict(n_buffers=len(problem.buffers), alignment=problem.alignment, columns=columns, rows=rows,
@@ -304,6 +305,15 @@ def _time_rows(times) -> dict | None:
     return dict(rows=rows, total=f"{sum(r.instructions for r in times):,}", fit=fit_text(times))
 
 
+def _bank_rows(dep) -> list[dict] | None:
+    b = dep.banks
+    if b is None:
+        return None
+    count = [sum(1 for lt in dep.lives if b.bank_of[lt.tensor] == k) for k in range(len(b.memories))]
+    return [dict(name=m.name, section=m.section, size=f"{m.size:,}", used=f"{u:,}", share=f"{u / m.size:.0%}",
+                 cost=f"{m.cost:g}", tensors=n) for m, u, n in zip(b.memories, b.used, count)]
+
+
 def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = False, times=None) -> str:
     """The deployment: budgets and what each memory needs, bytes live per layer, flash by
     section, every arena planner's picture, the per-layer table (tiling, L3 slabs, patch
@@ -320,7 +330,7 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
                                                           ("--l3", o.l3)) if v is not None) or "none",
         memory=_memory_rows(dep), curve=curve_figure(dep, curve), flash=flash_figure(dep),
         layer_rows=_layer_rows(dep, curve), patches=patch_figures(dep), fusion=fusion_text(dep),
-        solvers=_solver_rows(dep),
+        solvers=_solver_rows(dep), banks=_bank_rows(dep),
         notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None, times=_time_rows(times))
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,
