@@ -25,6 +25,7 @@ from network_parser.side_files import read_side_file
 from .flag_values import parse_size
 
 MAP_BYTES = 1 << 20
+SCHEMA = Path(__file__).resolve().parent / "memory_map.schema.json"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _SECTION = re.compile(r"^\.[A-Za-z0-9_.]{1,63}$")
 _MASTER = re.compile(r"^[a-z0-9_]{1,16}$")

@@ -14,9 +14,10 @@ Three ways to assign, each followed by the arena planners inside every bank:
   the model by what it lacked), at the least access cost (sum of each buffer's weight, the bytes
   its layers move, times its bank's cost).
 
-Buffers that may share bytes (overlap pairs) go to one bank together. A bank's offsets are its
-own; ``virtual_offsets`` lays the banks end to end for what needs one address space (the
-tensor-level check, the overlap walks).
+Buffers that may share bytes (an output over the input it consumes: an overlap pair) share them
+only when they land in one bank; in two banks they share none, which is always allowed. A bank's
+offsets are its own; ``virtual_offsets`` lays the banks end to end for what needs one address
+space (the tensor-level check, the overlap walks).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .arena import ArenaPlan, ArenaProblem, Overlap, SolverConfig, align, plan_arena
+from .arena_types import pair_footprint
 from .plan_checker import PlanError, check_plan
 
 
@@ -82,21 +84,8 @@ class BankLayout:
 
 
 def units(problem: ArenaProblem) -> list[list[int]]:
-    """Buffers that must share a bank (joined by overlap pairs), each group in index order,
-    groups by their first buffer."""
-    parent = list(range(len(problem.buffers)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-    for p in problem.pairs:
-        parent[find(p.earlier)] = find(p.later)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(problem.buffers)):
-        groups.setdefault(find(i), []).append(i)
-    return sorted(groups.values(), key=lambda g: g[0])
+    """What is assigned to a bank as one: each buffer on its own."""
+    return [[i] for i in range(len(problem.buffers))]
 
 
 def subproblem(problem: ArenaProblem, members: list[int], capacity: int | None) -> ArenaProblem:
@@ -198,22 +187,35 @@ def cpsat_assign(problem: ArenaProblem, banks, groups, weights, config: SolverCo
         m.add_exactly_one(row)
         for k, v in enumerate(row):
             m.add_hint(v, hint[g] == k)
-    # bytes live per op: each group's height at that op, as the group packs on its own (the
-    # buffers of an overlap pair share bytes)
-    layout = [dict(zip(g, plan_arena(subproblem(problem, g, None), "first-fit").offsets)) if len(g) > 1 else {g[0]: 0}
-              for g in groups]
+    # bytes live per op in each bank: its buffers' heights, less what an overlap pair saves when
+    # both of its buffers are there (its footprint instead of the two sizes)
+    group_of = {b: g for g, members in enumerate(groups) for b in members}
+    both = {}
+    for i, p in enumerate(problem.pairs):
+        ga, gb = group_of[p.earlier], group_of[p.later]
+        if ga != gb:
+            for k in range(len(banks)):
+                y = m.new_bool_var(f"pair{i}_{k}")
+                m.add_implication(y, x[ga][k])
+                m.add_implication(y, x[gb][k])
+                both[i, k] = y
     times = sorted({s[0] for b in problem.buffers for s in b.segments()})
     for t in times:
         heights = []
         for g, members in enumerate(groups):
-            spans = [(layout[g][b], layout[g][b] + s[2]) for b in members for s in problem.buffers[b].segments()
-                     if s[0] <= t <= s[1]]
-            h = max(e for _, e in spans) - min(o for o, _ in spans) if spans else 0
+            h = sum(s[2] for b in members for s in problem.buffers[b].segments() if s[0] <= t <= s[1])
             if h:
                 heights.append((g, h))
+        savings = []
+        for i, p in enumerate(problem.pairs):
+            a, b = problem.buffers[p.earlier], problem.buffers[p.later]
+            if b.first <= t <= a.last and (i, 0) in both:
+                saved = a.size + b.size - pair_footprint(problem.window(p), a.size, b.size, problem.rise(p))
+                if saved > 0:
+                    savings.append((i, saved))
         for k in range(len(banks)):
             if sum(h for _, h in heights) > caps[k]:
-                m.add(sum(h * x[g][k] for g, h in heights) <= caps[k])
+                m.add(sum(h * x[g][k] for g, h in heights) - sum(sv * both[i, k] for i, sv in savings) <= caps[k])
     scale = 1000  # costs are relative: three decimals kept as integers
     m.minimize(sum(int(round(sum(weights[b] for b in groups[g]) * banks[k].cost * scale)) * x[g][k]
                    for g in range(len(groups)) for k in range(len(banks))))
@@ -277,12 +279,8 @@ def plan_banks(problem: ArenaProblem, banks: tuple[Bank, ...], method: str = "cp
 
 
 def check_banks(problem: ArenaProblem, plan: BankPlan) -> None:
-    """Raise PlanError unless every buffer lies in one bank, its bank's buffers pass the arena
-    check on their own, and the two buffers of every overlap pair share a bank."""
-    for p in problem.pairs:
-        if plan.assign[p.earlier] != plan.assign[p.later]:
-            raise PlanError(f"overlap pair {problem.buffers[p.earlier].name} / {problem.buffers[p.later].name} "
-                            f"is split between banks")
+    """Raise PlanError unless every buffer lies in one bank and each bank's buffers pass the arena
+    check on their own (an overlap pair shares bytes only inside one bank)."""
     for k, bank in enumerate(plan.banks):
         members = [i for i, a in enumerate(plan.assign) if a == k]
         sub = subproblem(problem, members, None)
