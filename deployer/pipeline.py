@@ -436,9 +436,11 @@ def spread_over_banks(unplanned: Plan, planned: Plan) -> Plan:
     when it fits them (each buffer in one bank)."""
     options, backend = planned.options, planned.backend
     banks = part_banks(backend, options)
+    if options.banks or len(banks) < 2 or options.sram is None or options.sram != backend.sram_bytes \
+            or options.user_sram:
+        return planned
     fits = planned.memory.sram_bytes <= options.sram
-    if options.banks or len(banks) < 2 or options.sram != backend.sram_bytes or options.user_sram \
-            or (fits and not planned.patches):
+    if fits and not planned.patches:
         return planned
     spread = replace(options, banks=banks, sram=sum(b.size for b in banks))
     other = plan_in_order(unplanned.but(options=spread))

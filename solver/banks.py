@@ -137,39 +137,79 @@ def _order(banks) -> list[int]:
 
 
 def greedy_assign(packer: _Packer, groups) -> list[int]:
-    """Largest group first, into the cheapest bank whose plan still fits with it (else the bank it
-    overflows least)."""
+    """First fit decreasing across banks: largest buffer first, at the lowest offset of the
+    cheapest bank where it ends inside the bank (else where it overflows least)."""
+    problem, banks = packer.problem, packer.banks
+    placed = [[] for _ in banks]  # per bank: (offset, buffer) placed so far
     assign = [-1] * len(groups)
-    members = [[] for _ in packer.banks]
-    size = [max(packer.problem.buffers[b].size for b in g) for g in groups]
-    for gi in sorted(range(len(groups)), key=lambda i: (-size[i], i)):
+    order = sorted(range(len(groups)), key=lambda g: (-max(problem.buffers[i].size for i in groups[g]), g))
+    for g in order:
         best = None
-        for k in _order(packer.banks):
-            over = packer.used(k, members[k] + groups[gi]) - packer.banks[k].size
-            if over <= 0:
-                best = (0, k)
+        for k in _order(banks):
+            starts = [_lowest_gap(placed[k], problem.buffers[i], problem.alignment) for i in groups[g]]
+            end = max(at + problem.buffers[i].size for at, i in zip(starts, groups[g]))
+            if end <= banks[k].size:
+                best = (0, k, starts)
                 break
-            if best is None or over < best[0]:
-                best = (over, k)
-        assign[gi] = best[1]
-        members[best[1]].extend(groups[gi])
+            if best is None or end - banks[k].size < best[0]:
+                best = (end - banks[k].size, k, starts)
+        _, k, starts = best
+        placed[k].extend((at, problem.buffers[i]) for at, i in zip(starts, groups[g]))
+        assign[g] = k
     return assign
 
 
+def _lowest_gap(placed, buffer, alignment: int) -> int:
+    """The lowest aligned offset where ``buffer`` meets none of the placed buffers live with it."""
+    spans = sorted((o, o + b.size) for o, b in placed if b.first <= buffer.last and buffer.first <= b.last)
+    at = 0
+    for lo, hi in spans:
+        if at + buffer.size <= lo:
+            break
+        at = max(at, align(hi, alignment))
+    return at
+
+
 def hill_climb(packer: _Packer, groups, weights, start: list[int], rounds: int = 20) -> list[int]:
-    """Single moves, largest groups first, while one lowers (bytes over, cost)."""
-    assign, score = list(start), _score(packer, start, groups, weights)
-    size = [sum(packer.problem.buffers[b].size for b in g) for g in groups]
+    """From ``start``, move single buffers (largest first) to another bank while that lowers
+    (bytes live beyond the banks' sizes, access cost): the live bytes per op stand in for each
+    bank's packing, which is planned once at the end."""
+    import numpy as np
+    problem, banks = packer.problem, packer.banks
+    n_ops = 1 + max((s[1] for b in problem.buffers for s in b.segments()), default=0)
+    height = []
+    for members in groups:
+        h = np.zeros(n_ops, np.int64)
+        for i in members:
+            for first, last, size in problem.buffers[i].segments():
+                h[first:last + 1] += size
+        height.append(h)
+    live = np.zeros((len(banks), n_ops), np.int64)
+    for g, k in enumerate(start):
+        live[k] += height[g]
+    caps = np.array([b.size for b in banks], np.int64)
+
+    def over(k) -> int:
+        return max(0, int(live[k].max()) - int(caps[k]))
+    assign = list(start)
+    weight = [sum(weights[i] for i in members) for members in groups]
+    order = sorted(range(len(groups)), key=lambda g: (-int(height[g].max()), g))
     for _ in range(rounds):
         improved = False
-        for gi in sorted(range(len(groups)), key=lambda i: (-size[i], i)):
-            for k in _order(packer.banks):
-                if k == assign[gi]:
+        for g in order:
+            a = assign[g]
+            for k in _order(banks):
+                if k == a:
                     continue
-                trial = assign[:gi] + [k] + assign[gi + 1:]
-                s = _score(packer, trial, groups, weights)
-                if s < score:
-                    assign, score, improved = trial, s, True
+                before = (over(a) + over(k), weight[g] * banks[a].cost)
+                live[a] -= height[g]
+                live[k] += height[g]
+                after = (over(a) + over(k), weight[g] * banks[k].cost)
+                if after < before:
+                    assign[g], a, improved = k, k, True
+                else:
+                    live[k] -= height[g]
+                    live[a] += height[g]
         if not improved:
             break
     return assign
@@ -235,13 +275,15 @@ def plan_banks(problem: ArenaProblem, banks: tuple[Bank, ...], method: str = "cp
     started = time.perf_counter()
     weights = list(weights) if weights is not None else [b.size for b in problem.buffers]
     groups = units(problem)
-    packer = _Packer(problem, banks, "first-fit" if method == "cpsat" else method, config)
+    packer = _Packer(problem, banks, "first-fit" if method in ("cpsat", "hill-climb") else method, config)
     greedy = greedy_assign(packer, groups)
     candidates = [(_score(packer, greedy, groups, weights), packer.method, greedy)]
     bound, status = None, None
-    if method == "cpsat":
+    if method in ("cpsat", "hill-climb"):  # hill-climb: the baseline the CP-SAT assignment is measured against
         climbed = hill_climb(packer, groups, weights, greedy)
         candidates.append((_score(packer, climbed, groups, weights), "hill-climb", climbed))
+    exact = _Packer(problem, banks, "cpsat", config)  # each bank's offsets by the CP-SAT arena planner
+    if method == "cpsat":
         caps = [b.size for b in banks]
         for _ in range(4):  # a bank the relaxation fits but its planner does not: lower its capacity
             found = cpsat_assign(problem, banks, groups, weights, config, caps, min(candidates)[2])
@@ -249,23 +291,19 @@ def plan_banks(problem: ArenaProblem, banks: tuple[Bank, ...], method: str = "cp
                 break
             assign, bound, status = found
             members = _members(assign, groups, len(banks))
-            plans = [plan_arena(subproblem(problem, m, b.size), "cpsat", config) if m else None
-                     for b, m in zip(banks, members)]
-            over = [max(0, (p.peak if p else 0) - b.size) for p, b in zip(plans, banks)]
-            score = (sum(over), _cost(assign, groups, weights, banks))
-            candidates.append((score, "cpsat", assign))
+            over = [max(0, exact.used(k, m) - b.size) for k, (b, m) in enumerate(zip(banks, members))]
+            candidates.append(((sum(over), _cost(assign, groups, weights, banks)), "cpsat", assign))
             if not any(over):
                 break
             caps = [c - align(o, problem.alignment) for c, o in zip(caps, over)]
     (over, cost), chosen, assign = min(candidates, key=lambda c: (c[0], c[1] != "cpsat"))
     members = _members(assign, groups, len(banks))
-    planner = "cpsat" if method == "cpsat" else method
-    plans = tuple(plan_arena(subproblem(problem, m, b.size), planner, config) if m else
-                  ArenaPlan((), 0, 0, planner, "OPTIMAL", 0.0) for b, m in zip(banks, members))
+    packing = exact if method == "cpsat" else packer
+    plans = tuple(packing.pack(k, m) for k, m in enumerate(members))
     offsets = [0] * len(problem.buffers)
     bank_of = [0] * len(problem.buffers)
     for k, (m, p) in enumerate(zip(members, plans)):
-        for b, o in zip(m, p.offsets):
+        for b, o in zip(sorted(m), p.offsets):  # a bank's plan lists its buffers in index order
             offsets[b], bank_of[b] = o, k
     used = tuple(p.peak for p in plans)
     fits = all(u <= b.size for u, b in zip(used, banks))
