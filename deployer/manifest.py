@@ -167,6 +167,8 @@ def build_manifest(plan) -> dict:
         manifest["arena"]["banks"] = [dict(name=m.name, section=m.section, size=m.size, used=u, base=base, cost=m.cost,
                                            kind=m.kind, address=m.address)
                                       for m, u, base in zip(b.memories, b.used, b.bases)]
+        manifest["arena"]["access_cost"] = dict(modeled=round(b.plan.cost, 3), bound=round(b.plan.cost_bound, 3),
+                                                method=b.plan.method, status=b.plan.status)
     if plan.kind == "language model":
         manifest["language_model"] = language_model_section(plan, tokenizer="tokenizer/vocab.json" in plan.files)
         return manifest

@@ -331,6 +331,10 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
         memory=_memory_rows(dep), curve=curve_figure(dep, curve), flash=flash_figure(dep),
         layer_rows=_layer_rows(dep, curve), patches=patch_figures(dep), fusion=fusion_text(dep),
         solvers=_solver_rows(dep), banks=_bank_rows(dep),
+        bank_cost=None if dep.banks is None else (
+            f"Modeled access cost (bytes the layers move times each bank's relative cost): {dep.banks.plan.cost:,.0f} by "
+            f"{dep.banks.plan.method}, at least {dep.banks.plan.cost_bound:,.0f}; QEMU counts instructions, not wait "
+            f"states, so it shows none of it."),
         notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None, times=_time_rows(times))
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,

@@ -37,3 +37,29 @@ def test_stm32h743_banks_on_qemu(tmp_path):
     dep = deploy(model, Options(target="stm32h743"))
     assert dep.banks is not None
     exact_on_qemu(dep, model, 1)
+
+
+def test_vww_in_40k_and_24k_on_qemu(tmp_path):
+    from tests.models import shared_model
+    model = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    dep = deploy(model, options(tmp_path, ("SRAM1", "40K", 1), ("SRAM2", "24K", 1), target="cortex-m7"))
+    assert all(u <= m.size for m, u in zip(dep.banks.memories, dep.banks.used))
+    exact_on_qemu(dep, model, 1)
+
+
+def test_placed_by_access_cost_the_instructions_do_not_change(tmp_path):
+    """The H743's map puts vww_96's activations in the DTCM (the cheapest bank): half the modeled
+    access cost of the AXI SRAM, and the same instructions (QEMU models no wait states)."""
+    import json
+    from pathlib import Path
+    from deployer.memory_map import read_memory_map, with_memory_map
+    from tests.models import shared_model
+    model = shared_model("mlperf_tiny/vww_96_int8.tflite")
+    h743 = Path(__file__).resolve().parents[2] / "examples" / "memory_maps" / "stm32h743.json"
+    placed = deploy(model, with_memory_map(Options(target="stm32h743"), read_memory_map(h743)))
+    manifest = json.loads(placed.files["manifest.json"])
+    used = {b["name"]: b["used"] for b in manifest["arena"]["banks"]}
+    assert used["DTCM"] > 0 and used["AXI_SRAM"] == 0
+    plain = deploy(model, Options(target="stm32h743"))
+    assert plain.banks is None
+    assert exact_on_qemu(placed, model, 1)["instructions"] == exact_on_qemu(plain, model, 1)["instructions"]
