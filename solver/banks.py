@@ -259,7 +259,7 @@ def cpsat_assign(problem: ArenaProblem, banks, groups, weights, config: SolverCo
     scale = 1000  # costs are relative: three decimals kept as integers
     m.minimize(sum(int(round(sum(weights[b] for b in groups[g]) * banks[k].cost * scale)) * x[g][k]
                    for g in range(len(groups)) for k in range(len(banks))))
-    solver = cpsat.new_solver(config.time_limit_s, config.workers, config.seed)
+    solver = cpsat.new_solver(config.time_limit_s, 1, config.seed)  # one worker: interleaved workers abort on some of these models (an OR-Tools check)
     status = cpsat.solve(solver, m, what="bank assignment")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
