@@ -306,6 +306,8 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhea
     from .suggest import auto_optimize as optimize
 
     if frontend_for(model, "build").kind == "language model":
+        if memory_map is not None:
+            raise UsageError("--memory-map places a network's activations: a language model plans one arena")
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
                           input_memory)
