@@ -75,7 +75,8 @@ REPORT_RULE = ("It is written whole (a temporary file renamed into place); an ex
 def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_place=False, tiler="cpsat",
              tile_objective="auto", l3=None, patch="auto", max_overhead=None, kernels="auto",
              input_layout="nchw", output_layout="nchw", input_type=None, inputs=None, outputs=None,
-             io=None, overlap="on", input_memory="arena", order="auto", memory_map=None) -> Options:
+             io=None, overlap="on", input_memory="arena", order="auto", memory_map=None,
+             banks_for=(None, None)) -> Options:
     check_time_limit(time_limit)
     if memory_map is not None:
         given = [flag for flag, value in (("--sram", sram), ("--l1", l1), ("--l3", l3)) if value is not None]
@@ -88,7 +89,8 @@ def _options(target, l1, sram, flash, planner="cpsat", time_limit=5.0, no_in_pla
                    tile_objective=tile_objective, l3=parse_size(l3, "--l3"), patch=patch,
                    max_overhead=None if max_overhead is None else parse_share(max_overhead), kernels=kernels,
                    input_layout=input_layout,
-                   output_layout=output_layout, input_type=input_type, cut=_cut(inputs, outputs, io))
+                   output_layout=output_layout, input_type=input_type, cut=_cut(inputs, outputs, io),
+                   input_bank=banks_for[0], output_bank=banks_for[1])
     if memory_map is None:
         return options
     from .memory_map import read_memory_map, with_memory_map
@@ -129,6 +131,9 @@ def budget_options(f):
         click.option("--memory-map", "memory_map", type=click.Path(path_type=Path), default=None,
                      help="a JSON file of the part's RAM banks (deployer/memory_map.schema.json): the activations "
                      "are placed across them; replaces --sram, --l1 and --l3"),
+        click.option("--input-bank", default=None, help="with --memory-map: the bank the network's inputs lie in "
+                     "(a camera's frame buffer in its own RAM)"),
+        click.option("--output-bank", default=None, help="with --memory-map: the bank its outputs lie in"),
         click.option("--patch", default="auto", show_default=True,
                      help="run stages of the network patch by patch: auto (the stages that fit --sram, or the "
                      "part's own SRAM, at the least recomputed MACs; none when it fits whole), off, or RxC@LAYER "
@@ -299,7 +304,7 @@ def main() -> None:
               help="when the plan is over a budget, apply deploy suggest's measured recommendations until it fits")
 @click.option("--json", "as_json", is_flag=True, help="print a JSON summary (memory, solvers, wall times) instead")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
-def build_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
+def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
               kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
               llm_context, llm_tokenizer, llm_prune, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
@@ -314,7 +319,7 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhea
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map, banks_for=(input_bank, output_bank))
     options = replace(options, rtos=rtos, debug_guards=debug_guards)
     with _progress(quiet):
         steps = []
@@ -413,7 +418,7 @@ def _progress(quiet: bool):
 @click.option("--front", "with_front", is_flag=True,
               help="also the SRAM x MAC-overhead front: the least SRAM within each MAC budget, each point planned")
 @click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
-def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler,
+def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler,
                 tile_objective, kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, as_json,
                 with_front, quiet):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
@@ -423,7 +428,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overh
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map, banks_for=(input_bank, output_bank))
     with _progress(quiet):
         s = suggest(model, options, with_front=with_front)
     if as_json:
@@ -522,7 +527,7 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
               "beside its modeled cycles. " + REPORT_RULE)
-def verify_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
+def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
                sanitize, debug_guards, on_qemu, report):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
@@ -545,7 +550,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhe
     with _progress(False):
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
-                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
+                       cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map, banks_for=(input_bank, output_bank))
         dep = deploy(model, replace(options, debug_guards=debug_guards))
     samples, expected = _samples(model, dep, inputs, expected_files, seeds)
     result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
@@ -621,7 +626,7 @@ def qemu_summary(result: dict) -> str:
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report. " + REPORT_RULE)
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
-def compare_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
+def compare_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                 kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling):
     """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
     frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
@@ -632,7 +637,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overh
     if tiling:
         _compare_tiling(model, _options(target, l1, sram, flash, "first-fit", time_limit, no_in_place, "greedy",
                                         tile_objective, l3, patch, max_overhead, kernels, *front_options,
-                                        overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map))
+                                        overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map, banks_for=(input_bank, output_bank)))
         return
     from .compare import compare_planners, comparison_table, live_bytes
     from .report_html import planners_report
@@ -640,7 +645,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, memory_map, patch, max_overh
     from solver.arena import SolverConfig, lower_bound
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
-                       patch, max_overhead, kernels, *front_options, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map)
+                       patch, max_overhead, kernels, *front_options, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map, banks_for=(input_bank, output_bank))
     with _progress(False):
         # the plan deploy makes with these flags (its split, tiles, in-place, L3), budgets and all;
         # only its L2 arena is planned again, by every planner

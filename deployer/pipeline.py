@@ -86,6 +86,8 @@ class Options:
     # activations outgrow its first bank); () one arena, --sram's
     banks: tuple = ()
     user_sram: bool = False  # --sram was given (a part's banks are then not spread over)
+    input_bank: str | None = None  # the bank the network's inputs must lie in (--input-bank)
+    output_bank: str | None = None  # ... and its outputs (--output-bank)
 
 
 GUARD_BYTES = emit.GUARD_BYTES
@@ -173,6 +175,8 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     if options.kernels == "smlad" and not backend.variants:
         raise UsageError(f"--kernels smlad needs an Armv7E-M target (cortex-m4, cortex-m7 or a board "
                          f"preset), not '{backend.name}'")
+    if (options.input_bank or options.output_bank) and not options.banks:
+        raise UsageError("--input-bank and --output-bank name banks of a memory map (--memory-map)")
     if options.banks and options.debug_guards:
         raise UsageError("--debug-guards checks one arena: not with the banks of a memory map")
     if options.l3 is not None and options.l1 is None:
@@ -828,7 +832,7 @@ def place_and_plan(plan: Plan) -> Plan:
         if options.banks:
             arena, offsets, banked, bank_of = plan_banked_level(
                 l2, options.banks, options.planner, options.time_limit_s, plan.backend.alignment, overlaps,
-                access_weights(plan, l2))
+                access_weights(plan, l2), pinned_banks(plan))
             banks = BankLayout(options.banks, banked.bases(plan.backend.alignment), banked.used, bank_of, banked)
         else:
             arena, offsets = plan_level(l2, options.planner, options.time_limit_s, plan.backend.alignment,
@@ -846,6 +850,20 @@ def place_and_plan(plan: Plan) -> Plan:
     if options.l3 is None or options.sram is None or result.memory.sram_bytes <= options.sram:
         return result
     return aim_lower(attempt, options.sram, result, tries=4, keep_first=False)
+
+
+def pinned_banks(plan: Plan) -> dict:
+    """tensor -> bank index for the inputs and outputs --input-bank / --output-bank pin."""
+    names = [b.name for b in plan.options.banks]
+    pins = {}
+    for flag, bank, tensors in (("--input-bank", plan.options.input_bank, plan.graph.inputs),
+                                ("--output-bank", plan.options.output_bank, plan.graph.outputs)):
+        if bank is None:
+            continue
+        if bank not in names:
+            raise UsageError(f"{flag} {bank}: no such bank (the map's: {', '.join(names)})")
+        pins.update({t: names.index(bank) for t in tensors})
+    return pins
 
 
 def access_weights(plan: Plan, lives) -> dict:

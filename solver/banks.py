@@ -136,7 +136,7 @@ def _order(banks) -> list[int]:
     return sorted(range(len(banks)), key=lambda k: (banks[k].cost, -banks[k].size, k))
 
 
-def greedy_assign(packer: _Packer, groups) -> list[int]:
+def greedy_assign(packer: _Packer, groups, pinned=None) -> list[int]:
     """First fit decreasing across banks: largest buffer first, at the lowest offset of the
     cheapest bank where it ends inside the bank (else where it overflows least)."""
     problem, banks = packer.problem, packer.banks
@@ -145,7 +145,8 @@ def greedy_assign(packer: _Packer, groups) -> list[int]:
     order = sorted(range(len(groups)), key=lambda g: (-max(problem.buffers[i].size for i in groups[g]), g))
     for g in order:
         best = None
-        for k in _order(banks):
+        fixed = {pinned[i] for i in groups[g] if i in (pinned or {})}
+        for k in (sorted(fixed) if fixed else _order(banks)):
             starts = [_lowest_gap(placed[k], problem.buffers[i], problem.alignment) for i in groups[g]]
             end = max(at + problem.buffers[i].size for at, i in zip(starts, groups[g]))
             if end <= banks[k].size:
@@ -170,7 +171,7 @@ def _lowest_gap(placed, buffer, alignment: int) -> int:
     return at
 
 
-def hill_climb(packer: _Packer, groups, weights, start: list[int], rounds: int = 20) -> list[int]:
+def hill_climb(packer: _Packer, groups, weights, start: list[int], pinned=None, rounds: int = 20) -> list[int]:
     """From ``start``, move single buffers (largest first) to another bank while that lowers
     (bytes live beyond the banks' sizes, access cost): the live bytes per op stand in for each
     bank's packing, which is planned once at the end."""
@@ -193,7 +194,8 @@ def hill_climb(packer: _Packer, groups, weights, start: list[int], rounds: int =
         return max(0, int(live[k].max()) - int(caps[k]))
     assign = list(start)
     weight = [sum(weights[i] for i in members) for members in groups]
-    order = sorted(range(len(groups)), key=lambda g: (-int(height[g].max()), g))
+    order = sorted((g for g in range(len(groups)) if not any(i in (pinned or {}) for i in groups[g])),
+                   key=lambda g: (-int(height[g].max()), g))
     for _ in range(rounds):
         improved = False
         for g in order:
@@ -216,7 +218,7 @@ def hill_climb(packer: _Packer, groups, weights, start: list[int], rounds: int =
 
 
 def cpsat_assign(problem: ArenaProblem, banks, groups, weights, config: SolverConfig, caps: list[int],
-                 hint: list[int]):
+                 hint: list[int], pinned=None):
     """(assignment, proven least cost, status) whose bytes live at every op fit ``caps``, at the
     least cost; None when CP-SAT finds none."""
     from ortools.sat.python import cp_model
@@ -225,6 +227,9 @@ def cpsat_assign(problem: ArenaProblem, banks, groups, weights, config: SolverCo
     x = [[m.new_bool_var(f"x{g}_{k}") for k in range(len(banks))] for g in range(len(groups))]
     for g, row in enumerate(x):
         m.add_exactly_one(row)
+        for i in groups[g]:
+            if i in (pinned or {}):
+                m.add(row[pinned[i]] == 1)
         for k, v in enumerate(row):
             m.add_hint(v, hint[g] == k)
     # bytes live per op in each bank: its buffers' heights, less what an overlap pair saves when
@@ -268,25 +273,28 @@ def cpsat_assign(problem: ArenaProblem, banks, groups, weights, config: SolverCo
 
 
 def plan_banks(problem: ArenaProblem, banks: tuple[Bank, ...], method: str = "cpsat",
-               config: SolverConfig = SolverConfig(), weights: list[float] | None = None) -> BankPlan:
+               config: SolverConfig = SolverConfig(), weights: list[float] | None = None,
+               pinned: dict[int, int] | None = None) -> BankPlan:
     """Every buffer in one bank and at an offset inside it, each bank checked. ``weights``: per
-    buffer, the bytes its layers move (default its size)."""
+    buffer, the bytes its layers move (default its size); ``pinned``: buffer -> the bank it must
+    go to (a camera's frame buffer in its own RAM)."""
+    pinned = dict(pinned or {})
     import time
     started = time.perf_counter()
     weights = list(weights) if weights is not None else [b.size for b in problem.buffers]
     groups = units(problem)
     packer = _Packer(problem, banks, "first-fit" if method in ("cpsat", "hill-climb") else method, config)
-    greedy = greedy_assign(packer, groups)
+    greedy = greedy_assign(packer, groups, pinned)
     candidates = [(_score(packer, greedy, groups, weights), packer.method, greedy)]
     bound, status = None, None
     if method in ("cpsat", "hill-climb"):  # hill-climb: the baseline the CP-SAT assignment is measured against
-        climbed = hill_climb(packer, groups, weights, greedy)
+        climbed = hill_climb(packer, groups, weights, greedy, pinned)
         candidates.append((_score(packer, climbed, groups, weights), "hill-climb", climbed))
     exact = _Packer(problem, banks, "cpsat", config)  # each bank's offsets by the CP-SAT arena planner
     if method == "cpsat":
         caps = [b.size for b in banks]
         for _ in range(4):  # a bank the relaxation fits but its planner does not: lower its capacity
-            found = cpsat_assign(problem, banks, groups, weights, config, caps, min(candidates)[2])
+            found = cpsat_assign(problem, banks, groups, weights, config, caps, min(candidates)[2], pinned)
             if found is None:
                 break
             assign, bound, status = found

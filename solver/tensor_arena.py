@@ -82,8 +82,9 @@ def plan_level(lives: list[Lifetime], planner: str, time_limit_s: float, alignme
 
 
 def plan_banked_level(lives: list[Lifetime], banks, planner: str, time_limit_s: float, alignment: int,
-                      overlaps=(), weights: dict | None = None):
-    """``plan_level`` over several RAM banks (solver.banks): (ArenaPlan whose offsets lay the
+                      overlaps=(), weights: dict | None = None, pinned: dict | None = None):
+    """``plan_level`` over several RAM banks (solver.banks; ``pinned``: tensor -> the bank index
+    it must lie in): (ArenaPlan whose offsets lay the
     banks end to end and whose peak is the bytes all banks use, tensor -> that offset, the
     BankPlan, tensor -> bank index), each bank checked, then every tensor."""
     from .banks import Bank, plan_banks
@@ -91,8 +92,11 @@ def plan_banked_level(lives: list[Lifetime], banks, planner: str, time_limit_s: 
     weight = [(weights or {}).get(t, problem.buffers[i].size) for i, t in enumerate(owners)]
     with progress.step(f"banks ({planner}, {len(problem.buffers)} buffers, {len(banks)} banks)",
                        limit_s=watchdog_s(time_limit_s) if planner == "cpsat" else None):
+        owner = {lt.tensor: lt.owner for lt in lives}
+        at = {t: i for i, t in enumerate(owners)}
+        pin = {at[owner[t]]: k for t, k in (pinned or {}).items() if t in owner}
         banked = plan_banks(problem, tuple(Bank(b.name, b.size, b.cost) for b in banks), planner,
-                            SolverConfig(time_limit_s=time_limit_s), weight)
+                            SolverConfig(time_limit_s=time_limit_s), weight, pin)
     virtual = banked.virtual_offsets(alignment)
     arena = ArenaPlan(virtual, sum(banked.used), lower_bound(problem), banked.method, banked.status,
                       banked.wall_s)

@@ -135,3 +135,19 @@ def test_a_map_beside_a_budget_flag_is_a_usage_error():
     from deployer.cli import _options
     with pytest.raises(UsageError, match="--l1"):
         _options("host", "8K", None, None, memory_map="whatever.json")
+
+
+def test_inputs_and_outputs_pinned_to_a_bank(tmp_path):
+    model = example(tmp_path)
+    banks = [("SRAM1", "5K", 1), ("SRAM2", "4K", 2)]
+    dep = deploy(model, options(tmp_path, *banks, input_bank="SRAM2", output_bank="SRAM2"))
+    names = [m.name for m in dep.banks.memories]
+    for t in (*dep.graph.inputs, *dep.graph.outputs):
+        assert names[dep.banks.bank_of[t]] == "SRAM2"
+    free = deploy(model, options(tmp_path, *banks))
+    assert names[free.banks.bank_of[free.graph.inputs[0]]] == "SRAM1"  # the cheaper bank, unpinned
+    exact(dep, model)
+    with pytest.raises(UsageError, match="--input-bank DTCM: no such bank"):
+        deploy(model, options(tmp_path, *banks, input_bank="DTCM"))
+    with pytest.raises(UsageError, match="name banks of a memory map"):
+        deploy(model, Options(output_bank="SRAM1"))
