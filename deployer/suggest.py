@@ -372,12 +372,39 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
                           f"{'they fit' if not over_budget(base.memory, o) else 'the target has no external memory'}")
 
 
+def _banks(model: Path, s: Suggestion) -> Recommendation:
+    """RAM banks: with a memory map, how full each bank is and which limits the plan; on a part
+    with several banks and no map, what spreading the activations over them would save."""
+    from .pipeline import part_banks
+    base, o = s.deployment, s.options
+    if base.banks is not None:
+        fill = ", ".join(f"{m.name} {u:,} of {m.size:,} B ({u / m.size:.0%})"
+                         for m, u in zip(base.banks.memories, base.banks.used))
+        full = max(zip(base.banks.memories, base.banks.used), key=lambda mu: mu[1] / mu[0].size)[0]
+        return Recommendation("RAM banks", "SRAM", True, 0, f"{fill}; the fullest is {full.name}; access cost "
+                              f"{base.banks.plan.cost:,.0f} by {base.banks.plan.method} (at least "
+                              f"{base.banks.plan.cost_bound:,.0f})")
+    banks = part_banks(base.backend, o)
+    if len(banks) < 2 or o.sram is None:
+        return Recommendation("RAM banks", "SRAM", False, 0, "the target declares one RAM bank (--memory-map "
+                              "describes more)")
+    alt = _measure(s, replace(o, banks=banks, sram=sum(b.size for b in banks)))
+    if alt is None or alt.banks is None or alt.banks.plan.over:
+        return Recommendation("RAM banks", "SRAM", False, 0, f"{base.backend.name}'s banks hold no better plan")
+    main = alt.banks.used[0]
+    uses = ", ".join(f"{m.name} {u:,} B" for m, u in zip(alt.banks.memories, alt.banks.used) if u)
+    return Recommendation("RAM banks", "SRAM", False, base.memory.sram_bytes - main,
+                          f"the activations over {base.backend.name}'s banks ({uses}): {banks[0].name} holds "
+                          f"{main:,} B of them; access cost {alt.banks.plan.cost:,.0f}",
+                          (f"--memory-map examples/memory_maps/{base.backend.name}.json",))
+
+
 # Each relaxation of the memory search (deployer.relaxations) measured by the knob that names it,
 # in the search's order; then the choices that are not relaxations (the arena planner, tiling).
 KNOBS = ((("in-place ops",), _in_place), (("outputs over inputs",), _overlap), (("operator order",), _order),
          (("patch inference",), _patch),
          (("L3 streaming", "plain kernels"), _weight_placement), ((), _arena_planner), ((), _tiling),
-         ((), _integer_io))
+         ((), _integer_io), ((), _banks))
 
 
 def _plan_estimate(front: Plan, options: Options) -> tuple[Plan, int | None]:
