@@ -151,3 +151,13 @@ def test_inputs_and_outputs_pinned_to_a_bank(tmp_path):
         deploy(model, options(tmp_path, *banks, input_bank="DTCM"))
     with pytest.raises(UsageError, match="name banks of a memory map"):
         deploy(model, Options(output_bank="SRAM1"))
+
+
+def test_suggest_knows_the_banks(tmp_path):
+    from deployer.suggest import suggest
+    s = suggest(example(tmp_path), options(tmp_path, ("SRAM1", "5K", 1), ("SRAM2", "4K", 2)))
+    rec = next(r for r in s.recommendations if r.name == "RAM banks")
+    assert rec.on and "SRAM2 4,000 of 4,096 B" in rec.detail and "the fullest is SRAM2" in rec.detail
+    s = suggest(two_branches(tmp_path), Options(target="stm32h743", sram=512 * K))
+    rec = next(r for r in s.recommendations if r.name == "RAM banks")
+    assert not rec.on and rec.saving > 0 and rec.flags == ("--memory-map examples/memory_maps/stm32h743.json",)
