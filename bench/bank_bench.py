@@ -14,6 +14,7 @@ import argparse
 import random
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,7 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--cases", default=None, help="comma-separated: kws, vww_96, resnet8, ad01, A..K")
     args = ap.parse_args()
+    warnings.simplefilter("ignore", RuntimeWarning)  # a bank's CP-SAT arena keeping its greedy plan: counted below
     config = SolverConfig(time_limit_s=args.time_limit)
     names = set(args.cases.split(",")) if args.cases else None
     print(f"{args.seeds} layouts per case, --time-limit {args.time_limit:g} (deterministic)\n")
