@@ -177,6 +177,11 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
                          f"preset), not '{backend.name}'")
     if (options.input_bank or options.output_bank) and not options.banks:
         raise UsageError("--input-bank and --output-bank name banks of a memory map (--memory-map)")
+    if options.banks and options.l1 is not None and backend.async_dma:
+        unreached = [b.name for b in options.banks if not any("dma" in m for m in b.masters)]
+        if unreached:
+            raise UsageError(f"bank {unreached[0]} is not reached by DMA (its masters), and {backend.name}'s tiles move "
+                             f"by DMA between L1 and the arena: give it another use, or no L1")
     if options.banks and options.debug_guards:
         raise UsageError("--debug-guards checks one arena: not with the banks of a memory map")
     if options.l3 is not None and options.l1 is None:

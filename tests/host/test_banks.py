@@ -161,3 +161,10 @@ def test_suggest_knows_the_banks(tmp_path):
     s = suggest(two_branches(tmp_path), Options(target="stm32h743", sram=512 * K))
     rec = next(r for r in s.recommendations if r.name == "RAM banks")
     assert not rec.on and rec.saving > 0 and rec.flags == ("--memory-map examples/memory_maps/stm32h743.json",)
+
+
+def test_a_bank_dma_cannot_reach_is_refused_where_tiles_move_by_dma(tmp_path):
+    banks = [("L2", "64K", 1), ("TCM", "16K", 0.5, {"masters": ["cpu"]}), ("L1", "8K", 0.25, {"use": "l1"})]
+    with pytest.raises(UsageError, match="bank TCM is not reached by DMA"):
+        plan_deployment(example(tmp_path), options(tmp_path, *banks, target="gap8"))
+    assert plan_deployment(example(tmp_path), options(tmp_path, *banks, target="cortex-m7")).banks is not None  # the core copies
