@@ -74,4 +74,8 @@ class Backend:
     # The part's RAM banks (a memory map: --memory-map describes another part's). The first
     # arena bank is the --sram default; the others join when the activations do not fit it.
     banks: tuple[MemoryBank, ...] = ()
+    # double arithmetic is the C library's software (a single-precision or no FPU): the
+    # reference's double-precision requantization (fully connected layers) takes an exact integer
+    # estimate first, falling back to double only within the estimate's error of a rounding boundary
+    soft_double: bool = False
     bank_sections: bool = False  # a bank's buffer goes to the bank's linker section (a part's image; not the host's)

@@ -27,6 +27,7 @@ CORTEX_M4 = Backend(
     alignment=16,
     l1_in_sram=True,  # with --l1, the tiles' buffer is a static array in SRAM (.bss)
     bank_sections=True,  # a memory map's banks: each buffer in its section (qemu/link.ld maps them)
+    soft_double=True,  # the M4F's FPU is single precision
     # The cost model in instructions, fitted by least squares to the per-layer counts of
     # `deploy verify --qemu --per-layer` (kws, vww_96 and resnet8 on the M7, untiled and tiled at
     # 64K/32K/16K by both tilers: 378 layers, median error 5%). The core copies the tiles itself
@@ -61,6 +62,7 @@ CORTEX_M7 = replace(
     cflags=("-mcpu=cortex-m7", "-mfpu=fpv5-d16", *COMMON),
     cpu="cortex-m7",
     qemu_machine="mps2-an500",
+    soft_double=False,  # fpv5-d16: double precision in hardware
 )
 
 # Board presets: the core plus the part's memories (the defaults of --sram and --flash).

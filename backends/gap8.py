@@ -38,6 +38,7 @@ GAP8 = Backend(
            MemoryBank("L1", 64 * 1024, ".l1", 0.25, "tcm", ("cluster", "cluster_dma"), False, 0x10000000, use="l1"),
            MemoryBank("HYPERRAM", 8 * 1024 * 1024, ".l3", 8.0, "external", ("udma",), False, 0, use="l3")),
     emulation=EMULATION,
+    soft_double=True,  # RV32IMC: no FPU
     weights_in_sram=True,
     async_dma=True,
     l3_init="int inference_l3_init(struct pi_device *ram, uint32_t base);",

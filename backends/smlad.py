@@ -442,6 +442,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                              shift=rq_int.shift)
     elif fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64))
+        ctx["fc_est"] = sym.double_scales(f"op{k}_scale_lanes", padded(kern.scale, 0.0, np.float64))
     elif s.fast_requant and not stream:
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0]),
                    rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1]),

@@ -18,6 +18,7 @@ from solver.arena_types import align
 from solver.tiling import LayerTiling
 
 from solver.patch_split import region_windows, stage_of
+from .fixedpoint import scale_q32
 from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
                      c_int64)
 from .render import environment as template_environment
@@ -71,8 +72,10 @@ class _Symbols:
     """C names for arena tensors, state tensors and .rodata arrays, shared by every layer of one
     engine."""
 
-    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset(), external=(), base=None):
+    def __init__(self, graph: Graph, macro: dict[int, str], in_l3=frozenset(), external=(), base=None,
+                 soft_double: bool = False):
         self.graph, self.macro, self.in_l3 = graph, macro, in_l3
+        self.soft_double = soft_double  # the target's double arithmetic is software (fx_rq_fc's estimate first)
         self.base = base or {}  # tensor -> the buffer of the bank it lies in (default: the one arena)
         self.external = {t: i for i, t in enumerate(external)}  # inputs in the application's buffers
         self.constants: list[dict] = []
@@ -107,6 +110,14 @@ class _Symbols:
         if t in self.state:
             return f"({qual}{CTYPES[tt.dtype]} *)(state_buffer + {self.state[t]})"
         return f"({qual}{CTYPES[tt.dtype]} *)({self.at(t)})"
+
+    def double_scales(self, name: str, scales) -> str | None:
+        """On a core whose double arithmetic is software: each double scale's integer estimate
+        round(scale * 2^32) (fx_rq_fc; deployer.fixedpoint.scale_q32), as an array; None elsewhere."""
+        if not self.soft_double:
+            return None
+        return self.array(f"{name}_q32", "int32_t",
+                          np.array([scale_q32(float(v)) for v in np.asarray(scales, np.float64).reshape(-1)], np.int64))
 
     def at(self, key) -> str:
         """The address of an arena tensor or scratch buffer: its bank's buffer plus its offset."""
@@ -155,8 +166,15 @@ def _weights_context(kern, k: int, sym: _Symbols, streamed: bool) -> dict:
                    shift=sym.array(f"op{k}_shift", "int8_t", kern.shift))
     else:
         ctx.update(scale=sym.array(f"op{k}_scale", "double", np.array(kern.scale, np.float64)),
-                   channel="u" if len(kern.scale) > 1 else "0")
+                   channel="u" if len(kern.scale) > 1 else "0",
+                   fc_est=sym.double_scales(f"op{k}_scale", kern.scale) if _fc_estimated(kern) else None)
     return ctx
+
+
+def _fc_estimated(kern) -> bool:
+    """A fully connected layer whose double-precision requantization fx_rq_fc may estimate: an
+    int32 accumulator and an output range within int16 (its error bound's premise)."""
+    return isinstance(kern, K.FullyConnected) and not kern.acc64 and kern.act_min >= -32768 and kern.act_max <= 32767
 
 
 def _extra_context(kern, k: int, sym: _Symbols, data: list[int], l3_weights: bool, layer_inputs=()) -> dict:
@@ -329,6 +347,10 @@ class _ArgSymbols:
         field, _ = next(v for suffix, v in ARG_FIELDS.items() if name.endswith(suffix))
         self.used[field] = ctype
         return field
+
+    def double_scales(self, name: str, scales) -> None:
+        """A window's kernel requantizes in double (fx_rq_fc's estimates are not kernel arguments)."""
+        return None
 
     def prologue(self) -> Code:
         lines = []
@@ -536,7 +558,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
     external = tuple(graph.inputs) if plan.options.input_memory == "external" else ()
     banks = bank_context(plan)
     base = {t: banks[k]["buffer"] for t, k in plan.banks.bank_of.items()} if banks else None
-    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset(), external, base)
+    sym = _Symbols(graph, macro, l3.placement.tensors if l3 is not None else frozenset(), external, base,
+                   backend.soft_double)
 
     tensors = []
     for lt in sorted(lives, key=lambda lt: (offsets[lt.tensor], lt.tensor)):
@@ -634,6 +657,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                l1_attribute=Code(backend.l1_attribute),
                engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
                l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=plan.options.rtos,
+               soft_double=backend.soft_double,
                kernel_functions=list(functions.values()),
                sixteen_bit=any(K.activation_dtype(lp.kernel) == "int16" for lp in plan.layers),
                stack=network_stack_need(layers), core_flags=core_flags(backend),

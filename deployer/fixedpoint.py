@@ -5,6 +5,8 @@ results are exactly what the C kernels compute in int32/int64.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
@@ -321,3 +323,14 @@ def tanh16(a, integer_bits: int) -> np.ndarray:
     n = np.where(negative, a, wrap16(-a))
     t = _pot16(wrap16(_newton16(exp_on_negative_values16(n, integer_bits + 1)) - (1 << 13)), 2)
     return np.where(a == 0, 0, np.where(negative, wrap16(-t), t))
+
+
+def scale_q32(scale: float) -> int:
+    """round(scale * 2^32): the integer estimate of a double-precision scale that fx_rq_fc
+    multiplies by, when it is below 2^31 (scales under 0.5); 0 otherwise (the engine then
+    multiplies in double)."""
+    from fractions import Fraction
+    if not 0 < scale < 0.5 or not math.isfinite(scale):
+        return 0
+    m = round(Fraction(scale) * 2 ** 32)
+    return m if m < 2 ** 31 else 0
