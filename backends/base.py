@@ -67,6 +67,9 @@ class Backend:
     # (usable as L1 when --l1 asks for tiling) and the stack the start-up code reserves.
     cpu: str | None = None
     qemu_machine: str | None = None
+    # where the QEMU board's memories the harness links into start: code and constants, then RAM
+    qemu_flash_origin: int = 0x00000000
+    qemu_ram_origin: int = 0x20000000
     tcm_bytes: int | None = None
     stack_bytes: int = 0
     emulation: Emulation | None = None  # deploy verify builds against it and runs here

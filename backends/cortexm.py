@@ -66,6 +66,28 @@ CORTEX_M7 = replace(
 )
 
 # Board presets: the core plus the part's memories (the defaults of --sram and --flash).
+CORTEX_M33 = replace(
+    CORTEX_M4,
+    name="cortex-m33",
+    description="Arm Cortex-M33 (Armv8-M Mainline, DSP extension, single-precision FPU), SMLAD kernels; "
+                "QEMU mps2-an505",
+    cflags=("-mcpu=cortex-m33", "-mfpu=fpv5-sp-d16", *COMMON),
+    cpu="cortex-m33",
+    qemu_machine="mps2-an505",
+    # AN505 boots the core in the Secure state at 0x10000000: the secure aliases of its SSRAM1
+    # (code) and SSRAM2/3 (data, at 0x38000000)
+    qemu_flash_origin=0x10000000,
+    qemu_ram_origin=0x38000000,
+)
+
+STM32U585 = replace(
+    CORTEX_M33, name="stm32u585", part=True, sram_bytes=768 * K, flash_bytes=2048 * K,
+    description="ST STM32U585 (Cortex-M33, 160 MHz): 768 KiB SRAM1-3, 16 KiB SRAM4, 2 MiB flash",
+    # RM0456: SRAM1 (192 K), SRAM2 (64 K) and SRAM3 (512 K) lie back to back from 0x20000000, one
+    # region to a linker; SRAM4 sits in the low-power domain
+    banks=(MemoryBank("SRAM123", 768 * K, ".sram123", 1.0, "sram", ("cpu", "dma"), True, 0x20000000),
+           MemoryBank("SRAM4", 16 * K, ".sram4", 1.5, "sram", ("cpu", "lpdma"), True, 0x28000000)))
+
 STM32F446 = replace(CORTEX_M4, name="stm32f446", part=True, sram_bytes=128 * K, flash_bytes=512 * K,
                     description="ST STM32F446 (Cortex-M4F, 180 MHz): 128 KiB SRAM, 512 KiB flash")
 NRF52840 = replace(CORTEX_M4, name="nrf52840", part=True, sram_bytes=256 * K, flash_bytes=1024 * K,
@@ -82,4 +104,4 @@ STM32H743 = replace(
            MemoryBank("SRAM123", 288 * K, ".sram123", 1.5, "sram", ("cpu", "dma"), True, 0x30000000),
            MemoryBank("SRAM4", 64 * K, ".sram4", 1.5, "sram", ("cpu", "dma"), True, 0x38000000)))
 
-CORTEX_M = (CORTEX_M4, CORTEX_M7, STM32F446, STM32H743, NRF52840)
+CORTEX_M = (CORTEX_M4, CORTEX_M7, CORTEX_M33, STM32F446, STM32H743, NRF52840, STM32U585)

@@ -774,9 +774,10 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None
     regions, top = [], QEMU_BOARD_MEMORY
     for b in reversed(banks or []):
         top -= align(b["size"], 16)
-        regions.insert(0, dict(b, region=f"BANK_{b['name'].upper()}", origin=0x20000000 + top))
+        regions.insert(0, dict(b, region=f"BANK_{b['name'].upper()}", origin=backend.qemu_ram_origin + top))
     ctx = dict(ident=ident, machine=backend.qemu_machine, cflags=" ".join(backend.cflags),
-               flash_bytes=QEMU_BOARD_MEMORY, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions)
+               flash_bytes=QEMU_BOARD_MEMORY, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions,
+               flash_origin=backend.qemu_flash_origin, ram_origin=backend.qemu_ram_origin)
     names = ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 
