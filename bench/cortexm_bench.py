@@ -1,7 +1,7 @@
 """Cortex-M: instructions per MAC of our SMLAD and plain C kernels on QEMU, against TFLite Micro
 with CMSIS-NN; code size without weights; the linked ELF's memory against the budgets.
 
-    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m7[,cortex-m4]] [--kernels smlad,plain]
+    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m7[,cortex-m4,cortex-m33]] [--kernels smlad,plain]
 
 For kws_ref_model, vww_96_int8 and pretrainedResnet_quant (``--models`` adds others from
 shared/models/tflite, by file name), on every core and kernel family: deploy with --sram 256K
@@ -46,7 +46,7 @@ from layer_analyzer import kernels as K  # noqa: E402
 from network_parser.errors import DeployError  # noqa: E402
 
 MODELS_DIR = ROOT / "tests" / "model_files" / "tflite"
-DEFAULT_MODELS = ("kws_ref_model", "vww_96_int8", "pretrainedResnet_quant")
+DEFAULT_MODELS = ("kws_ref_model", "vww_96_int8", "pretrainedResnet_quant", "ad01_int8")
 SRAM, FLASH = 256 * 1024, 1024 * 1024
 
 # TFLite Micro on the same QEMU M7 board, instructions per MAC: with CMSIS-NN, with its reference kernels.
@@ -207,7 +207,7 @@ def memory_table(results: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="", help="more models from shared/models/tflite, by name (comma-separated)")
-    ap.add_argument("--cores", default="cortex-m7", help="cortex-m7[,cortex-m4]")
+    ap.add_argument("--cores", default="cortex-m7", help="cortex-m7[,cortex-m4,cortex-m33]")
     ap.add_argument("--kernels", default="smlad,plain", help="kernel families, comma-separated")
     args = ap.parse_args(argv)
     missing = qemu.missing_tools()
