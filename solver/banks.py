@@ -21,6 +21,7 @@ space (the tensor-level check, the overlap walks).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -279,7 +280,6 @@ def plan_banks(problem: ArenaProblem, banks: tuple[Bank, ...], method: str = "cp
     buffer, the bytes its layers move (default its size); ``pinned``: buffer -> the bank it must
     go to (a camera's frame buffer in its own RAM)."""
     pinned = dict(pinned or {})
-    import time
     started = time.perf_counter()
     weights = list(weights) if weights is not None else [b.size for b in problem.buffers]
     groups = units(problem)
