@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .family import KernelFamily
+
 
 @dataclass(frozen=True, slots=True)
 class Emulation:
@@ -58,11 +60,9 @@ class Backend:
     # Folder under templates/ searched after template_dir: a target overrides only the
     # templates that differ (e.g. DMA, tile schedule, engine entry) and reuses the rest.
     template_fallback: str | None = None
-    # Kernel family: "plain" (portable C) or "smlad" (the Armv7E-M DSP extension: SXTAB16 + SMLAD,
-    # two MACs per instruction), and the variants that family adds, in order of preference (every
-    # layer a variant does not take runs the portable kernels: backends.variants).
-    kernels: str = "plain"
-    variants: tuple = ()
+    # Kernel families (backends.family), in order of preference: each layer runs the first variant
+    # that takes it (every other layer the portable kernels, backends.variants)
+    families: tuple[KernelFamily, ...] = ()
     # Arm Cortex-M: the core, the board QEMU emulates it on, the part's tightly-coupled memory
     # (usable as L1 when --l1 asks for tiling) and the stack the start-up code reserves.
     cpu: str | None = None
@@ -82,3 +82,27 @@ class Backend:
     # estimate first, falling back to double only within the estimate's error of a rounding boundary
     soft_double: bool = False
     bank_sections: bool = False  # a bank's buffer goes to the bank's linker section (a part's image; not the host's)
+    clock_mhz: float | None = None  # the part's core clock (a preset's; --clock gives another): milliseconds from cycles
+
+    @property
+    def variants(self) -> tuple:
+        """Its families' variant rules, in order of preference."""
+        return tuple(rule for family in self.families for rule in family.rules)
+
+    @property
+    def kernels(self) -> str:
+        """Its kernels in a word: the families' names ("plain" without one)."""
+        return "+".join(f.name for f in self.families) or "plain"
+
+    def family(self, name: str) -> KernelFamily | None:
+        return next((f for f in self.families if f.name == name), None)
+
+    @property
+    def costs(self) -> dict[str, float]:
+        """The tiling cost model: its families' kernel costs (the first family's where two give
+        one), then the target's own (copies, DMA, tile setup)."""
+        merged = {}
+        for family in reversed(self.families):
+            merged.update(family.cost_model)
+        merged.update(self.cost_model)
+        return merged

@@ -19,8 +19,7 @@ CORTEX_M4 = Backend(
     template_fallback="host",
     cc="arm-none-eabi-gcc",
     cflags=("-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", *COMMON),
-    kernels="smlad",
-    variants=smlad.RULES,
+    families=(smlad.FAMILY,),
     cpu="cortex-m4",
     qemu_machine="mps2-an386",
     stack_bytes=4 * K,
@@ -28,20 +27,10 @@ CORTEX_M4 = Backend(
     l1_in_sram=True,  # with --l1, the tiles' buffer is a static array in SRAM (.bss)
     bank_sections=True,  # a memory map's banks: each buffer in its section (qemu/link.ld maps them)
     soft_double=True,  # the M4F's FPU is single precision
-    # The cost model in instructions, fitted by least squares to the per-layer counts of
-    # `deploy verify --qemu --per-layer` (kws, vww_96 and resnet8 on the M7, untiled and tiled at
-    # 64K/32K/16K by both tilers: 378 layers, median error 5%). The core copies the tiles itself
-    # (no DMA engine to overlap with), a call per contiguous run; the SMLAD kernels make about one
-    # MAC per instruction on convolutions and fully connected layers, fewer on depthwise ones.
+    # The cost model in instructions (the kernels' share is their family's), fitted by least
+    # squares to the per-layer counts of `deploy verify --qemu --per-layer`: the core copies the
+    # tiles itself (no DMA engine to overlap with), a call per contiguous run.
     cost_model=(
-        ("macs_per_cycle", 1.0),
-        ("macs_per_cycle_depthwise", 0.56),
-        ("macs_per_cycle_pool", 0.1),
-        ("macs_per_cycle_eltwise", 0.04),
-        ("cycles_per_output_conv", 11),
-        ("cycles_per_output_depthwise", 16),
-        ("cycles_per_output_fc", 99),
-        ("cycles_per_output_pool", 35),
         ("tile_setup_cycles", 160),  # the tile loop: descriptors, the window kernel's call
         ("dma_bytes_per_cycle", 0.38),
         ("dma_setup_cycles", 25),
@@ -81,19 +70,19 @@ CORTEX_M33 = replace(
 )
 
 STM32U585 = replace(
-    CORTEX_M33, name="stm32u585", part=True, sram_bytes=768 * K, flash_bytes=2048 * K,
+    CORTEX_M33, name="stm32u585", part=True, clock_mhz=160, sram_bytes=768 * K, flash_bytes=2048 * K,
     description="ST STM32U585 (Cortex-M33, 160 MHz): 768 KiB SRAM1-3, 16 KiB SRAM4, 2 MiB flash",
     # RM0456: SRAM1 (192 K), SRAM2 (64 K) and SRAM3 (512 K) lie back to back from 0x20000000, one
     # region to a linker; SRAM4 sits in the low-power domain
     banks=(MemoryBank("SRAM123", 768 * K, ".sram123", 1.0, "sram", ("cpu", "dma"), True, 0x20000000),
            MemoryBank("SRAM4", 16 * K, ".sram4", 1.5, "sram", ("cpu", "lpdma"), True, 0x28000000)))
 
-STM32F446 = replace(CORTEX_M4, name="stm32f446", part=True, sram_bytes=128 * K, flash_bytes=512 * K,
+STM32F446 = replace(CORTEX_M4, name="stm32f446", part=True, clock_mhz=180, sram_bytes=128 * K, flash_bytes=512 * K,
                     description="ST STM32F446 (Cortex-M4F, 180 MHz): 128 KiB SRAM, 512 KiB flash")
-NRF52840 = replace(CORTEX_M4, name="nrf52840", part=True, sram_bytes=256 * K, flash_bytes=1024 * K,
+NRF52840 = replace(CORTEX_M4, name="nrf52840", part=True, clock_mhz=64, sram_bytes=256 * K, flash_bytes=1024 * K,
                    description="Nordic nRF52840 (Cortex-M4F, 64 MHz): 256 KiB RAM, 1 MiB flash")
 STM32H743 = replace(
-    CORTEX_M7, name="stm32h743", part=True, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
+    CORTEX_M7, name="stm32h743", part=True, clock_mhz=480, sram_bytes=512 * K, flash_bytes=2048 * K, tcm_bytes=128 * K,
     # With --l1 the L1 tiles are staged in the DTCM (the linker script's .dtcm section), not in SRAM.
     l1_attribute='__attribute__((section(".dtcm"))) ', l1_in_sram=False,
     description="ST STM32H743 (Cortex-M7, 480 MHz): 512 KiB AXI SRAM, 128 KiB DTCM as L1 (--l1), 2 MiB flash",

@@ -1,5 +1,6 @@
-"""The Armv7E-M DSP kernels (SXTAB16 + SMLAD) of the Cortex-M targets: the variants, the weight
-layouts they read, and the values their templates (templates/cortexm/smlad_kernels.c.j2) need.
+"""The Armv7E-M DSP kernel family (SXTAB16 + SMLAD) of the Cortex-M targets: the variants, the
+weight layouts they read, their cost model, and the values their templates (templates/smlad/,
+which only this family names) need.
 
 The kernels compute four output channels at once. An int8 input word (four consecutive
 values x0..x3) becomes two halfword pairs with the input offset added: (x0, x2) and
@@ -14,8 +15,11 @@ import numpy as np
 
 from layer_analyzer import kernels as K
 
+from .family import KernelFamily
 from .variants import CODE_BYTES_DSP, CODE_BYTES_PORTABLE, Variant, VariantRule
 
+TEMPLATES = "smlad"  # its folder under templates/
+KERNELS = f"{TEMPLATES}/kernels.c.j2"  # the module of its variants' macros
 LANES = 4  # output channels per pass
 COLUMN_LIMIT = 1152  # bytes of stack one pixel's flattened window (im2col) may take: 3x3x128
 
@@ -223,10 +227,21 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     name = "fully_connected_s8_smlad" if fc else NAMES[s.variant]
     # the depthwise kernels (their border windows unrolled, the longest) are shared per shape; shared,
     # the short pointwise ones of few channels ran up to 22% more instructions on the M7, im2col 25%
-    return Variant(name, "smlad", MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES[s.variant],
+    return Variant(name, KERNELS, MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES[s.variant],
                    LANES if s.variant == "depthwise" else 1, True, False, LANES, s, template_context, _window,
                    shares_whole=s.variant == "depthwise" and use == "whole", lane_bytes=lane_arrays_bytes(kern, s),
-                   walk=None if s.variant == "depthwise" else "pixels")  # depthwise: 4 channels' planes at a time
+                   walk=None if s.variant == "depthwise" else "pixels", window_steps=window_steps)  # depthwise: 4 channels' planes at a time
+
+
+def window_steps(kern, layout: DspLayout) -> dict[str, tuple[int, int]]:
+    """Words of the packed weight array per group of 4 output channels."""
+    if layout.variant == "depthwise":
+        words = 2 * kern.k_h * kern.k_w
+    elif layout.variant == "rows":
+        words = kern.k_h * layout.row_words
+    else:
+        words = 4 + layout.row_words + (9 if layout.fast_requant else 0)  # a stream: biases, weights, requantization
+    return {"wq": (LANES, words)}
 
 
 def _window(variant: Variant, kern) -> Variant:
@@ -239,7 +254,7 @@ def _add(kern, weight_bytes: int, use: str) -> Variant | None:
     over a tile's elements)."""
     if use not in ("whole", "tile") or not isinstance(kern, K.Add) or kern.squared or not add_one_multiply(kern):
         return None
-    return Variant("sub_s8_smlad" if kern.subtract else "add_s8_smlad", "smlad", "add", 0, CODE_BYTES_PORTABLE, 1,
+    return Variant("sub_s8_smlad" if kern.subtract else "add_s8_smlad", KERNELS, "add", 0, CODE_BYTES_PORTABLE, 1,
                    True, False, 1, None, template_context, None)
 
 
@@ -279,8 +294,9 @@ def _transpose_conv(kern, weight_bytes: int, use: str) -> Variant | None:
     def window(variant, kern):
         return replace(variant, layout=_transpose_layout(kern))
 
-    return Variant("transpose_conv_s8_smlad", "smlad", "transpose_conv", packed_bytes(shadow, s, weight_bytes),
-                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, window, lane_bytes=lane_arrays_bytes(shadow, s))
+    return Variant("transpose_conv_s8_smlad", KERNELS, "transpose_conv", packed_bytes(shadow, s, weight_bytes),
+                   CODE_BYTES_DSP, 1, True, False, LANES, s, context, window, lane_bytes=lane_arrays_bytes(shadow, s),
+                   window_steps=lambda kern, layout: window_steps(shadow_conv(kern), layout))
 
 
 def batch_matmul_form(kern) -> str | None:
@@ -312,7 +328,7 @@ def _batch_matmul(kern, weight_bytes: int, use: str) -> Variant | None:
                        y_offsets=sym.array(f"op{k}_y_offsets", "int32_t", np.array(kern.y_offsets, np.int32)))
         return ctx
 
-    return Variant("batch_matmul_s8_smlad", "smlad", "batch_matmul", weight_bytes, CODE_BYTES_DSP, 1, True, False, 1,
+    return Variant("batch_matmul_s8_smlad", KERNELS, "batch_matmul", weight_bytes, CODE_BYTES_DSP, 1, True, False, 1,
                    None, context, None)
 
 
@@ -326,7 +342,7 @@ def _lstm(kern, weight_bytes: int, use: str) -> Variant | None:
     def context(kern, k, sym, variant, in_place=False):
         return dict(macro="lstm", portable_values=True)
 
-    return Variant("lstm_s8_s16_smlad", "smlad", "lstm", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context,
+    return Variant("lstm_s8_s16_smlad", KERNELS, "lstm", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context,
                    None)
 
 
@@ -339,7 +355,7 @@ def _svdf(kern, weight_bytes: int, use: str) -> Variant | None:
     def context(kern, k, sym, variant, in_place=False):
         return dict(macro="svdf", portable_values=True, off2=_offset_pair(-kern.input_zero_point))
 
-    return Variant("svdf_s8_smlad", "smlad", "svdf", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context, None)
+    return Variant("svdf_s8_smlad", KERNELS, "svdf", weight_bytes, CODE_BYTES_DSP, 4, True, False, 1, None, context, None)
 
 
 def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
@@ -358,7 +374,7 @@ def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
         return dict(macro="conv_fc_s16", portable_values=True)
 
     fc = isinstance(kern, K.FullyConnected)
-    return Variant("fully_connected_s16_smlald" if fc else "convolve_s16_smlald", "smlad", "conv_fc_s16", weight_bytes,
+    return Variant("fully_connected_s16_smlald" if fc else "convolve_s16_smlald", KERNELS, "conv_fc_s16", weight_bytes,
                    CODE_BYTES_DSP, 1, True, False, 1, None, context, None, walk="pixels")
 
 
@@ -373,6 +389,25 @@ RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), Var
          VariantRule("smlad batch matmul", _batch_matmul, (K.BatchMatMul,)),
          VariantRule("smlad lstm", _lstm, (K.Lstm,)), VariantRule("smlad svdf", _svdf, (K.Svdf,)),
          VariantRule("smlald 16x8 conv/fc", _sixteen_by_eight, (K.Conv, K.FullyConnected), dtypes=("int16",)))
+
+FAMILY = KernelFamily(
+    name="smlad", label="SMLAD",
+    description="Armv7E-M DSP extension: SXTAB16 + SMLAD, two int8 MACs per instruction",
+    rules=RULES, templates=TEMPLATES, llm=True,
+    # fitted by least squares to the per-layer counts of `deploy verify --qemu --per-layer` (kws,
+    # vww_96 and resnet8 on the M7, untiled and tiled at 64K/32K/16K by both tilers: 378 layers,
+    # median error 5%): about one MAC per instruction on convolutions and fully connected
+    # layers, fewer on depthwise ones
+    cost_model=(
+        ("macs_per_cycle", 1.0),
+        ("macs_per_cycle_depthwise", 0.56),
+        ("macs_per_cycle_pool", 0.1),
+        ("macs_per_cycle_eltwise", 0.04),
+        ("cycles_per_output_conv", 11),
+        ("cycles_per_output_depthwise", 16),
+        ("cycles_per_output_fc", 99),
+        ("cycles_per_output_pool", 35),
+    ))
 
 
 # ---- the templates' values ---------------------------------------------------------------
@@ -421,7 +456,8 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                off2=_offset_pair(kern.input_offset),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None)
+               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None,
+               stack_bytes=s.row if s.variant == "im2col" else 0)  # the im2col column, on the stack
     if stream:
         ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t", stream_words, aligned=True)
     else:

@@ -27,7 +27,7 @@ USES = ("whole", "tile", "region", "streamed")
 class Variant:
     """One kernel, bound to the layer it runs."""
     name: str  # e.g. "conv_1x1_s8_smlad", "depthwise_conv_s8"
-    template: str  # the templates' module of its macro: "kernels" (portable) or "smlad" (Armv7E-M DSP)
+    template: str  # the templates' module of its macro: "kernels.c.j2" (portable) or its family's
     macro: str  # the macro that writes its C
     weight_bytes: int = 0  # .rodata its weights take in its layout
     code_bytes: int = CODE_BYTES_PORTABLE
@@ -51,6 +51,10 @@ class Variant:
     # (layer_analyzer.overlap): "pixels" (output pixel by pixel in row order, every channel of one
     # before the next, reading only the pixel's window); None: no order to rely on
     walk: str | None = None
+    # a window's kernel (an L1 tile, a patch region) starts its packed arrays at the window's first
+    # output channel: (kernel, layout) -> {kernel_args_t field: (channels per group, words per group)}
+    # for the arrays laid out per group of channels (the others step by one element per channel)
+    window_steps: Callable | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +122,7 @@ PORTABLE_NAMES = {
 
 def _portable(kern, weight_bytes: int, use: str) -> Variant:
     pixels = isinstance(kern, (K.Conv, K.FullyConnected)) or (isinstance(kern, K.Pool) and kern.float_avg is None)
-    return Variant(portable_name(kern), "kernels", type(kern).__name__, weight_bytes,
+    return Variant(portable_name(kern), "kernels.c.j2", type(kern).__name__, weight_bytes,
                    walk="pixels" if pixels else None)
 
 

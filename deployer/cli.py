@@ -55,7 +55,7 @@ try:  # the console script and python -m both import this module before main() c
     from network_parser.errors import DeployError, UsageError
     from network_parser.side_files import load_npy
 
-    from .flag_values import ADDRESS_SPACE_BYTES, KERNELS, PLANNERS, parse_share, parse_size  # noqa: F401
+    from .flag_values import ADDRESS_SPACE_BYTES, FAMILIES, KERNELS, PLANNERS, parse_share, parse_size  # noqa: F401
     from .frontends import frontend_for
     from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
     from .output import check_report, write_output, write_report
@@ -161,7 +161,8 @@ def budget_options(f):
                      help="tiles that use L1 best, or fewest modeled cycles; auto: the target's (cycles on "
                           "Cortex-M, whose cost model is fitted to counted instructions; l1 elsewhere)"),
         click.option("--kernels", type=click.Choice(KERNELS), default="auto", show_default=True,
-                     help="conv/fc kernels: auto (the target's: SMLAD on Cortex-M), plain C, or smlad"),
+                     help="kernels: auto (the target's kernel families, in order), plain (portable C), or one "
+                          "family: " + "; ".join(f"{f.name} ({f.description})" for f in FAMILIES.values())),
         click.option("--input-layout", type=click.Choice(("nchw", "nhwc")), default="nchw", show_default=True,
                      help="ONNX models: the layout of the engine's 3-D/4-D inputs (nchw: the model's own)"),
         click.option("--output-layout", type=click.Choice(("nchw", "nhwc")), default="nchw", show_default=True,

@@ -340,7 +340,7 @@ class _ArgSymbols:
     variant asks for becomes a pointer into the layer's arrays (its kernel_args_t), from the
     window's first output channel."""
 
-    def __init__(self, graph: Graph, per_group: dict[str, int]):
+    def __init__(self, graph: Graph, per_group: dict[str, tuple[int, int]]):
         self.graph, self.per_group, self.used = graph, per_group, {}
 
     def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
@@ -355,19 +355,19 @@ class _ArgSymbols:
     def prologue(self) -> Code:
         lines = []
         for field, ctype in self.used.items():
-            step = f"(oc0 / 4) * {self.per_group[field]}" if field in self.per_group else "oc0"
+            if field in self.per_group:
+                channels, words = self.per_group[field]
+                step = f"(oc0 / {channels}) * {words}"
+            else:
+                step = "oc0"
             # restrict: the window's int8 stores never change these (else every store would reload them)
             lines.append(f"    const {ctype} *restrict {field} = args->{field} + {step};\n")
         return Code("".join(lines) + "    (void)src;\n    (void)src2;\n    (void)args;\n    (void)oc0;\n")
 
 
-def _group_words(kern, layout) -> int:
-    """Words of the packed weight array per group of 4 output channels."""
-    if layout.variant == "depthwise":
-        return 2 * kern.k_h * kern.k_w
-    if layout.variant == "rows":
-        return kern.k_h * layout.row_words
-    return 4 + layout.row_words + (9 if layout.fast_requant else 0)  # a stream: biases, weights, requantization
+def _window_steps(kern, variant) -> dict[str, tuple[int, int]]:
+    """How a window's kernel steps the layer's arrays laid out per group of channels (its family's)."""
+    return variant.window_steps(kern, variant.layout) if variant.window_steps is not None else {}
 
 
 def window_kernel(kern, rows: tuple[int, int, int], cols: tuple[int, int, int], channels: int):
@@ -390,7 +390,7 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
     (a window of the layer, its own literal bounds and borders), called through a table indexed
     by the tile's row, column and channel classes, with the layer's arrays (kernel_args_t)."""
     args = _args_of(L["simd"])  # the layer's packed arrays, in .rodata
-    per_group = {"wq": _group_words(kern, variant.layout)} if variant.layout is not None else {}
+    per_group = _window_steps(kern, variant)
     w = tile_windows(g, t.tile_h, t.tile_w, t.tile_c)
     rows, cols, chans = w["rows"], w["cols"], w["chans"]
     classes = {axis: sorted(set(spans)) for axis, spans in (("rows", rows), ("cols", cols), ("chans", chans))}
@@ -414,7 +414,7 @@ def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, i
     bound = variant.for_window(variant, kern) if variant.for_window is not None else variant
     syms = _ArgSymbols(graph, per_group)
     ctx = bound.context(kern, k, syms, bound, in_place)
-    F = dict(k=kern, simd=ctx, func="KERNEL_FN", params=KERNEL_SIGNATURE, x="src", x2="src2", y="dst",
+    F = dict(k=kern, simd=ctx, family=bound.template, func="KERNEL_FN", params=KERNEL_SIGNATURE, x="src", x2="src2", y="dst",
              in_place=in_place, scratch=Code("(int8_t *)src2"), reverse=False)
     F["prologue"] = syms.prologue()
     text = env.get_template("kernel_function.c.j2").render(F=F)
@@ -427,7 +427,7 @@ def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, i
 def _dsp_whole(L: dict, kern, k: int, variant, in_place: bool, graph: Graph, env) -> dict:
     """An untiled layer run by a DSP variant: its kernel as a function shared by every layer
     whose shape and literals are the same, called with the layer's buffers and arrays."""
-    per_group = {"wq": _group_words(kern, variant.layout)} if variant.layout is not None else {}
+    per_group = _window_steps(kern, variant)
     fn = kernel_function(env, kern, k, variant, per_group, graph, in_place)
     none = "(const int8_t *)0"
     if in_place:  # only dst (the input it overwrites) and the plane: no two restrict pointers alias
@@ -441,7 +441,7 @@ def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env)
     """The kernels of a patch-stage op run by a DSP variant: per patch (row, column) the window of
     its input it reads (inside the input's patch buffer, or the whole input tensor) as a kernel of
     its own, shared where windows and literals agree; the byte offset of that window in its buffer."""
-    per_group = {"wq": _group_words(kern, variant.layout)}
+    per_group = _window_steps(kern, variant)
     windows = region_windows(kern, patch, k)
     table = [[kernel_function(env, replace(window_kernel(kern, rows, cols, kern.out_c), in_row=width * kern.in_c), k,
                               variant, per_group, graph) for rows, cols, _, width in row] for row in windows]
@@ -594,6 +594,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
         L["whole_dsp"] = None
+        L["family"] = variant.template  # the templates' module of its macro
         if variant.context is not None:
             L["simd"] = variant.context(kern, k, sym, variant, k in in_place)
             if L["simd"].get("portable_values"):  # it reads the layer's arrays as the portable kernel lays them out
@@ -656,7 +657,9 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                macs=plan.macs, l1_bytes=plan.options.l1 if tilings else None,
                l1_attribute=Code(backend.l1_attribute),
                engine_note=c_comment_lines(backend.engine_note) if backend.engine_note else None,
-               l3_init=backend.l3_init, simd=any(L["simd"] for L in layers), rtos=plan.options.rtos,
+               l3_init=backend.l3_init, rtos=plan.options.rtos,
+               # the kernel families whose variants run layers: their headers, checks and helpers
+               families=list(dict.fromkeys(L["family"] for L in layers if L["simd"])),
                soft_double=backend.soft_double,
                kernel_functions=list(functions.values()),
                sixteen_bit=any(K.activation_dtype(lp.kernel) == "int16" for lp in plan.layers),
@@ -751,10 +754,9 @@ def stack_need(buffer_bytes: int, tiled: bool = False, buffer: str = "im2col col
 
 
 def network_stack_need(layers: list[dict]) -> dict:
-    """A network's: the DSP kernels' im2col column, or an LSTM's gated values (a projected one)
-    and gate sums (a layer-normalized one), is a layer's stack buffer."""
-    column = max((L["simd"]["row"] for L in layers if L.get("simd") and L["simd"].get("macro") == "im2col"),
-                 default=0)
+    """A network's: a family kernel's stack buffer (an im2col column: its context's stack_bytes),
+    or an LSTM's gated values (a projected one) and gate sums (a layer-normalized one)."""
+    column = max((L["simd"].get("stack_bytes", 0) for L in layers if L.get("simd")), default=0)
     gated = max((L["k"].n_cell * (1 if L["k"].projection_scale else 0) + 16 * L["k"].n_cell * (1 if L["k"].layer_norm else 0)
                  for L in layers if isinstance(L["k"], K.Lstm)), default=0)
     tiled = any(L.get("tiling") or L.get("patch") for L in layers)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+from backends import BACKENDS
 from network_parser.errors import UsageError
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)(?:i?[Bb])?\s*$")
@@ -32,7 +33,9 @@ def parse_size(text: str | None, flag: str | None = None) -> int | None:
 
 
 PLANNERS = ("cpsat", "first-fit", "best-fit", "bidirectional")
-KERNELS = ("auto", "plain", "smlad")
+# --kernels: the targets' kernel families by name, beside "auto" (a target's own, in order) and "plain"
+FAMILIES = {f.name: f for b in BACKENDS.values() for f in b.families}
+KERNELS = ("auto", "plain", *FAMILIES)
 
 
 def parse_share(text: str) -> float:

@@ -118,7 +118,9 @@ def render_engine(plan) -> dict:
                constants=_constants(graph),
                calls=[dict(index=k, comment=op_summary(op), fn=fn, args=args)
                       for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]],
-               dsp=backend.kernels == "smlad" and graph.weight_format == "q4_0",
+               # the first kernel family of the target with a Q4_0 matvec (its templates' llm.c.j2)
+               family=next((f.llm_template for f in backend.families if f.llm), None)
+               if graph.weight_format == "q4_0" else None,
                matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}),
                elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
                gelu_sizes=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Gelu)}),

@@ -71,7 +71,7 @@ class Options:
     input_memory: str = "arena"  # "arena" | "external": the network's input in the application's own buffer
     order: str = "auto"  # "auto" (branched graphs: the order with the least peak, when it plans to less) | "file"
     fuse: bool = True  # graph rewrites such as PAD folded into convolutions
-    kernels: str = "auto"  # "auto" (the target's: DSP kernels on Cortex-M) | "plain" (portable C) | "smlad"
+    kernels: str = "auto"  # "auto" (the target's families in order) | "plain" (portable C) | one family's name
     part_budgets: bool = True  # a real part's memories fill an unset --sram / --flash
     input_layout: str = "nchw"  # ONNX graphs: the layout of the engine's 3-D/4-D inputs ("nchw" = the model's)
     output_layout: str = "nchw"  # ... and of its outputs
@@ -172,9 +172,11 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
     if backend.tcm_bytes is not None and options.l1 is not None and options.l1 > backend.tcm_bytes:
         raise UsageError(f"--l1 {options.l1} exceeds the {backend.tcm_bytes} bytes of tightly-coupled memory "
                          f"of {backend.name}")
-    if options.kernels == "smlad" and not backend.variants:
-        raise UsageError(f"--kernels smlad needs an Armv7E-M target (cortex-m4, cortex-m7 or a board "
-                         f"preset), not '{backend.name}'")
+    if options.kernels not in ("auto", "plain") and backend.family(options.kernels) is None:
+        owners = sorted(b.name for b in BACKENDS.values() if b.family(options.kernels) is not None)
+        raise UsageError(f"--kernels {options.kernels}: target '{backend.name}' has "
+                         f"{' and '.join(f.name for f in backend.families) or 'only the plain'} kernels"
+                         + (f" ({options.kernels}: {', '.join(owners)})" if owners else ""))
     if (options.input_bank or options.output_bank) and not options.banks:
         raise UsageError("--input-bank and --output-bank name banks of a memory map (--memory-map)")
     if options.banks and options.l1 is not None and backend.async_dma:
@@ -237,10 +239,13 @@ def lower(plan: Plan) -> Plan:
 
 
 def _rules(plan: Plan, layer: LayerPlan | None = None) -> tuple:
-    """The target's variants, unless --kernels plain keeps every layer on the portable kernels (or
-    the flash relaxation this one)."""
+    """The target's variants (those of the family --kernels names), unless --kernels plain keeps
+    every layer on the portable kernels (or the flash relaxation this one)."""
     keep = plan.options.kernels == "plain" or (layer is not None and layer.keep_portable)
-    return () if keep else plan.backend.variants
+    if keep:
+        return ()
+    named = plan.backend.family(plan.options.kernels)
+    return named.rules if named is not None else plan.backend.variants
 
 
 def _weight_bytes(plan: Plan, kern) -> int:
@@ -652,7 +657,7 @@ def tile_layers(plan: Plan, skip=(), cache: dict | None = None, over_input: bool
     # the layers share --time-limit (deterministic time): the whole step keeps to it (but for the
     # cycles objective's floor per layer, solver.tiling_cpsat.CYCLES_TIME_FLOOR_S)
     config = TilingConfig(objective=plan.tile_objective, heuristics=dict(backend.tile_heuristics),
-                          cost=dict(backend.cost_model),
+                          cost=backend.costs,
                           time_limit_s=min(2.0, options.time_limit_s / max(1, len(tileable))))
     result, worst = {}, None
     todo = [(k, g) for k, g in tileable if k not in skip]
@@ -909,7 +914,7 @@ def fit_flash(plan: Plan) -> Plan:
     keep the portable kernels until the plan fits (or every layer is portable)."""
     options = plan.options
     flash = plan.memory.flash_bytes
-    if options.kernels == "smlad" or options.flash is None or flash <= options.flash:
+    if options.kernels not in ("auto", "plain") or options.flash is None or flash <= options.flash:
         return plan
     savings = []
     for lp in plan.layers:

@@ -39,7 +39,7 @@ class LayerTime:
 
 def modeled_layer_cycles(plan: Plan) -> list[int | None]:
     """The cost model's cycles per layer: a tiled layer's schedule, an untiled one's compute."""
-    cost = dict(plan.backend.cost_model)
+    cost = plan.backend.costs
     result = []
     for lp in plan.layers:
         if lp.tiling is not None:

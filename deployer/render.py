@@ -168,10 +168,11 @@ def c_loop(var: str, count, reverse: bool = False) -> Code:
 
 @functools.lru_cache(maxsize=None)
 def environment(dirs: tuple[str, ...]) -> jinja2.Environment:
-    """The environment of the template folders ``dirs`` (searched in order), kept: it caches
-    the compiled templates (compiling them took most of a small model's emit time)."""
+    """The environment of the template folders ``dirs`` (searched in order, then templates/ itself,
+    where a kernel family's templates are named by their folder: "<family>/kernels.c.j2"), kept: it
+    caches the compiled templates (compiling them took most of a small model's emit time)."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(TEMPLATES / d) for d in dirs]),
+        loader=jinja2.FileSystemLoader([*(str(TEMPLATES / d) for d in dirs), str(TEMPLATES)]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=True, finalize=_finalize)
     env.filters.update(c_int=c_int, c_float=c_float, c_double=c_double, c_array=c_array, c_comment=c_text)

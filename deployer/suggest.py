@@ -303,12 +303,18 @@ def _integer_io(model: Path, s: Suggestion) -> Recommendation:
 
 
 def _dsp_note(dep: Plan) -> str:
-    return "; the stage runs the SMLAD kernels region by region" if _dsp(dep) else ""
+    return f"; the stage runs the {_family_label(dep)} kernels region by region" if _dsp(dep) else ""
 
 
 def _dsp(dep: Plan) -> bool:
-    """Does the target's kernel family have DSP variants this plan may use?"""
+    """Has the target kernel families whose variants this plan may use?"""
     return bool(dep.backend.variants) and dep.options.kernels != "plain"
+
+
+def _family_label(dep: Plan) -> str:
+    """How prose names the kernels of the plan's families (its label)."""
+    named = dep.backend.family(dep.options.kernels)
+    return " and ".join(f.label for f in ((named,) if named else dep.backend.families))
 
 
 def _tiling(model: Path, s: Suggestion) -> Recommendation:
@@ -350,9 +356,9 @@ def _weight_placement(model: Path, s: Suggestion) -> Recommendation:
         saving = base.memory.flash_bytes - alt.memory.flash_bytes if alt else 0
         plain = sum(1 for lp in base.layers if not lp.variant.dsp)
         return Recommendation("weight placement", "flash", False, saving,
-                              f"int8 weights for the plain kernels instead of the SMLAD kernels' packed 16-bit pairs "
-                              f"(flash {alt.memory.flash_bytes if alt else 0:,} B; {plain} layers already plain); "
-                              f"costs the DSP kernels' speed", ("--kernels plain",), (("kernels", "plain"),))
+                              f"int8 weights for the plain kernels instead of the {_family_label(base)} kernels' "
+                              f"packed weights (flash {alt.memory.flash_bytes if alt else 0:,} B; {plain} layers already "
+                              f"plain); costs their speed", ("--kernels plain",), (("kernels", "plain"),))
     if o.l3 is None and getattr(o, MEMORY_KEYS[resident][1]) is not None and \
             getattr(base.memory, key) > getattr(o, MEMORY_KEYS[resident][1]):
         # Nothing on the part holds the weights: measure an external memory it could add.

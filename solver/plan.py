@@ -3,7 +3,7 @@ costs in every memory.
 
     plan = Plan(model, options, backend)   # the flags and the target, nothing decided yet
     plan = tile(plan)                      # every pass returns a new plan (deployer.pipeline lists them)
-    plan.layers[k].variant                 # the kernel variant op k runs (conv_1x1_s8_smlad, ...)
+    plan.layers[k].variant                 # the kernel variant op k runs (conv_s8, a family's own, ...)
     plan.layers[k].tiling                  # its L1 tiles, if any
     plan.memory.sram_bytes                 # what the plan needs of each memory
 

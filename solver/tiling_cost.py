@@ -21,7 +21,7 @@ compute_i
     without a SIMD epilogue), ``macs`` counts
     rows, columns and channels rounded *up* to ``h_multiple`` / ``w_multiple`` /
     ``c_multiple`` (a leftover group runs with idle cores or SIMD lanes: PULP splits rows
-    over 8 cores and produces 4 channels x 2 pixels per inner loop, Cortex-M SMLAD makes
+    over 8 cores and produces 4 channels x 2 pixels per inner loop, a Cortex-M DSP family makes
     pairs of channels and pixels), times the MACs per output of the layer; ``leftover`` is
     ``leftover_penalty`` cycles for every dimension whose tile size is not a multiple of its
     group (the leftover loop's setup and branches). A fully connected layer has no rows or

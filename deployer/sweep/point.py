@@ -153,7 +153,7 @@ def _plan_columns(plan, row: dict) -> None:
     from solver.tiling_cost import compute_cycles, cost_params
     m = plan.memory
     tiled = [t for _, t in plan.tilings.values()]
-    cost = cost_params(dict(plan.backend.cost_model))
+    cost = cost_params(plan.backend.costs)
     cycles = 0
     for layer in plan.layers:  # the target's cost model: tiles as planned, other modelled layers whole
         if layer.tiling is not None:

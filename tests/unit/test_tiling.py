@@ -44,7 +44,7 @@ M7_LIKE = dict(macs_per_cycle=1.5, dma_bytes_per_cycle=4, dma_setup_cycles=100, 
                leftover_penalty=40, w_multiple=2, c_multiple=2, dma_dims=2)
 # the Cortex-M model fitted to QEMU counts: per-kind rates and per-output work (and one kind faster
 # than the base rate, so that a lower bound using only the base rate would be wrong)
-CORTEX_M = dict(CORTEX_M7.cost_model)
+CORTEX_M = CORTEX_M7.costs
 FAST_KIND = {**CORTEX_M, "macs_per_cycle_depthwise": 3.0, "macs_per_cycle_pool": 2.0}
 COSTS = st.sampled_from([{}, GAP8_LIKE, M7_LIKE, CORTEX_M, FAST_KIND])
 # what the tile-by-tile reference simulates (3-D DMA, double buffering), per-kind keys included
