@@ -70,6 +70,8 @@ class Backend:
     # where the QEMU board's memories the harness links into start: code and constants, then RAM
     qemu_flash_origin: int = 0x00000000
     qemu_ram_origin: int = 0x20000000
+    qemu_flash_bytes: int = 4 * 1024 * 1024  # the mps2 boards' SSRAM halves
+    qemu_ram_bytes: int = 4 * 1024 * 1024
     tcm_bytes: int | None = None
     stack_bytes: int = 0
     emulation: Emulation | None = None  # deploy verify builds against it and runs here

@@ -1,10 +1,11 @@
-"""Arm Cortex-M4 and M7 (Armv7E-M with the DSP extension), as generic cores and as board
-presets with their memories. Engines are built with arm-none-eabi-gcc for the hard-float ABI;
-the int8 conv and fc layers use SMLAD kernels (two MACs per instruction). Each core has a
-QEMU board it runs on before flashing: mps2-an386 (M4) and mps2-an500 (M7)."""
+"""Arm Cortex-M4 and M7 (Armv7E-M with the DSP extension), M33 (Armv8-M) and M55 (Armv8.1-M with
+Helium), as generic cores and as board presets with their memories. Engines are built with
+arm-none-eabi-gcc for the hard-float ABI; the int8 conv and fc layers use the cores' kernel
+families (SMLAD: two MACs per instruction; Helium: sixteen). Each core has a QEMU board it runs
+on before flashing: mps2-an386 (M4), mps2-an500 (M7), mps2-an505 (M33), mps3-an547 (M55)."""
 from dataclasses import replace
 
-from . import smlad
+from . import mve, smlad
 from .base import Backend, MemoryBank
 
 K = 1024
@@ -69,6 +70,31 @@ CORTEX_M33 = replace(
     qemu_ram_origin=0x38000000,
 )
 
+CORTEX_M55 = replace(
+    CORTEX_M4,
+    name="cortex-m55",
+    description="Arm Cortex-M55 (Armv8.1-M, Helium MVE, DSP extension, double-precision FPU), Helium kernels "
+                "then SMLAD; QEMU mps3-an547",
+    cflags=("-mcpu=cortex-m55", *COMMON),
+    families=(mve.FAMILY, smlad.FAMILY),  # the core has both: Helium first, SMLAD for the layers it leaves
+    cpu="cortex-m55",
+    qemu_machine="mps3-an547",
+    # AN547 (QEMU's mps3-an547): code in the 512 KiB ITCM at 0, data in the 512 KiB DTCM at 0x20000000
+    qemu_flash_bytes=512 * K,
+    qemu_ram_bytes=512 * K,
+    stack_bytes=8 * K,  # the Helium im2col columns of 4 pixels
+    soft_double=False,  # its FPU has double precision (gcc's cortex-m55: __ARM_FP 14)
+)
+
+# Alif Ensemble E7, its high-performance M55 (datasheet): 400 MHz, 256 KiB ITCM, 1 MiB DTCM at
+# 0x20000000, the shared SRAM0 (4 MiB at 0x02000000) and SRAM1 (2.5 MiB at 0x08000000), 5.5 MiB MRAM
+ALIF_E7_HP = replace(
+    CORTEX_M55, name="alif-e7-hp", part=True, clock_mhz=400, sram_bytes=1024 * K, flash_bytes=5632 * K,
+    description="Alif Ensemble E7 HP core (Cortex-M55, 400 MHz): 1 MiB DTCM, 4 + 2.5 MiB shared SRAM, 5.5 MiB MRAM",
+    banks=(MemoryBank("DTCM", 1024 * K, ".dtcm_arena", 0.5, "tcm", ("cpu", "dma"), True, 0x20000000),
+           MemoryBank("SRAM0", 4096 * K, ".sram0", 1.0, "sram", ("cpu", "dma"), True, 0x02000000),
+           MemoryBank("SRAM1", 2560 * K, ".sram1", 1.0, "sram", ("cpu", "dma"), True, 0x08000000)))
+
 STM32U585 = replace(
     CORTEX_M33, name="stm32u585", part=True, clock_mhz=160, sram_bytes=768 * K, flash_bytes=2048 * K,
     description="ST STM32U585 (Cortex-M33, 160 MHz): 768 KiB SRAM1-3, 16 KiB SRAM4, 2 MiB flash",
@@ -93,4 +119,4 @@ STM32H743 = replace(
            MemoryBank("SRAM123", 288 * K, ".sram123", 1.5, "sram", ("cpu", "dma"), True, 0x30000000),
            MemoryBank("SRAM4", 64 * K, ".sram4", 1.5, "sram", ("cpu", "dma"), True, 0x38000000)))
 
-CORTEX_M = (CORTEX_M4, CORTEX_M7, CORTEX_M33, STM32F446, STM32H743, NRF52840, STM32U585)
+CORTEX_M = (CORTEX_M4, CORTEX_M7, CORTEX_M33, CORTEX_M55, STM32F446, STM32H743, NRF52840, STM32U585, ALIF_E7_HP)

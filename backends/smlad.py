@@ -16,6 +16,7 @@ import numpy as np
 from layer_analyzer import kernels as K
 
 from .family import KernelFamily
+from .geometry import border_walks, folded_bias, interior, tap_guards  # noqa: F401 (the family's names for them)
 from .variants import CODE_BYTES_DSP, CODE_BYTES_PORTABLE, Variant, VariantRule
 
 TEMPLATES = "smlad"  # its folder under templates/
@@ -95,38 +96,6 @@ def add_one_multiply(kern: K.Add) -> bool:
     shifts = (kern.a_shift, kern.b_shift, kern.out_shift)
     mults = (kern.a_multiplier, kern.b_multiplier, kern.out_multiplier)
     return kern.view.dense and all(-31 <= v <= 0 for v in shifts) and all(m >= 0 for m in mults)
-
-
-def folded_bias(kern, bias: np.ndarray | None, weights: np.ndarray) -> np.ndarray:
-    """bias + input_offset * (sum of each output channel's weights): the pointwise kernels sum
-    x * w, not (x + offset) * w (int32 arithmetic wraps alike, so the final sum is the same)."""
-    base = 0 if bias is None else bias.astype(np.int64)
-    return base + kern.input_offset * weights.reshape(weights.shape[0], -1).astype(np.int64).sum(1)
-
-
-def interior(kern: K.Conv) -> tuple[int, int, int, int]:
-    """Output rows [oy0, oy1) and columns [ox0, ox1) whose whole window lies inside the input."""
-    def span(pad, stride, k, n_in, n_out):
-        lo = -(-pad // stride)
-        hi = (n_in - k + pad) // stride + 1 if n_in + pad >= k else 0
-        lo, hi = min(max(lo, 0), n_out), min(max(hi, 0), n_out)
-        return (lo, max(lo, hi))
-    return (*span(kern.pad_t, kern.stride_h, kern.k_h, kern.in_h, kern.out_h),
-            *span(kern.pad_l, kern.stride_w, kern.k_w, kern.in_w, kern.out_w))
-
-
-def border_walks(kern: K.Conv) -> list[tuple[tuple[int, int, int, int], int, int]]:
-    """The output pixels outside ``interior`` as walks ((a, b, c, d), ox0, ox1): rows [a, b) and
-    [c, d), columns [ox0, ox1). The rows above and below the interior take one walk over every
-    column (one copy of the window's taps, those some windows cut off guarded); the columns left
-    and right of it, one each (where that is one column, the compiler folds its guards)."""
-    oy0, oy1, ox0, ox1 = interior(kern)
-    h, w = kern.out_h, kern.out_w
-    if oy0 == oy1 or ox0 == ox1:
-        return [((0, h, h, h), 0, w)]
-    above = (0, oy0, oy1, h) if oy0 and oy1 < h else (0, oy0, oy0, oy0) if oy0 else (oy1, h, h, h)
-    walks = [(above, 0, w), ((oy0, oy1, oy1, oy1), 0, ox0), ((oy0, oy1, oy1, oy1), ox1, w)]
-    return [(rows, a, b) for rows, a, b in walks if a < b and (rows[0] < rows[1] or rows[2] < rows[3])]
 
 
 def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
@@ -491,14 +460,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
 
 def _depthwise_context(kern, in_place: bool) -> dict:
     """Where a depthwise layer's passes write, and the shapes of its border windows."""
-    cuts = set()  # (first, last + 1) tap column of every window
-    for ox in range(kern.out_w):
-        ix0 = ox * kern.stride_w - kern.pad_l
-        cuts.add((max(0, -ix0), min(kern.k_w, kern.in_w - ix0)))
-    # a tap column that some window starts after, or ends before, checks the pixel's window
-    guards = [" && ".join([f"kx0 <= {kx}"] * any(a > kx for a, _ in cuts) + [f"{kx} < kx1"] * any(b <= kx for _, b in cuts))
-              for kx in range(kern.k_w)]
-    ctx = dict(tap_guards=guards, borders=border_walks(kern))
+    ctx = dict(tap_guards=tap_guards(kern), borders=border_walks(kern))
     if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
         return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
                     out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")

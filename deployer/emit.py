@@ -326,7 +326,7 @@ def _tiling_context(kern, g, t, l3=None, reverse: bool = False) -> dict:
 # ---- the target's variants on windows: L1 tiles and patch regions ------------------------------
 
 # a variant's per-layer arrays, by the name it gives them: (field of the engine's kernel_args_t, C type)
-ARG_FIELDS = {"_stream": ("wq", "uint32_t"), "_weights_q15": ("wq", "uint32_t"), "_bias_lanes": ("bias", "int32_t"),
+ARG_FIELDS = {"_stream": ("wq", "uint32_t"), "_weights_q15": ("wq", "uint32_t"), "_weights_s8": ("wq", "uint32_t"), "_bias_lanes": ("bias", "int32_t"),
               "_multiplier": ("mult", "int32_t"), "_shift": ("shift", "int8_t"), "_addend_hi": ("rq_hi", "int32_t"),
               "_shift_less_1": ("rq_e1", "int8_t"), "_scale_f32_lanes": ("frq", "float"),
               "_rq_mul_lanes": ("rq_mul", "int32_t"), "_rq_add_lanes": ("rq_add", "int64_t"),
@@ -765,7 +765,6 @@ def network_stack_need(layers: list[dict]) -> dict:
     return stack_need(column, tiled)
 
 
-QEMU_BOARD_MEMORY = 4 * 1024 * 1024  # mps2 boards: 4 MiB of SSRAM as flash, 4 MiB as RAM
 
 
 def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None) -> dict[str, str]:
@@ -773,12 +772,12 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None
     the engine for the core's QEMU board and run it there before flashing. ``banks``
     (bank_context): each bank a region of the board's RAM of the bank's real size, at the top
     (QEMU gives the banks their sizes, not their addresses)."""
-    regions, top = [], QEMU_BOARD_MEMORY
+    regions, top = [], backend.qemu_ram_bytes
     for b in reversed(banks or []):
         top -= align(b["size"], 16)
         regions.insert(0, dict(b, region=f"BANK_{b['name'].upper()}", origin=backend.qemu_ram_origin + top))
     ctx = dict(ident=ident, machine=backend.qemu_machine, cflags=" ".join(backend.cflags),
-               flash_bytes=QEMU_BOARD_MEMORY, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions,
+               flash_bytes=backend.qemu_flash_bytes, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions,
                flash_origin=backend.qemu_flash_origin, ram_origin=backend.qemu_ram_origin)
     names = ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
