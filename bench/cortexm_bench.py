@@ -1,7 +1,8 @@
 """Cortex-M: instructions per MAC of our SMLAD and plain C kernels on QEMU, against TFLite Micro
 with CMSIS-NN; code size without weights; the linked ELF's memory against the budgets.
 
-    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m7[,cortex-m4,cortex-m33]] [--kernels smlad,plain]
+    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m7[,cortex-m4,cortex-m33,cortex-m55]]
+        [--kernels smlad,plain[,mve]]   (a family a core lacks is reported and skipped)
 
 For kws_ref_model, vww_96_int8, pretrainedResnet_quant and ad01_int8 (``--models`` adds others from
 shared/models/tflite, by file name), on every core and kernel family: deploy with --sram 256K
@@ -53,6 +54,8 @@ SRAM, FLASH = 256 * 1024, 1024 * 1024
 # (ad01: the CMSIS-NN figure alone, from the same build; its reference kernels were not counted)
 TFLM = {"kws_ref_model": (2.88, 16.4), "vww_96_int8": (3.21, 13.5), "pretrainedResnet_quant": (2.40, 8.7),
         "ad01_int8": (2.21, None)}
+# ... and on the M55 (QEMU mps3-an547), CMSIS-NN's Helium (MVE) kernels: instructions per MAC
+TFLM_MVE = {"kws_ref_model": 0.684, "vww_96_int8": 0.876, "pretrainedResnet_quant": 0.393, "ad01_int8": 0.569}
 TFLM_CODE_KB = 81  # TFLite Micro + CMSIS-NN runtime code (interpreter, resolver, kernels) on the same part
 KINDS = ("1x1 conv", "conv >1x1", "depthwise", "fc", "other")
 CMSIS_KIND = {"1x1 conv": "2.05-2.3", "conv >1x1": "2.1 (3x3)", "depthwise": "7.8-8.1 (3x3)"}
@@ -133,6 +136,8 @@ def model_table(results: dict, models: list[str], cores: list[str], kernels: lis
                 s, p = runs["smlad"], runs["plain"]
                 row += f" {p.instructions / s.instructions:>12.2f}" if s and p else f" {'-':>12}"
             cmsis, ref = TFLM.get(model, (None, None)) if core == "cortex-m7" else (None, None)
+            if core == "cortex-m55":
+                cmsis = TFLM_MVE.get(model)
             print(row + (f" {cmsis:>14.2f}" if cmsis else f" {'-':>14}") + (f" {ref:>9.1f}" if ref else f" {'-':>9}"))
 
 
@@ -209,7 +214,7 @@ def memory_table(results: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="", help="more models from shared/models/tflite, by name (comma-separated)")
-    ap.add_argument("--cores", default="cortex-m7", help="cortex-m7[,cortex-m4,cortex-m33]")
+    ap.add_argument("--cores", default="cortex-m7", help="cortex-m7[,cortex-m4,cortex-m33,cortex-m55]")
     ap.add_argument("--kernels", default="smlad,plain", help="kernel families, comma-separated")
     args = ap.parse_args(argv)
     missing = qemu.missing_tools()
