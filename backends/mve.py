@@ -18,7 +18,7 @@ from layer_analyzer import kernels as K
 
 from .family import KernelFamily
 from .geometry import border_walks, folded_bias, interior, tap_guards
-from .variants import CODE_BYTES_DSP, Variant, VariantRule
+from .variants import Variant, VariantRule
 
 TEMPLATES = "mve"  # its folder under templates/
 KERNELS = f"{TEMPLATES}/kernels.c.j2"
