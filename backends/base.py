@@ -72,6 +72,9 @@ class Backend:
     qemu_ram_origin: int = 0x20000000
     qemu_flash_bytes: int = 4 * 1024 * 1024  # the mps2 boards' SSRAM halves
     qemu_ram_bytes: int = 4 * 1024 * 1024
+    # where the board's reset reads the vector table (QEMU's init-svtor) when the code is elsewhere:
+    # the harness's .isr_vector alone goes there (None: at qemu_flash_origin, with the code)
+    qemu_vector_origin: int | None = None
     tcm_bytes: int | None = None
     stack_bytes: int = 0
     emulation: Emulation | None = None  # deploy verify builds against it and runs here

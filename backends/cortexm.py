@@ -79,15 +79,29 @@ CORTEX_M55 = replace(
     families=(mve.FAMILY, smlad.FAMILY),  # the core has both: Helium first, SMLAD for the layers it leaves
     cpu="cortex-m55",
     qemu_machine="mps3-an547",
-    # AN547 (QEMU's mps3-an547): code in the 512 KiB ITCM at 0, data in the 512 KiB DTCM at 0x20000000
-    qemu_flash_bytes=512 * K,
-    qemu_ram_bytes=512 * K,
+    # AN547 (QEMU 7.2 hw/arm/mps2-tz.c an547_raminfo, SSE-300): ITCM 512 KiB at 0 (init-svtor: the
+    # reset's vector table), SRAM 2 MiB at 0x01000000, DTCM 512 KiB at 0x20000000, SRAM 4 MiB at
+    # 0x21000000, QSPI flash 8 MiB at 0x28000000 (a ROM), DDR 2 GiB at 0x60000000. Code and constants
+    # in the QSPI flash (mcunet_vww's 527 KB or MobileNetV2-224's 3.7 MB outgrow the ITCM), data in
+    # 16 MiB of the DDR (room for a preset's banks, e.g. alif-e7-hp's 7.5 MiB), the vectors in the ITCM.
+    # The core boots Secure with its SAU off: every address is Secure, the MPCs' reset state lets
+    # Secure through, so the non-secure aliases serve. QEMU counts instructions, not wait states:
+    # where the image sits changes no count.
+    qemu_vector_origin=0x00000000,
+    qemu_flash_origin=0x28000000,
+    qemu_flash_bytes=8 * 1024 * K,
+    qemu_ram_origin=0x60000000,
+    qemu_ram_bytes=16 * 1024 * K,
     stack_bytes=8 * K,  # the Helium im2col columns of 4 pixels
     soft_double=False,  # its FPU has double precision (gcc's cortex-m55: __ARM_FP 14)
 )
 
 # Alif Ensemble E7, its high-performance M55 (datasheet): 400 MHz, 256 KiB ITCM, 1 MiB DTCM at
-# 0x20000000, the shared SRAM0 (4 MiB at 0x02000000) and SRAM1 (2.5 MiB at 0x08000000), 5.5 MiB MRAM
+# 0x20000000, the shared SRAM0 (4 MiB at 0x02000000) and SRAM1 (2.5 MiB at 0x08000000), 5.5 MiB MRAM.
+# Alif white paper AWPR0003 "RAM Regions and Linker Files": SRAM0 0x02000000 4096 KB and SRAM1
+# 0x08000000 2560 KB at 400 MHz (rev B), SRAM2 256 KB / SRAM3 1024 KB at 0x50000000 / 0x50800000 (global
+# addresses) the RTSS-HP's ITCM / DTCM (its local 0x00000000 / 0x20000000); MRAM from 0x80000000
+# (Alif's app_mem_regions.h: the HP core's image up to 0x580000 B).
 ALIF_E7_HP = replace(
     CORTEX_M55, name="alif-e7-hp", part=True, clock_mhz=400, sram_bytes=1024 * K, flash_bytes=5632 * K,
     description="Alif Ensemble E7 HP core (Cortex-M55, 400 MHz): 1 MiB DTCM, 4 + 2.5 MiB shared SRAM, 5.5 MiB MRAM",

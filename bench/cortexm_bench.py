@@ -22,10 +22,14 @@ row "other". Tables:
 * code without weights: the engine's functions in .text (nm sizes of every function that is
   not the QEMU harness's) and .rodata less the weights, beside TFLite Micro + CMSIS-NN's runtime
   code on the same part;
-* the ELF's flash and SRAM (the harness and its stack included) against --flash and --sram.
+* the ELF's flash and SRAM (the harness and its stack included) against --flash and --sram;
+* estimated milliseconds (deployer/cycles.py: the executed instructions priced by the core's
+  timing table, backends/timing) of the four MLPerf Tiny models on an STM32L4R5-class M4 at
+  120 MHz and an STM32H7A3-class M7 at 280 MHz, beside MLPerf Tiny's published latencies on
+  those boards.
 
-Instruction counts are exact and repeatable (no timing): QEMU executes, it does not model a
-pipeline, so these are instructions, not cycles.
+Instruction counts are exact and repeatable: QEMU executes, it does not model a pipeline. The
+cycles are an estimate from them (no wait states, caches or bus contention: see the tables).
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from deployer import qemu  # noqa: E402
+from deployer import cycles, qemu  # noqa: E402
 from deployer.pipeline import Options, deploy
 from solver.plan import Plan  # noqa: E402
 from deployer.verify import random_inputs, samples_payload  # noqa: E402
@@ -54,6 +58,17 @@ SRAM, FLASH = 256 * 1024, 1024 * 1024
 # (ad01: the CMSIS-NN figure alone, from the same build; its reference kernels were not counted)
 TFLM = {"kws_ref_model": (2.88, 16.4), "vww_96_int8": (3.21, 13.5), "pretrainedResnet_quant": (2.40, 8.7),
         "ad01_int8": (2.21, None)}
+# MLPerf Tiny inference v1.1/v1.2 closed division, published latencies in ms (X-CUBE-AI 9.0): an STM32L4R5
+# (Cortex-M4) at 120 MHz and an STM32H7A3 (Cortex-M7) at 280 MHz; ad on the L4R5 also by Plumerai (4.05 ms).
+# Their vww is the same network as vww_96_int8, ic is pretrainedResnet_quant (resnet8).
+MLPERF_BOARDS = {"cortex-m4": ("STM32L4R5", 120.0), "cortex-m7": ("STM32H7A3", 280.0)}
+MLPERF_MS = {"cortex-m4": {"kws_ref_model": 43.19, "vww_96_int8": 88.93, "pretrainedResnet_quant": 165.1,
+                           "ad01_int8": 5.26},
+             "cortex-m7": {"kws_ref_model": 11.32, "vww_96_int8": 23.80, "pretrainedResnet_quant": 40.85,
+                           "ad01_int8": 1.23}}
+MLPERF_OTHER = {("cortex-m4", "ad01_int8"): "Plumerai 4.05"}
+MLPERF_NAME = {"kws_ref_model": "kws", "vww_96_int8": "vww", "pretrainedResnet_quant": "ic (resnet8)",
+               "ad01_int8": "ad"}
 # ... and on the M55 (QEMU mps3-an547), CMSIS-NN's Helium (MVE) kernels: instructions per MAC
 TFLM_MVE = {"kws_ref_model": 0.684, "vww_96_int8": 0.876, "pretrainedResnet_quant": 0.393, "ad01_int8": 0.569}
 TFLM_CODE_KB = 81  # TFLite Micro + CMSIS-NN runtime code (interpreter, resolver, kernels) on the same part
@@ -67,6 +82,7 @@ _LAYER = re.compile(r"^op(\d+)_")
 class Measure:
     dep: Plan
     instructions: int
+    cycles: int | None  # estimated (deployer.cycles), None where the core has no timing table
     layers: dict[int, int]  # layer index -> instructions of its op{k}_ function
     other: int  # every other function's
     flash: int
@@ -95,11 +111,15 @@ def by_layer(per_function: dict[str, int]) -> tuple[dict[int, int], int]:
 def measure(path: Path, core: str, kernels: str) -> Measure:
     dep = deploy(path, Options(target=core, kernels=kernels, sram=SRAM, flash=FLASH, patch="off"))
     elf = qemu.build_elf(dep)
-    total, per_function = qemu.instructions_per_inference(
-        elf, samples_payload(dep.graph, [random_inputs(dep.graph, 0)]))
+    payload = samples_payload(dep.graph, [random_inputs(dep.graph, 0)])
+    if cycles.available(dep.backend):
+        est = cycles.estimate_inference(elf, payload, dep.backend.cpu)
+        total, per_function, cyc = est.instructions, est.instructions_by_function, est.cycles
+    else:
+        (total, per_function), cyc = qemu.instructions_per_inference(elf, payload), None
     layers, other = by_layer(per_function)
     mem = qemu.elf_memory(elf.path)
-    return Measure(dep, total, layers, other, mem["flash_bytes"], mem["sram_bytes"],
+    return Measure(dep, total, cyc, layers, other, mem["flash_bytes"], mem["sram_bytes"],
                    qemu.engine_text_bytes(qemu.functions(elf.path)),
                    mem["sections"].get(".rodata", 0) - dep.memory.weights_bytes)
 
@@ -211,6 +231,28 @@ def memory_table(results: dict) -> None:
               f"{m.sram_bytes:>9,} {fits:>4}")
 
 
+def mlperf_table(results: dict, models: list[str], cores: list[str]) -> None:
+    """Estimated milliseconds (SMLAD kernels) beside MLPerf Tiny's published latencies."""
+    rows = [(m, c) for c in cores if c in MLPERF_BOARDS for m in models if m in MLPERF_MS[c]
+            and (m, c, "smlad") in results and results[(m, c, "smlad")].cycles]
+    if not rows:
+        return
+    print("\nestimated latency (SMLAD kernels; cycles from the executed instructions and the core's timing table, "
+          "backends/timing) beside MLPerf Tiny's published figures (X-CUBE-AI 9.0)")
+    print(f"{'model':<14} {'board':<10} {'MHz':>5} {'instructions':>13} {'est. cycles':>12} {'cyc/instr':>9} "
+          f"{'est. ms':>8} {'MLPerf ms':>10} {'est/MLPerf':>10}  other")
+    for model, core in rows:
+        r = results[(model, core, "smlad")]
+        board, mhz = MLPERF_BOARDS[core]
+        ms = r.cycles / (mhz * 1000.0)
+        published = MLPERF_MS[core][model]
+        print(f"{MLPERF_NAME[model]:<14} {board:<10} {mhz:>5.0f} {r.instructions:>13,} {r.cycles:>12,} "
+              f"{r.cycles / r.instructions:>9.2f} {ms:>8.2f} {published:>10.2f} {ms / published:>10.2f}  "
+              f"{MLPERF_OTHER.get((core, model), '')}")
+    print("MLPerf's figures are measured on the boards (code and weights in flash behind the ART accelerator or "
+          "caches, their own kernels); ours are estimates for our engines at zero wait states.")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="", help="more models from shared/models/tflite, by name (comma-separated)")
@@ -249,6 +291,7 @@ def main(argv=None) -> int:
         kind_table(results, core, kernels)
     code_table(results)
     memory_table(results)
+    mlperf_table(results, models, cores)
     return 0
 
 

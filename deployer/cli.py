@@ -518,19 +518,23 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON (strict: an infinite difference "
               "is the string \"inf\")")
 @click.option("--per-layer", is_flag=True, help="report the first layer whose output differs; with --qemu also "
-              "each layer's instructions beside the cycles the tiling cost model gives it")
+              "each layer's instructions and estimated cycles beside the cycles the tiling cost model gives it")
 @click.option("--sanitize", is_flag=True, help="build with -fsanitize=address,undefined,float-cast-overflow")
 @click.option("--debug-guards", is_flag=True,
               help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
               "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
 @click.option("--qemu", "on_qemu", is_flag=True,
-              help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions")
+              help="Cortex-M targets: cross-compile, run on the core's QEMU board, count instructions and estimate "
+              "cycles from them with the core's timing table (backends/timing)")
+@click.option("--clock", "clock_mhz", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MHZ",
+              help="with --qemu: the core clock in MHz that milliseconds are given at (default: the preset's, e.g. "
+              "stm32f446 180; a generic core has none)")
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
               "beside its modeled cycles. " + REPORT_RULE)
 def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
-               sanitize, debug_guards, on_qemu, report):
+               sanitize, debug_guards, on_qemu, clock_mhz, report):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
     and compare with the reference interpreter, or with the model's own test vectors."""
     frontend_for(model, "verify")  # a kind of model this command does not take: a usage error
@@ -540,6 +544,8 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
     _check_verify_target(target, on_qemu, sanitize)
     if report is not None and not (on_qemu and per_layer):
         raise UsageError("--report needs --qemu --per-layer: it shows the instructions counted per layer")
+    if clock_mhz is not None and not on_qemu:
+        raise UsageError("--clock needs --qemu: milliseconds come from the cycles estimated on QEMU")
     read = [("the model", model), *(("an --input file", p) for p in inputs),
             *(("an --expected file", p) for p in expected_files)]
     if report is not None:
@@ -554,7 +560,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
                        cut_inputs, cut_outputs, io, overlap=overlap, input_memory=input_memory, order=order, memory_map=memory_map, banks_for=(input_bank, output_bank))
         dep = deploy(model, replace(options, debug_guards=debug_guards))
     samples, expected = _samples(model, dep, inputs, expected_files, seeds)
-    result = verify_on_qemu(dep, model, samples, expected) if on_qemu else \
+    result = verify_on_qemu(dep, model, samples, expected, clock_mhz) if on_qemu else \
         verify(dep, model, samples, sanitize=sanitize, expected=expected)
     if per_layer:
         trace = trace_on_qemu(dep, samples[0]) if on_qemu else None
@@ -562,12 +568,18 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
                                                       expected.tensors[0] if expected and expected.tensors else None)
         if on_qemu:
             from .profile import layer_times, per_layer_json
-            times = layer_times(dep, instructions_per_layer(dep, samples[0]))
-            result["per_layer"] = per_layer_json(times)
+            if "estimated_cycles" in result:
+                from .cycles import layer_profile
+                times = layer_times(dep, *layer_profile(dep, samples[0]))
+            else:
+                times = layer_times(dep, instructions_per_layer(dep, samples[0]))
+            result["per_layer"] = per_layer_json(times, result.get("clock_mhz"))
             if report is not None:
                 from .pipeline import deployment_problem
                 from .report_html import deployment_report
-                write_report(report, deployment_report(dep, deployment_problem(dep), times=times), "--report", read)
+                estimate = {k: result[k] for k in ("clock_mhz", "clock_source", "cycle_model") if k in result}
+                write_report(report, deployment_report(dep, deployment_problem(dep), times=times,
+                                                       estimate=estimate or None), "--report", read)
     exact = all(o["max_abs_diff"] == 0 for o in result["outputs"])
     if as_json:
         click.echo(json_text(result))
@@ -591,9 +603,12 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
                            f"golden vs reference {d['golden_vs_reference']}")
         if on_qemu:
             say(qemu_summary(result))
+            if "estimated_cycles" in result:
+                from .cycles import timing_text
+                say(timing_text(result))
             if per_layer:
                 from .profile import per_layer_table
-                say(per_layer_table(times))
+                say(per_layer_table(times, result.get("clock_mhz")))
         say("bit-exact" if exact else "MISMATCH")
     sys.exit(0 if exact else 1)
 

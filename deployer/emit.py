@@ -778,7 +778,8 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None
         regions.insert(0, dict(b, region=f"BANK_{b['name'].upper()}", origin=backend.qemu_ram_origin + top))
     ctx = dict(ident=ident, machine=backend.qemu_machine, cflags=" ".join(backend.cflags),
                flash_bytes=backend.qemu_flash_bytes, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions,
-               flash_origin=backend.qemu_flash_origin, ram_origin=backend.qemu_ram_origin)
+               flash_origin=backend.qemu_flash_origin, ram_origin=backend.qemu_ram_origin,
+               vector_origin=backend.qemu_vector_origin)
     names = ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 

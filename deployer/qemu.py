@@ -86,15 +86,19 @@ class Run:
     output: bytes
     histogram: dict[int, int] | None  # instruction address -> executions
     marks: list[int] | None = None  # instructions executed so far, each time the mark ran
+    blocks: dict | None = None  # with blocks=True: the translated blocks that ran (cycles.Block by index)
+    segments: list | None = None  # ... and with a mark, each mark's blocks since the one before
 
 
 EXIT_MEANING = {2: "inference_init failed", 3: "input.bin ended inside a sample", 4: "inference_run failed",
                 5: "output.bin could not be written", 98: "stack overflow", 99: "a CPU fault"}
 
 
-def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_S, mark: int | None = None) -> Run:
+def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_S, mark: int | None = None,
+        blocks: bool = False) -> Run:
     """Run on the board with ``payload`` as input.bin; with ``count``, an instruction histogram,
-    and with ``mark`` (an address) the running count each time that instruction ran."""
+    and with ``mark`` (an address) the running count each time that instruction ran; with
+    ``blocks`` the blocks that ran and where each went on (deployer.cycles), per mark too."""
     with tempfile.TemporaryDirectory(prefix="qemu-") as d:
         work = Path(d)
         (work / "input.bin").write_bytes(payload)
@@ -105,6 +109,10 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
             so, out = (str(p).replace(",", ",,") for p in (plugin(), work / "histogram.txt"))
             marks = str(work / "marks.txt").replace(",", ",,")
             extra = f",mark={mark:x},marks={marks}" if mark is not None else ""
+            if blocks:
+                extra += ",blocks=" + str(work / "blocks.txt").replace(",", ",,")
+                if mark is not None:
+                    extra += ",segments=" + str(work / "segments.txt").replace(",", ",,")
             cmd += ["-plugin", f"{so},out={out}{extra}", "-d", "plugin"]
         try:
             proc = subprocess.run(cmd, cwd=work, capture_output=True, timeout=timeout)
@@ -124,7 +132,13 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
         marked = None
         if count and mark is not None:
             marked = [int(x) for x in (work / "marks.txt").read_text().split()]
-        return Run((work / "output.bin").read_bytes(), histogram, marked)
+        ran = segments = None
+        if count and blocks:
+            from .cycles import parse_blocks, parse_segments
+            ran = parse_blocks((work / "blocks.txt").read_text())
+            if mark is not None:
+                segments = parse_segments((work / "segments.txt").read_text())
+        return Run((work / "output.bin").read_bytes(), histogram, marked, ran, segments)
 
 
 _SECTION = re.compile(r"^(\.\S+)\s+(\d+)\s+(\d+)\s*$")
@@ -238,20 +252,27 @@ def elf_entry(plan) -> dict | None:
                 toolchain=toolchain())
 
 
-def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected=None) -> dict:
+def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected=None,
+                   clock_mhz: float | None = None) -> dict:
     """``deploy verify --qemu``: every sample in one run on the core's QEMU board, compared with the
-    reference as on the host; then the instructions of one inference (the first sample) and the
-    ELF's memory (harness and stack included) beside the planner's estimates."""
+    reference as on the host; then the instructions of one inference (the first sample), the cycles
+    the core's timing table gives them (deployer.cycles; milliseconds at ``clock_mhz``, else the
+    preset's clock) and the ELF's memory (harness and stack included) beside the planner's estimates."""
+    from . import cycles
     require_tools()
     elf = build_elf(dep)
     samples, resets, expected = stream(dep, model, samples, expected)
     outs, _ = parse_output(dep.graph, run(elf, samples_payload(dep.graph, samples, resets)).output, len(samples), False)
     result = compare(dep, model, samples, outs, expected)
-    instructions, _ = instructions_per_inference(elf, samples_payload(dep.graph, samples[:1]))
+    payload = samples_payload(dep.graph, samples[:1])
+    estimate = cycles.estimate_inference(elf, payload, dep.backend.cpu) if cycles.available(dep.backend) else None
+    instructions = estimate.instructions if estimate else instructions_per_inference(elf, payload)[0]
     mem = elf_memory(elf.path)
     result.update(planned_flash_bytes=result["flash_bytes"], planned_sram_bytes=result["sram_bytes"],
                   flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"], instructions=instructions,
                   instructions_per_mac=round(instructions / max(dep.macs, 1), 4), qemu_machine=elf.machine)
+    if estimate:
+        result.update(cycles.timing_fields(estimate.cycles, dep, clock_mhz))
     return result
 
 

@@ -293,16 +293,33 @@ def report_plans(plan: ArenaPlan, problem: ArenaProblem) -> Comparison:
     return Comparison(plans, skipped)
 
 
-def _time_rows(times) -> dict | None:
-    """Measured instructions beside modeled cycles (deployer.profile rows), and the model's fit."""
+def _time_rows(times, estimate: dict | None = None) -> dict | None:
+    """Measured instructions beside modeled cycles (deployer.profile rows), and the model's fit;
+    with ``estimate`` (deploy verify --qemu's cycle fields) each layer's estimated cycles, its
+    milliseconds at the clock, and what the estimate leaves out."""
     if times is None:
         return None
     from .profile import fit_text
+    clock = (estimate or {}).get("clock_mhz")
+    timed = estimate is not None and any(r.cycles is not None for r in times)
+
+    def ms(cycles):
+        return f"{cycles / (clock * 1000.0):.3f}" if clock and cycles is not None else "-"
+
     rows = [dict(index=r.index, op=r.op, name=short_name(r.name), full_name=r.name, kernel=r.variant,
                  tiled="yes" if r.tiled else "", macs=f"{r.macs:,}", instructions=f"{r.instructions:,}",
                  per_mac=f"{r.per_mac:.2f}" if r.macs else "", modeled=f"{r.modeled:,}" if r.modeled else "-",
-                 ratio=f"{r.ratio:.2f}" if r.modeled else "") for r in times]
-    return dict(rows=rows, total=f"{sum(r.instructions for r in times):,}", fit=fit_text(times))
+                 ratio=f"{r.ratio:.2f}" if r.modeled else "",
+                 cycles=f"{r.cycles:,}" if r.cycles is not None else "-", ms=ms(r.cycles)) for r in times]
+    result = dict(rows=rows, total=f"{sum(r.instructions for r in times):,}", fit=fit_text(times), timed=timed,
+                  clocked=timed and bool(clock))
+    if timed:
+        cycles = sum(r.cycles or 0 for r in times)
+        model = estimate["cycle_model"]
+        result.update(cycles=f"{cycles:,}", ms=ms(cycles), clock=f"{clock:g} MHz ({estimate['clock_source']})"
+                      if clock else None, model=f"{model['table']} ({model['title']})",
+                      leaves_out=model["leaves_out"], expected_error=model["expected_error"])
+    return result
 
 
 def _bank_rows(dep) -> list[dict] | None:
@@ -314,7 +331,8 @@ def _bank_rows(dep) -> list[dict] | None:
                  cost=f"{m.cost:g}", tensors=n) for m, u, n in zip(b.memories, b.used, count)]
 
 
-def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = False, times=None) -> str:
+def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = False, times=None,
+                      estimate: dict | None = None) -> str:
     """The deployment: budgets and what each memory needs, bytes live per layer, flash by
     section, every arena planner's picture, the per-layer table (tiling, L3 slabs, patch
     stage), the patch grid and the solvers' statistics; with ``times`` (deployer.profile rows
@@ -335,7 +353,8 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
             f"Modeled access cost (bytes the layers move times each bank's relative cost): {dep.banks.plan.cost:,.0f} by "
             f"{dep.banks.plan.method}, at least {dep.banks.plan.cost_bound:,.0f}; QEMU counts instructions, not wait "
             f"states, so it shows none of it."),
-        notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None, times=_time_rows(times))
+        notes=list(dep.notes), tiled=bool(dep.tilings), streamed=dep.l3 is not None,
+        times=_time_rows(times, estimate))
     return _environment().get_template("report.html.j2").render(
         title=f"{dep.graph.name} on {dep.backend.name}", deployment=deployment, patch_line=None,
         planners=_planners(dep.graph.name, problem, plans, curve, timings=timings))

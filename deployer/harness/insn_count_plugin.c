@@ -18,6 +18,14 @@
  * per time, in order): marks between a program's phases (an engine's layers)
  * give each phase's count. Every block adds its size to the total on entry, so
  * a mark is exact up to the instructions of the block it starts.
+ * With blocks=PATH it also writes one line per translated block that ran:
+ *   "index start end count taken fell n addr..." (hex addresses; end is the
+ * address after the block's last instruction): how often execution went on at
+ * an address other than end after the block ran (taken: its last instruction
+ * branched) and how often at end (fell). A callback on every block execution
+ * sees the block that ran before it. With mark= as well, segments=PATH gets,
+ * at each mark, "mark k" and one line "index count taken fell" for every block
+ * that ran since the mark before (the counts since then): each layer's blocks.
  * Written against QEMU 7.2's API (version 1); later QEMUs changed the
  * inline-counter calls.
  */
@@ -46,12 +54,21 @@ enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS = 0 };
 void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
                                             void (*cb)(unsigned int vcpu_index, void *userdata),
                                             enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb,
+                                          void (*cb)(unsigned int vcpu_index, void *userdata),
+                                          enum qemu_plugin_cb_flags flags, void *userdata);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = 1;
 
-/* one translated block: its execution count and instruction addresses */
+/* one translated block: its execution count and instruction addresses; with
+ * blocks=, where execution went on after it (taken: not to end) and its
+ * counts at the last mark */
 struct block {
     uint64_t count;
+    uint64_t end, taken, fell;
+    uint64_t mark_count, mark_taken, mark_fell;
     size_t n;
     uint64_t addr[];
 };
@@ -73,6 +90,11 @@ static char *marks_path;
 static uint64_t *marks;
 static size_t n_marks, cap_marks;
 
+/* blocks= and segments=: the block that ran last, and each mark's block counts */
+static char *blocks_path, *segments_path;
+static struct block *last_block;
+static FILE *segments;
+
 static void on_mark(unsigned int vcpu_index, void *udata)
 {
     (void)vcpu_index, (void)udata;
@@ -83,6 +105,50 @@ static void on_mark(unsigned int vcpu_index, void *udata)
         }
     }
     marks[n_marks++] = total;
+    if (segments == NULL) {
+        return;
+    }
+    /* the blocks that ran since the mark before, with their counts since then */
+    pthread_mutex_lock(&lock);
+    fprintf(segments, "mark %zu\n", n_marks - 1);
+    for (size_t i = 0; i < n_blocks; ++i) {
+        struct block *b = blocks[i];
+        if (b->count != b->mark_count || b->taken != b->mark_taken || b->fell != b->mark_fell) {
+            fprintf(segments, "%zu %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", i, b->count - b->mark_count,
+                    b->taken - b->mark_taken, b->fell - b->mark_fell);
+            b->mark_count = b->count, b->mark_taken = b->taken, b->mark_fell = b->fell;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The address after a Thumb instruction: 32-bit when its first halfword's top five bits are
+ * 0b11101, 0b11110 or 0b11111. (qemu_plugin_insn_size is not used alone: at the end of a page
+ * QEMU's Thumb translator peeks at the next halfword, and the bytes it reads count as the
+ * instruction's.) */
+static uint64_t thumb_end(const struct qemu_plugin_insn *insn, uint64_t vaddr)
+{
+    const uint8_t *bytes = qemu_plugin_insn_data(insn);
+    if (qemu_plugin_insn_size(insn) < 2 || bytes == NULL) {
+        return vaddr + qemu_plugin_insn_size(insn);
+    }
+    const unsigned top = (unsigned)bytes[1] >> 3;
+    return vaddr + (top == 0x1d || top == 0x1e || top == 0x1f ? 4 : 2);
+}
+
+/* every execution of a block: where the block before it went (one vCPU) */
+static void on_block(unsigned int vcpu_index, void *udata)
+{
+    (void)vcpu_index;
+    struct block *b = udata;
+    if (last_block != NULL) {
+        if (b->addr[0] == last_block->end) {
+            ++last_block->fell;
+        } else {
+            ++last_block->taken;
+        }
+    }
+    last_block = b;
 }
 
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -97,6 +163,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     for (size_t i = 0; i < n; ++i) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         b->addr[i] = qemu_plugin_insn_vaddr(insn);
+        b->end = thumb_end(insn, b->addr[i]);
         if (marking && b->addr[i] == mark_addr) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, on_mark, QEMU_PLUGIN_CB_NO_REGS, NULL);
         }
@@ -112,6 +179,31 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     pthread_mutex_unlock(&lock);
     qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->count, 1);
     qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &total, n);
+    if (blocks_path != NULL && n > 0) {
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_block, QEMU_PLUGIN_CB_NO_REGS, b);
+    }
+}
+
+static void write_blocks(void)
+{
+    FILE *f = fopen(blocks_path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "insn_count: cannot write %s\n", blocks_path);
+        abort();
+    }
+    for (size_t i = 0; i < n_blocks; ++i) {
+        const struct block *b = blocks[i];
+        if (b->count == 0) {
+            continue;
+        }
+        fprintf(f, "%zu %" PRIx64 " %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %zu", i, b->addr[0], b->end,
+                b->count, b->taken, b->fell, b->n);
+        for (size_t j = 0; j < b->n; ++j) {
+            fprintf(f, " %" PRIx64, b->addr[j]);
+        }
+        fputc('\n', f);
+    }
+    fclose(f);
 }
 
 static int by_addr(const void *a, const void *b)
@@ -161,6 +253,13 @@ static void write_histogram(qemu_plugin_id_t id, void *udata)
         }
         fclose(m);
     }
+    if (blocks_path != NULL) {
+        write_blocks();
+    }
+    if (segments != NULL) {
+        fclose(segments);
+        segments = NULL;
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -183,6 +282,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info
             out_path = value(argv[i] + 4);
         } else if (strncmp(argv[i], "marks=", 6) == 0) {
             marks_path = value(argv[i] + 6);
+        } else if (strncmp(argv[i], "blocks=", 7) == 0) {
+            blocks_path = value(argv[i] + 7);
+        } else if (strncmp(argv[i], "segments=", 9) == 0) {
+            segments_path = value(argv[i] + 9);
         } else if (strncmp(argv[i], "mark=", 5) == 0) {
             mark_addr = strtoull(argv[i] + 5, NULL, 16);
             marking = 1;
@@ -190,6 +293,14 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const void *info
     }
     if (marking && marks_path == NULL) {
         fprintf(stderr, "insn_count: mark= needs marks=PATH\n");
+        return -1;
+    }
+    if (segments_path != NULL && (!marking || blocks_path == NULL)) {
+        fprintf(stderr, "insn_count: segments= needs mark= and blocks=\n");
+        return -1;
+    }
+    if (segments_path != NULL && (segments = fopen(segments_path, "w")) == NULL) {
+        fprintf(stderr, "insn_count: cannot write %s\n", segments_path);
         return -1;
     }
     if (out_path == NULL) {

@@ -49,3 +49,33 @@ def test_helium_tiles_and_each_family_alone():
 def test_a_family_the_target_lacks_is_refused_by_name():
     with pytest.raises(UsageError, match="--kernels mve: target 'cortex-m4'.*cortex-m55"):
         deploy(shared_model(KWS), Options(target="cortex-m4", kernels="mve"))
+
+
+def test_code_beyond_the_itcm_runs_from_the_boards_flash():
+    """mcunet_vww's 527 KB of code and weights outgrow the AN547's 512 KiB ITCM: the harness links
+    them into its 8 MiB QSPI flash, the vector table alone at 0 (where the board's reset reads it)."""
+    model = shared_model("mcunet/mcunet_vww.tflite")
+    dep = deploy(model, Options(target="cortex-m55"))
+    link = dep.files["qemu/link.ld"]
+    assert "VECTORS (rx) : ORIGIN = 0x00000000" in link and "FLASH (rx) : ORIGIN = 0x28000000" in link
+    result = qemu.verify_on_qemu(dep, model, [random_inputs(dep.graph, 0)])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
+    assert result["flash_bytes"] > 512 * 1024
+
+
+def test_alif_e7_hp_banks_on_qemu(tmp_path):
+    """Two 557,056 B branches live together outgrow the E7 HP's 1 MiB DTCM: SRAM0 joins, and the
+    harness maps all three banks at their real sizes (7.5 MiB) in the board's DDR."""
+    from tests.tflite_builder import ModelBuilder
+    mb = ModelBuilder(7)
+    x = mb.input((1, 128, 136, 32))
+    a = mb.depthwise_conv2d(mb.depthwise_conv2d(x, activation="RELU"))
+    b = mb.conv2d(x, 32, (1, 1))
+    mb.output(mb.fully_connected(mb.reshape(mb.mean(mb.add(a, b)), (1, 32)), 4))
+    model = tmp_path / "two_wide_branches.tflite"
+    mb.save(model)
+    dep = deploy(model, Options(target="alif-e7-hp"))
+    used = dict(zip((m.name for m in dep.banks.memories), dep.banks.used))
+    assert used["DTCM"] > 0 and used["SRAM0"] > 0
+    result = qemu.verify_on_qemu(dep, model, [random_inputs(dep.graph, 0)])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
