@@ -351,7 +351,7 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
                prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena") -> None:
-    """A GPT-Neo .safetensors model: its C engine, manifest and tokenizer files."""
+    """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
     language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune)
@@ -373,8 +373,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
         return
     c, m, kept = dep.graph.config, dep.memory, dep.language.kept
     note = f" (pruned from {dep.language.vocab})" if kept is not None else ""
-    say(f"{dep.graph.name}: GPT-Neo, {c.layers} layers, d_model {c.d_model}, {c.heads} heads, vocabulary "
-        f"{c.vocab}{note}, {c.max_positions} positions; weights {weights}, KV cache {kv} x {dep.graph.kv.context} "
+    say(f"{dep.graph.name}: {c.summary()}{note}; weights {weights}, KV cache {kv} x {dep.graph.kv.context} "
         f"positions")
     if quantization:
         worst = min(quantization, key=lambda r: r[2])

@@ -25,9 +25,9 @@ def _read_onnx(path: Path, options):
 
 
 def _read_safetensors(path: Path, options):
-    from network_parser.gptneo import read_gptneo
-    from network_parser.transformer_ir import lower_gptneo
-    return lower_gptneo(read_gptneo(path))
+    from network_parser.decoders import read_decoder
+    from network_parser.transformer_ir import lower
+    return lower(read_decoder(path))
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ NETWORK_COMMANDS = ("build", "verify", "suggest", "compare")
 FRONTENDS = {f.suffix: f for f in (
     Frontend(".tflite", "network", NETWORK_COMMANDS, _read_tflite),
     Frontend(".onnx", "network", NETWORK_COMMANDS, _read_onnx),  # integer (NEMO, RequantShift) and QDQ graphs
-    Frontend(".safetensors", "language model", ("build",), _read_safetensors),  # GPT-Neo; `deploy generate` runs it
+    Frontend(".safetensors", "language model", ("build",), _read_safetensors),  # GPT-Neo, LLaMA family; `deploy generate` runs it
 )}
 
 

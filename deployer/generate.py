@@ -1,5 +1,6 @@
 """`deploy generate OUT_DIR "prompt"`: build a language-model engine from its output folder for
-this machine, tokenize the prompt with the GPT-2 BPE files, decode greedily, time it."""
+this machine, tokenize the prompt with the model's tokenizer (its tokenizer.json, or GPT-2's BPE
+files), decode greedily, time it."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,7 @@ from network_parser.side_files import (ENGINE_SOURCE_BYTES, MANIFEST_BYTES, MAX_
                                        read_json, read_json_object, read_side_file, token_ids)
 
 from .output import MARKER, read_marker, would_lose
-from .tokenizer import Gpt2Tokenizer
+from .tokenizer import open_tokenizer
 from .verify import BuildError, compile_files
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "generate_main.c"
@@ -102,7 +103,7 @@ def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None
     manifest = _manifest(out_dir)
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be positive, got {max_tokens}")
-    tok = Gpt2Tokenizer(tokenizer or out_dir / "tokenizer", given=tokenizer is not None)
+    tok = open_tokenizer(tokenizer or out_dir / "tokenizer", given=tokenizer is not None)
     to_gpt2 = _token_ids(out_dir, manifest["config"]["vocab"], tok.size)
     to_model = {g: i for i, g in enumerate(to_gpt2)} if to_gpt2 is not None else None
     gpt2_ids = tok.encode(prompt)
@@ -113,6 +114,9 @@ def generate(out_dir: Path, prompt: str, max_tokens: int, tokenizer: Path | None
     except KeyError as e:
         raise DeployError(f"the prompt's GPT-2 token {e.args[0]} ({tok.decode([e.args[0]])!r}) is not in the "
                           f"model's pruned vocabulary") from None
+    bos = manifest.get("bos_token_id")
+    if is_id(bos) and 0 <= bos < manifest["config"]["vocab"] and ids[:1] != [bos]:
+        ids = [bos, *ids]  # a LLaMA-family prompt starts with the model's BOS token
     outside = [i for i in ids if i >= manifest["config"]["vocab"]]
     if outside:
         raise UsageError(f"the prompt's token {outside[0]} is outside the model's vocabulary of "

@@ -6,18 +6,20 @@ is the reference the C engine is tested against.
     logits = ex.step(token_id)       # the token at ex.position, which then advances
     s = Session(model, context=96, weights="q4_0", kv="int4")   # the same, in one call
 
-GPT-Neo semantics: LayerNorm (eps from config.json), no 1/sqrt(head_dim) scaling of the
-attention scores, local layers see the last ``window`` positions, gelu_new (tanh form), the
-output head tied to the token embedding. ``context`` KV slots per layer: once full, the
-oldest position is dropped (a sliding window).
+The block specification says the rest: GPT-Neo's LayerNorm, learned positions, unscaled
+scores, local layers over the last ``window`` positions and gelu_new (tanh form); LLaMA's
+RMSNorm, rotary embeddings (the lowering's cos/sin tables), 1/sqrt(head_dim) scores, grouped KV
+heads and SwiGLU. ``context`` KV slots per layer: once full, the oldest position is dropped (a
+sliding window); keys are stored rotated by their own position, so RoPE needs nothing more.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from network_parser.decoder import Checkpoint
 from network_parser.gptneo import GptNeo
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
-                                           TransformerGraph, lower_gptneo)
+                                           RmsNorm, Rope, SwiGlu, TransformerGraph, gptneo_checkpoint, lower)
 
 from . import gptneo_quant as Q
 from .llm_passes import KV_LEVELS, cache_kv, quantize_weights
@@ -25,19 +27,83 @@ from .llm_passes import KV_LEVELS, cache_kv, quantize_weights
 F32 = np.float32
 
 
+# ---- float32 as the engine computes it: its own expf / tanhf / 1/sqrtf (no libm) and its
+# left-to-right sums, operation for operation (the C is built with -ffp-contract=off), so that a
+# quantized engine's integer codes equal the executor's (a float that differed in its last bit
+# could move an activation or KV code across a rounding boundary) ----------------------------
+
+def seq_sum(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Sum left to right in float32, as the C's loops do."""
+    return np.take(np.cumsum(np.asarray(x, F32), axis=axis, dtype=F32), -1, axis=axis)
+
+
+def c_exp(x: np.ndarray) -> np.ndarray:
+    """The engine's exp_f32: 2^n e^r, n = round(x / ln 2), e^r by a degree-6 Taylor polynomial."""
+    x = np.minimum(np.asarray(x, F32), F32(88))
+    t = (x * F32(1.44269504)).astype(F32)
+    n = np.trunc(t + np.where(t >= 0, F32(0.5), F32(-0.5))).astype(np.int32)
+    nf = n.astype(F32)
+    r = ((x - nf * F32(0.693145752)) - nf * F32(1.42860677e-06)).astype(F32)
+    p = F32(0.00138888892)
+    for k in (F32(0.00833333377), F32(0.0416666679), F32(0.166666672), F32(0.5), F32(1), F32(1)):
+        p = (k + r * p).astype(F32)
+    scale = (np.clip(n + 127, 1, 254).astype(np.uint32) << 23).view(F32)
+    return np.where(x < F32(-87), F32(0), (p * scale).astype(F32)).astype(F32)
+
+
+def c_tanh(x: np.ndarray) -> np.ndarray:
+    e = c_exp((F32(2) * x).astype(F32))
+    t = ((e - F32(1)) / (e + F32(1))).astype(F32)
+    return np.where(x > F32(9), F32(1), np.where(x < F32(-9), F32(-1), t)).astype(F32)
+
+
+def c_rsqrt(x: F32) -> F32:
+    """The engine's rsqrt_f32: the bit-level first guess and three Newton steps."""
+    x = F32(x)
+    y = (np.uint32(0x5f3759df) - (np.array(x, F32).view(np.uint32) >> np.uint32(1))).view(F32)[()]
+    for _ in range(3):
+        y = F32(y * (F32(1.5) - F32(F32(F32(F32(0.5) * x) * y) * y)))
+    return y
+
+
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(dtype=F32)
-    var = ((x - mean) ** 2).mean(dtype=F32)
-    return ((x - mean) / np.sqrt(var + F32(eps))).astype(F32) * w + b
+    d = F32(len(x))
+    mean = F32(seq_sum(x) / d)
+    c = (x - mean).astype(F32)
+    inv = c_rsqrt(F32(seq_sum(c * c) / d) + F32(eps))
+    return ((c * inv).astype(F32) * w + b).astype(F32)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    inv = c_rsqrt(F32(seq_sum(x * x) / F32(len(x))) + F32(eps))
+    return ((x * inv).astype(F32) * w).astype(F32)
+
+
+def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    return ((gate / (F32(1) + c_exp(-gate))).astype(F32) * up).astype(F32)
+
+
+def rope(x: np.ndarray, heads: int, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Each head's pairs (i, i + half) rotated: (a cos - b sin, b cos + a sin)."""
+    v = x.reshape(heads, 2, -1)
+    a, b = v[:, 0], v[:, 1]
+    return np.stack([a * cos - b * sin, b * cos + a * sin], axis=1).astype(F32).reshape(-1)
 
 
 def gelu_new(x: np.ndarray) -> np.ndarray:
-    return (F32(0.5) * x * (F32(1) + np.tanh(F32(0.7978845608028654) * (x + F32(0.044715) * x * x * x)))).astype(F32)
+    inner = (x + ((F32(0.044715) * x).astype(F32) * x).astype(F32) * x).astype(F32)
+    t = c_tanh((F32(0.797884583) * inner).astype(F32))
+    return ((F32(0.5) * x).astype(F32) * (F32(1) + t)).astype(F32)
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return (e / e.sum(dtype=F32)).astype(F32)
+def attend(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, scale: float) -> np.ndarray:
+    """One head over its cached positions: softmax(scale * K q) V, as the engine sums."""
+    s = seq_sum(keys * q[None, :], axis=1)
+    if scale != 1:
+        s = (s * F32(scale)).astype(F32)
+    e = c_exp((s - s.max()).astype(F32))
+    p = (e / seq_sum(e)).astype(F32)
+    return seq_sum(p[:, None] * vals, axis=0)
 
 
 class Executor:
@@ -47,11 +113,11 @@ class Executor:
         self.position = 0
         table = graph.weights["wte"]
         self.embed = table if isinstance(table, np.ndarray) else table.dequantize()
-        shape = (c.layers, kv.context, c.d_model)
+        shape = (c.layers, kv.context, c.kv_dim)
         dtype = F32 if kv.format == "f32" else np.int8
         self.keys, self.values = np.zeros(shape, dtype), np.zeros(shape, dtype)
         if kv.group:
-            groups = (c.layers, kv.context, c.d_model // kv.group)
+            groups = (c.layers, kv.context, c.kv_dim // kv.group)
             self.key_scales, self.value_scales = np.zeros(groups, F32), np.zeros(groups, F32)
         self.buffers: dict[str, np.ndarray] = {}
 
@@ -66,6 +132,16 @@ class Executor:
     def _layer_norm(self, op: LayerNorm) -> None:
         w = self.graph.weights
         self.buffers[op.out] = layer_norm(self.buffers[op.x], w[op.weight], w[op.bias], op.eps)
+
+    def _rms_norm(self, op: RmsNorm) -> None:
+        self.buffers[op.out] = rms_norm(self.buffers[op.x], self.graph.weights[op.weight], op.eps)
+
+    def _rope(self, op: Rope) -> None:
+        w = self.graph.weights
+        self.buffers[op.x] = rope(self.buffers[op.x], op.heads, w[op.cos][self.position], w[op.sin][self.position])
+
+    def _swiglu(self, op: SwiGlu) -> None:
+        self.buffers[op.gate] = silu_mul(self.buffers[op.gate], self.buffers[op.up])
 
     def _matmul(self, op: MatMul) -> None:
         y = Q.matvec(self.graph.weights[op.weight], self.buffers[op.x])
@@ -85,12 +161,13 @@ class Executor:
         keys, vals = self._cached(op.layer, [j % ctx for j in range(lo, p + 1)])
         qh = self.buffers[op.q].reshape(op.heads, c.head_dim)
         att = np.empty((op.heads, c.head_dim), F32)
+        group = op.heads // op.kv_heads
         for hd in range(op.heads):
-            att[hd] = softmax((keys[:, hd] @ qh[hd]).astype(F32)) @ vals[:, hd]
+            att[hd] = attend(qh[hd], keys[:, hd // group], vals[:, hd // group], op.scale)
         self.buffers[op.out] = att.reshape(-1)
 
-    RUN = {Embedding: _embedding, PositionEmbedding: _position, LayerNorm: _layer_norm, MatMul: _matmul,
-           Gelu: _gelu, Add: _add, Attention: _attention}
+    RUN = {Embedding: _embedding, PositionEmbedding: _position, LayerNorm: _layer_norm, RmsNorm: _rms_norm,
+           Rope: _rope, MatMul: _matmul, Gelu: _gelu, SwiGlu: _swiglu, Add: _add, Attention: _attention}
 
     # ---- the KV cache -------------------------------------------------------------------------
 
@@ -110,7 +187,7 @@ class Executor:
         if self.kv.group:  # one scale per group of values
             keys = (keys * np.repeat(self.key_scales[layer, slots], self.kv.group, axis=1)).astype(F32)
             vals = (vals * np.repeat(self.value_scales[layer, slots], self.kv.group, axis=1)).astype(F32)
-        return (keys.reshape(len(slots), c.heads, c.head_dim), vals.reshape(len(slots), c.heads, c.head_dim))
+        return (keys.reshape(len(slots), c.kv_heads, c.head_dim), vals.reshape(len(slots), c.kv_heads, c.head_dim))
 
     def step(self, token: int) -> np.ndarray:
         g, c = self.graph, self.c
@@ -125,10 +202,10 @@ class Executor:
         return self.buffers[g.logits]
 
 
-def Session(model: GptNeo, context: int | None = None, weights: str = "f32", kv: str = "f32",
+def Session(model: GptNeo | Checkpoint, context: int | None = None, weights: str = "f32", kv: str = "f32",
             kv_group: int | None = None) -> Executor:
     """The executor of ``model`` after the --weights and --kv-cache passes (``context`` clipped
     to the model's positions)."""
-    graph = quantize_weights(lower_gptneo(model), weights)[0]
+    graph = quantize_weights(lower(model if isinstance(model, Checkpoint) else gptneo_checkpoint(model)), weights)[0]
     context = min(context or model.config.max_positions, model.config.max_positions)
     return Executor(cache_kv(graph, kv, context, kv_group))

@@ -41,40 +41,48 @@ def from_bf16(b: np.ndarray) -> np.ndarray:
     return (np.asarray(b, np.uint16).astype(np.uint32) << 16).view(F32)
 
 
+def padded(cols: int) -> int:
+    """A quantized row's stored length: whole blocks, the last one zero-padded (an MLP of 172)."""
+    return -(-cols // BLOCK) * BLOCK
+
+
 def matrix_bytes(fmt: str, rows: int, cols: int) -> int:
     """A rows x cols matrix stored as ``fmt``: Q4_0 18 bytes per block of 32 (16 of codes and a
-    bfloat16 scale), int8 a byte each and a float32 scale per row, f32 four bytes each."""
-    return {"q4_0": rows * cols // BLOCK * 18, "int8": rows * cols + 4 * rows, "f32": 4 * rows * cols}[fmt]
+    bfloat16 scale), int8 a byte each and a float32 scale per row, f32 four bytes each; quantized
+    rows are padded to whole blocks."""
+    return {"q4_0": rows * padded(cols) // BLOCK * 18, "int8": rows * padded(cols) + 4 * rows,
+            "f32": 4 * rows * cols}[fmt]
 
 
 @dataclass(frozen=True)
 class Q4Matrix:
-    """rows x cols weights: ``codes`` [rows, cols] in 0..15 (packed two per byte in the C),
-    ``scales`` [rows, cols / 32] bfloat16 bits."""
+    """rows x cols weights: ``codes`` [rows, padded(cols)] in 0..15 (packed two per byte in the
+    C; code 8, a zero, past ``cols``), ``scales`` [rows, padded(cols) / 32] bfloat16 bits."""
     codes: np.ndarray
     scales: np.ndarray
+    cols: int
 
     def dequantize(self) -> np.ndarray:
-        r, c = self.codes.shape
         d = from_bf16(self.scales).repeat(BLOCK, axis=1)
-        return ((self.codes.astype(F32) - F32(8)) * d).astype(F32).reshape(r, c)
+        return ((self.codes.astype(F32) - F32(8)) * d).astype(F32)[:, :self.cols]
 
     @property
     def nbytes(self) -> int:
-        return matrix_bytes("q4_0", *self.codes.shape)
+        return matrix_bytes("q4_0", self.codes.shape[0], self.cols)
 
 
 @dataclass(frozen=True)
 class Int8Matrix:
-    codes: np.ndarray  # [rows, cols] int8
+    codes: np.ndarray  # [rows, padded(cols)] int8, zeros past cols
     scales: np.ndarray  # [rows] float32
+    cols: int
 
     def dequantize(self) -> np.ndarray:
-        return (self.codes.astype(F32) * self.scales[:, None]).astype(F32)
+        return (self.codes.astype(F32) * self.scales[:, None]).astype(F32)[:, :self.cols]
 
     @property
     def nbytes(self) -> int:
-        return matrix_bytes("int8", *self.codes.shape)
+        return matrix_bytes("int8", self.codes.shape[0], self.cols)
 
 
 def _codes(blocks: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -82,11 +90,14 @@ def _codes(blocks: np.ndarray, d: np.ndarray) -> np.ndarray:
     return np.clip(round_away(blocks * inv[..., None]) + 8, 0, 15).astype(np.uint8)
 
 
+def _pad(w: np.ndarray) -> np.ndarray:
+    w = np.asarray(w, F32)
+    return np.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, padded(w.shape[-1]) - w.shape[-1])])
+
+
 def quantize_q4_0(w: np.ndarray) -> Q4Matrix:
     rows, cols = w.shape
-    if cols % BLOCK:
-        raise ValueError(f"Q4_0 needs rows that are a multiple of {BLOCK} long, not {cols}")
-    blocks = np.asarray(w, F32).reshape(rows, cols // BLOCK, BLOCK)
+    blocks = _pad(w).reshape(rows, padded(cols) // BLOCK, BLOCK)
     peak = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=2)[..., None], axis=2)[..., 0]  # signed
     best_codes, best_scales, best_err = None, None, None
     for div in (-8, 7):  # the peak on code 0 (d * -8) or on code 15 (d * 7)
@@ -101,20 +112,23 @@ def quantize_q4_0(w: np.ndarray) -> Q4Matrix:
             best_codes = np.where(better[..., None], codes, best_codes)
             best_scales = np.where(better, bits, best_scales)
             best_err = np.minimum(err, best_err)
-    return Q4Matrix(best_codes.reshape(rows, cols), best_scales)
+    return Q4Matrix(best_codes.reshape(rows, padded(cols)), best_scales, cols)
 
 
 def quantize_int8_rows(w: np.ndarray) -> Int8Matrix:
-    w = np.asarray(w, F32)
+    cols = np.shape(w)[1]
+    w = _pad(w)
     amax = np.abs(w).max(axis=1)
     s = (amax / F32(127)).astype(F32)
     inv = np.where(s > 0, F32(1) / np.where(s > 0, s, F32(1)), F32(0)).astype(F32)
-    return Int8Matrix(np.clip(round_away(w * inv[:, None]), -127, 127).astype(np.int8), s)
+    return Int8Matrix(np.clip(round_away(w * inv[:, None]), -127, 127).astype(np.int8), s, cols)
 
 
 def quantize_blocks(x: np.ndarray, levels: int = 127, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
-    """A vector in blocks of ``block``: int codes in -levels..levels and one float32 scale per block."""
-    xb = np.asarray(x, F32).reshape(-1, block)
+    """A vector in blocks of ``block`` (the last zero-padded): int codes in -levels..levels and one
+    float32 scale per block."""
+    x = np.asarray(x, F32)
+    xb = np.pad(x, (0, -len(x) % block)).reshape(-1, block)
     amax = np.abs(xb).max(axis=1)
     s = (amax / F32(levels)).astype(F32)
     inv = np.where(s > 0, F32(1) / np.where(s > 0, s, F32(1)), F32(0)).astype(F32)
@@ -125,10 +139,10 @@ def matvec(w, x: np.ndarray) -> np.ndarray:
     """y = W x as the engine computes it: float32 for a float matrix; for a quantized one, x in
     int8 blocks, an exact integer sum per block, then one float multiply-add per block (in
     block order)."""
-    if isinstance(w, np.ndarray):
-        return (w @ np.asarray(x, F32)).astype(F32)
+    if isinstance(w, np.ndarray):  # each row summed left to right, as the C's loop
+        return np.cumsum(w * np.asarray(x, F32)[None, :], axis=1, dtype=F32)[:, -1]
     xq, xs = quantize_blocks(x)
-    rows, cols = w.codes.shape
+    rows, cols = w.codes.shape  # padded
     nb = cols // BLOCK
     if isinstance(w, Q4Matrix):
         q = w.codes.astype(np.int32).reshape(rows, nb, BLOCK) - 8

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from network_parser.errors import UsageError
 from network_parser.lifetimes import Lifetime
 from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
@@ -22,7 +24,7 @@ from solver.tensor_arena import arena_problem, plan_level
 from . import llm_passes
 from .emit import guard_bytes
 from .llm_passes import cache_kv, prune_vocabulary, quantize_weights
-from .tokenizer import present as gpt2_files_present, read_gpt2_files
+from .tokenizer import present as tokenizer_present, tokenizer_files
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
 # x86-64 7.5 KB (q4_0), 6.8 KB (int8), 5.1 KB (f32); Cortex-M7 5.6 KB (q4_0 on the DSP), 4.3, 3.6 KB.
@@ -121,7 +123,7 @@ def budget_details(plan) -> dict:
 # ---- the files beside the engine ------------------------------------------------------------
 
 def side_files(plan) -> dict:
-    """The GPT-2 tokenizer (so that the folder runs `deploy generate` alone) and token_ids.json
+    """The model's tokenizer (so that the folder runs `deploy generate` alone) and token_ids.json
     (engine id -> GPT-2 id) where the vocabulary was pruned or remapped."""
     files = _tokenizer_files(plan.model, plan.options.language.tokenizer)
     to_gpt2 = _gpt2_ids(plan.model, plan.language.kept, plan.language.vocab)
@@ -131,11 +133,11 @@ def side_files(plan) -> dict:
 
 
 def _tokenizer_files(path: Path, tokenizer: Path | None) -> dict:
-    if tokenizer is None and not gpt2_files_present(path.parent):
+    if tokenizer is None and not tokenizer_present(path.parent):
         return {}
     # copied only once checked: what lands in the output is a tokenizer, whatever the folder held
-    files = read_gpt2_files(tokenizer or path.parent, given=tokenizer is not None)
-    return {f"tokenizer/{name}": data for name, data in files.raw.items()}
+    files = tokenizer_files(tokenizer or path.parent, given=tokenizer is not None)
+    return {f"tokenizer/{name}": data for name, data in files.items()}
 
 
 def _gpt2_ids(path: Path, kept, vocab: int) -> list[int] | None:
@@ -156,12 +158,16 @@ def manifest_section(plan, tokenizer: bool) -> dict:
     """The manifest's ``language_model`` section (its shared part: deployer.manifest)."""
     graph, lang = plan.graph, plan.language
     c, kv = graph.config, graph.kv
+    padded_rows = [dict(matrix=name, cols=w.cols, stored=w.codes.shape[1]) for name, w in graph.weights.items()
+                   if not isinstance(w, np.ndarray) and w.codes.shape[1] != w.cols]
     return dict(
-        architecture="gpt_neo",
-        config={**{k: v for k, v in vars(c).items() if k != "eos"}, "attention": list(c.attention)},
+        architecture=c.architecture,
+        config={**{k: v for k, v in vars(c).items() if k not in ("eos", "bos")}, "attention": list(c.attention),
+                "attention_bias": list(c.attention_bias)},
+        padded_rows=padded_rows,
         weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
         ops=[op_summary(op) for op in graph.ops],
         quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                       for n, r, s in lang.quantization],
         pruned_vocabulary=None if lang.kept is None else dict(kept=len(lang.kept), of=lang.vocab),
-        eos_token_id=c.eos, tokenizer="tokenizer/" if tokenizer else None)
+        eos_token_id=c.eos, bos_token_id=c.bos, tokenizer="tokenizer/" if tokenizer else None)

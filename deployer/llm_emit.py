@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
-                                           TransformerGraph, lifetimes, op_summary)
+                                           RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
 
 from . import gptneo_quant as Q
 from . import llm_passes
@@ -23,13 +23,13 @@ from .llm_passes import KV_LEVELS
 
 def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
     """Two codes per byte, block by block: byte j holds element j (low nibble) and j + 16 (high)."""
-    rows, cols = m.codes.shape
+    rows, cols = m.codes.shape  # padded to whole blocks
     b = m.codes.reshape(rows, cols // Q.BLOCK, 2, 16)
     return (b[:, :, 0, :] | (b[:, :, 1, :] << 4)).astype(np.uint8).reshape(-1)
 
 
 def c_weight(name: str) -> str:
-    """'h.3.c_fc.bias' -> 'H3_C_FC_B', 'ln_f.weight' -> 'LN_F_W', 'wte' -> 'WTE'."""
+    """'h.3.c_fc.bias' -> 'H3_C_FC_B', 'ln_f.weight' -> 'LN_F_W', 'wte' -> 'WTE', 'rope.cos' -> 'ROPE_COS'."""
     name = re.sub(r"^h\.(\d+)\.", r"h\1_", name)
     name = re.sub(r"\.weight$", "_w", re.sub(r"\.bias$", "_b", name))
     return name.replace(".", "_").upper()
@@ -68,6 +68,12 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
         return "add_position", [c_weight(op.table), op.x]
     if isinstance(op, LayerNorm):
         return "layer_norm", [op.x, c_weight(op.weight), c_weight(op.bias), f"{np.float32(op.eps).item():.9g}f", op.out]
+    if isinstance(op, RmsNorm):
+        return "rms_norm", [op.x, c_weight(op.weight), f"{np.float32(op.eps).item():.9g}f", op.out]
+    if isinstance(op, Rope):
+        return "rope", [op.x, str(op.heads), c_weight(op.cos), c_weight(op.sin)]
+    if isinstance(op, SwiGlu):
+        return f"swiglu_{graph.activation(op.gate).elements}", [op.gate, op.up]
     if isinstance(op, MatMul):
         return f"matvec_{op.rows}x{op.cols}", [*weight(op.weight), op.x, c_weight(op.bias) if op.bias else NULL,
                                                op.out]
@@ -81,12 +87,12 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
 
 
 def stack_buffers(graph: TransformerGraph) -> int:
-    """A layer's stack buffers: the KV store's codes (d_model bytes) and the DSP matvec's per-block
-    input sums. Measured for tinytalk: inference_run 40-48 B, attention (the KV store inlined)
-    208-224 B, a matvec 16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at -O2);
-    tests/host/test_gptneo_engine.py checks the estimate."""
-    blocks = max(op.cols for op in graph.ops if isinstance(op, MatMul)) // Q.BLOCK
-    return -(-graph.config.d_model // 8) * 8 + 4 * blocks
+    """A layer's stack buffers: the KV store's codes (a position's keys, one byte each) and the DSP
+    matvec's per-block input sums. Measured for tinytalk: inference_run 40-48 B, attention (the
+    KV store inlined) 208-224 B, a matvec 16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at
+    -O2); tests/host/test_gptneo_engine.py checks the estimate."""
+    blocks = max(padded(op.cols) for op in graph.ops if isinstance(op, MatMul)) // Q.BLOCK
+    return -(-graph.config.kv_dim // 8) * 8 + 4 * blocks
 
 
 def render_engine(plan) -> dict:
@@ -103,11 +109,14 @@ def render_engine(plan) -> dict:
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
     ctx = dict(model=graph.name, ident=ident, rtos=options.rtos, stack=stack, target=backend.name, d=c.d_model,
+               dp=padded(c.d_model), summary=c.summary(), norm=c.norm, rope=c.position == "rope",
                heads=c.heads, head_dim=c.head_dim, layers=c.layers, inner=c.inner, vocab=c.vocab,
-               positions=c.max_positions, context=kv.context,
+               positions=c.max_positions, context=kv.context, kv_dim=c.kv_dim, group=c.group,
+               kv_head="h" if c.group == 1 else f"(h / {c.group})",
+               score_scale=None if c.score_scale == 1 else f"{np.float32(c.score_scale).item():.9g}f",
                kv=kv.format, kv_group=kv.group, kv_levels=KV_LEVELS.get(kv.format, 0),
-               kv_row=c.d_model // 2 if kv.format == "int4" else c.d_model,
-               kv_scales=c.d_model // kv.group if kv.group else 0, kv_bytes=llm_passes.kv_cache_bytes(graph),
+               kv_row=c.kv_dim // 2 if kv.format == "int4" else c.kv_dim,
+               kv_scales=c.kv_dim // kv.group if kv.group else 0, kv_bytes=llm_passes.kv_cache_bytes(graph),
                weights=graph.weight_format,
                wtype={"f32": "float", "int8": "int8_t", "q4_0": "uint8_t"}[graph.weight_format],
                stype={"f32": "float", "int8": "float", "q4_0": "uint16_t"}[graph.weight_format],
@@ -124,7 +133,8 @@ def render_engine(plan) -> dict:
                matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}),
                elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
                gelu_sizes=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Gelu)}),
-               max_blocks=max(op.cols for op in matmuls) // Q.BLOCK,
+               swiglu_sizes=sorted({graph.activation(op.gate).elements for op in graph.ops if isinstance(op, SwiGlu)}),
+               max_blocks=max(padded(op.cols) for op in matmuls) // Q.BLOCK,
                guards=dict(bytes=guard, canaries=guard_canaries(regions, guard)) if guard else None,
                core_flags=core_flags(backend))
     env = template_environment(("llm", "host"))

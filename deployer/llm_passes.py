@@ -33,33 +33,31 @@ class LanguageFlags:
 
 
 def prune_vocabulary(graph: TransformerGraph, ids: list[int]) -> tuple[TransformerGraph, list[int]]:
-    """Only the listed token ids, in their sorted order: the embedding and the tied head keep
-    those rows. Returns the kept ids too: new id i is old id kept[i]."""
+    """Only the listed token ids, in their sorted order: the embedding and the head (tied or
+    not) keep those rows. Returns the kept ids too: new id i is old id kept[i]."""
     c = graph.config
     bad = [i for i in ids if not 0 <= i < c.vocab]
     if bad:
         raise UsageError(f"--prune-vocab: token {bad[0]} is outside the vocabulary of {c.vocab}")
     kept = sorted(set(ids))
-    config = replace(c, vocab=len(kept), eos=kept.index(c.eos) if c.eos in kept else None)
-    table = graph.weights["wte"]
-    weights = {**graph.weights, "wte": np.ascontiguousarray(table[kept])}
-    ops = tuple(replace(op, rows=len(kept)) if isinstance(op, MatMul) and op.weight == "wte" else op
+    config = replace(c, vocab=len(kept), eos=kept.index(c.eos) if c.eos in kept else None,
+                     bos=kept.index(c.bos) if c.bos in kept else None)
+    tables = {"wte", graph.head}
+    weights = {**graph.weights, **{t: np.ascontiguousarray(graph.weights[t][kept]) for t in tables}}
+    ops = tuple(replace(op, rows=len(kept)) if isinstance(op, MatMul) and op.weight in tables else op
                 for op in graph.ops)
     acts = tuple(replace(a, elements=len(kept)) if a.name == graph.logits else a for a in graph.activations)
     return replace(graph, config=config, ops=ops, activations=acts, weights=weights), kept
 
 
 def quantize_weights(graph: TransformerGraph, fmt: str) -> tuple[TransformerGraph, list[tuple[str, float, float]]]:
-    """Every matrix a MatMul multiplies by (the embedding table too: the head is tied) to Q4_0 or
-    int8 rows; LayerNorms, biases and position embeddings stay float32."""
+    """Every matrix a MatMul multiplies by and the embedding table to Q4_0 or int8 rows (a row
+    whose length is not a multiple of 32 gets a zero-padded last block); norms, biases, position
+    embeddings and rotary tables stay float32."""
     if fmt not in WEIGHT_FORMATS:
         raise UsageError(f"--weights {fmt}: expected one of {'|'.join(WEIGHT_FORMATS)}")
     if fmt == "f32":
         return replace(graph, weight_format="f32"), []
-    widths = sorted({op.cols for op in graph.ops if isinstance(op, MatMul)})
-    if any(w % Q.BLOCK for w in widths):
-        raise UsageError(f"--weights {fmt} needs every matrix's row length to be a multiple of {Q.BLOCK} "
-                         f"(the model has {', '.join(map(str, widths))})")
     quant = Q.quantize_q4_0 if fmt == "q4_0" else Q.quantize_int8_rows
     weights, report = dict(graph.weights), []
     for name in graph.matrices():
@@ -74,7 +72,7 @@ def kv_group_default(c, kv: str) -> int:
     which 32 values per scale does not); 32 values for int4, whose scales must stay small
     beside its codes: tinytalk at 96 positions keeps 24.6 KB of scales instead of 98 KB per
     head (measured top-1 agreement with f32: 0.93 per head, 0.90 per 32, 0.82 per position)."""
-    return c.head_dim if kv == "int8" else min(Q.BLOCK, c.d_model)
+    return c.head_dim if kv == "int8" else min(Q.BLOCK, c.kv_dim)
 
 
 def cache_kv(graph: TransformerGraph, fmt: str, context: int | None = None, group: int | None = None) -> TransformerGraph:
@@ -86,15 +84,15 @@ def cache_kv(graph: TransformerGraph, fmt: str, context: int | None = None, grou
     if not 1 <= context <= c.max_positions:
         raise UsageError(f"--context {context}: the model has {c.max_positions} positions")
     group = 0 if fmt == "f32" else (group or kv_group_default(c, fmt))
-    if group and c.d_model % group:
-        raise UsageError(f"KV scale groups of {group} do not divide d_model {c.d_model}")
+    if group and c.kv_dim % group:
+        raise UsageError(f"KV scale groups of {group} do not divide a position's {c.kv_dim} keys")
     return replace(graph, kv=KvCache(fmt, context, group))
 
 
 def kv_cache_bytes(graph: TransformerGraph) -> int:
     c, kv = graph.config, graph.kv
-    row = {"f32": 4 * c.d_model, "int8": c.d_model, "int4": c.d_model // 2}[kv.format]
-    scales = 4 * (c.d_model // kv.group) if kv.group else 0
+    row = {"f32": 4 * c.kv_dim, "int8": c.kv_dim, "int4": c.kv_dim // 2}[kv.format]
+    scales = 4 * (c.kv_dim // kv.group) if kv.group else 0
     return 2 * c.layers * kv.context * (row + scales)
 
 
@@ -104,8 +102,8 @@ def weight_bytes(graph: TransformerGraph) -> int:
 
 
 def weight_bytes_as(graph: TransformerGraph, fmt: str) -> int:
-    """The weights' bytes were the matrices in ``fmt``; the LayerNorms, biases and position
-    embeddings stay float32."""
+    """The weights' bytes were the matrices in ``fmt``; the norms, biases, position embeddings
+    and rotary tables stay float32."""
     matrices = set(graph.matrices())
-    return sum(Q.matrix_bytes(fmt, *(w.shape if isinstance(w, np.ndarray) else w.codes.shape)) if name in matrices
-               else w.nbytes for name, w in graph.weights.items())
+    return sum(Q.matrix_bytes(fmt, *(w.shape if isinstance(w, np.ndarray) else (w.codes.shape[0], w.cols)))
+               if name in matrices else w.nbytes for name, w in graph.weights.items())

@@ -363,7 +363,7 @@ def deployment_report(dep, problem: ArenaProblem, plans=None, timings: bool = Fa
 # ---- a language model ---------------------------------------------------------------------
 
 def language_model_report(dep, problem: ArenaProblem) -> str:
-    """A GPT-Neo engine: the memory against the budgets (KV cache, arena, weights), the ops of one
+    """A decoder's engine: the memory against the budgets (KV cache, arena, weights), the ops of one
     token with their live bytes, the per-matrix quantization error and every arena planner's
     picture (the deployment's plan beside the greedy ones on the same problem). No wall times:
     the page is byte-identical run to run."""
@@ -383,8 +383,7 @@ def language_model_report(dep, problem: ArenaProblem) -> str:
                         state="-" if b is None else ("OVER" if need > b else "OK"), elf=None)
                    for name, need, b in rows]
     lm = dict(
-        summary=(f"{target_description}. GPT-Neo: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, MLP "
-                 f"{c.inner}, vocabulary {c.vocab:,}, {c.max_positions} positions. Weights {graph.weight_format}, KV "
+        summary=(f"{target_description}. {c.summary()}. Weights {graph.weight_format}, KV "
                  f"cache {kv.format} x {kv.context} positions" + (f" (one scale per {kv.group} values)" if kv.group
                                                                    else "") + f"; {len(graph.ops)} ops per token."),
         memory=memory_rows,

@@ -1,6 +1,11 @@
-"""GPT-2's byte-level BPE from a model folder's ``vocab.json`` and ``merges.txt``, through the
-``tokenizers`` library. The files are read once, checked, and handed to the library (and to the
-output folder) as read: nothing opens them a second time."""
+"""A model's tokenizer through the ``tokenizers`` library: its own ``tokenizer.json`` (LLaMA-family
+checkpoints), or GPT-2's byte-level BPE from ``vocab.json`` and ``merges.txt``. The files are read
+once, checked, and handed to the library (and to the output folder) as read: nothing opens them
+a second time.
+
+    tok = open_tokenizer(folder)       # tokenizer.json when the folder has one, else GPT-2's files
+    files = tokenizer_files(folder)    # name -> bytes, to copy beside the engine
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +15,7 @@ from network_parser.errors import DeployError, ModelFormatError, UsageError
 from network_parser.side_files import MAX_ID, TOKENIZER_BYTES, brief, decode_text, is_id, parse_json, read_side_file
 
 FILES = ("vocab.json", "merges.txt")
+JSON_FILE = "tokenizer.json"
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,9 @@ class Gpt2Files:
 
 
 def present(folder: Path) -> bool:
-    return all((Path(folder) / name).exists() for name in FILES)
+    """The folder holds a tokenizer: its tokenizer.json or GPT-2's two files."""
+    folder = Path(folder)
+    return (folder / JSON_FILE).exists() or all((folder / name).exists() for name in FILES)
 
 
 def read_gpt2_files(folder: str | Path, given: bool = False) -> Gpt2Files:
@@ -79,3 +87,52 @@ class Gpt2Tokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
+
+
+class JsonTokenizer:
+    """A ``tokenizer.json`` as the library reads it (its model, pre-tokenizer, decoder and added
+    tokens: what the checkpoint's authors shipped)."""
+
+    def __init__(self, folder: str | Path, given: bool = False):
+        self.raw = read_json_tokenizer(folder, given)
+        from tokenizers import Tokenizer
+
+        try:
+            self._tok = Tokenizer.from_str(decode_text(self.raw, where=str(Path(folder) / JSON_FILE)))
+        except DeployError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the library's own checks
+            raise (UsageError if given else ModelFormatError)(f"{Path(folder) / JSON_FILE}: not a tokenizer the "
+                                                              f"tokenizers library reads ({brief(str(e))})") from None
+        self.size = self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def read_json_tokenizer(folder: str | Path, given: bool = False) -> bytes:
+    folder = Path(folder)
+    error: type[DeployError] = UsageError if given else ModelFormatError
+    name = f"--tokenizer {folder / JSON_FILE}" if given else str(folder / JSON_FILE)
+    raw = read_side_file(folder / JSON_FILE, what="the tokenizer", max_bytes=TOKENIZER_BYTES, error=error, name=name)
+    if not isinstance(parse_json(raw, where=name, error=error), dict):
+        raise error(f"{name}: expected a JSON object")
+    return raw
+
+
+def open_tokenizer(folder: str | Path, given: bool = False) -> JsonTokenizer | Gpt2Tokenizer:
+    folder = Path(folder)
+    if (folder / JSON_FILE).exists() or (folder / JSON_FILE).is_symlink():
+        return JsonTokenizer(folder, given)
+    return Gpt2Tokenizer(folder, given)
+
+
+def tokenizer_files(folder: str | Path, given: bool = False) -> dict[str, bytes]:
+    """The files to copy beside the engine, each read and checked by the library first."""
+    tok = open_tokenizer(folder, given)
+    if isinstance(tok, JsonTokenizer):
+        return {JSON_FILE: tok.raw}
+    return read_gpt2_files(folder, given).raw

@@ -13,28 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .decoder import DecoderConfig
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import name_text
 from .safetensors_reader import read_safetensors
 from .side_files import CONFIG_BYTES, brief, is_id, read_json_object
-
-
-@dataclass(frozen=True)
-class GptNeoConfig:
-    vocab: int
-    d_model: int
-    heads: int
-    layers: int
-    inner: int
-    max_positions: int
-    window: int
-    attention: tuple[str, ...]  # "global" | "local", per layer
-    eps: float = 1e-5
-    eos: int | None = None  # the end-of-text token, when config.json names one inside the vocabulary
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
 
 
 @dataclass(frozen=True)
@@ -52,7 +35,7 @@ class Block:
 @dataclass(frozen=True)
 class GptNeo:
     name: str
-    config: GptNeoConfig
+    config: DecoderConfig
     wte: np.ndarray  # [vocab, d], also the output head
     wpe: np.ndarray  # [positions, d]
     blocks: tuple[Block, ...]
@@ -61,7 +44,7 @@ class GptNeo:
     source: Path | None = None
 
 
-def _config(path: Path) -> GptNeoConfig:
+def _config(path: Path) -> DecoderConfig:
     cfg_path = path.with_name("config.json")
     if not cfg_path.exists() and not cfg_path.is_symlink():
         raise ModelFormatError(f"{path}: a GPT-Neo model needs its config.json beside it ({cfg_path} is missing)")
@@ -93,8 +76,8 @@ def _config(path: Path) -> GptNeoConfig:
     vocab = integer("vocab_size")
     eos = cfg.get("eos_token_id")
     eos = eos if is_id(eos) and 0 <= eos < vocab else None
-    return GptNeoConfig(vocab, d, heads, layers, int(inner), integer("max_position_embeddings"),
-                        integer("window_size", 256), tuple(attention), float(eps), eos)
+    return DecoderConfig("gpt_neo", vocab, d, heads, layers, int(inner), integer("max_position_embeddings"),
+                         integer("window_size", 256), tuple(attention), float(eps), eos)
 
 
 def read_gptneo(path: str | Path) -> GptNeo:

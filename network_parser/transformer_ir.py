@@ -1,10 +1,13 @@
 """The typed IR of a decoder-only transformer, one token per run: what the numpy executor
 (``deployer/gptneo_golden.py``) interprets and the C emitter (``deployer/llm_emit.py``) prints
-op by op.
+op by op. One lowering for every family: the checkpoint's block specification
+(``network_parser.decoder.DecoderConfig``) picks the norm, the position encoding, the attention's
+KV grouping, the MLP and the head.
 
-    graph = lower_gptneo(read_gptneo("model.safetensors"))
-    graph.ops          # Embedding, PositionEmbedding, then per layer LayerNorm, MatMul x3, Attention,
-                       # MatMul, Add, LayerNorm, MatMul, Gelu, MatMul, Add; then LayerNorm, MatMul (logits)
+    graph = lower(read_checkpoint("model.safetensors"))
+    graph.ops          # GPT-Neo: Embedding, PositionEmbedding, then per layer LayerNorm, MatMul x3,
+                       # Attention, MatMul, Add, LayerNorm, MatMul, Gelu, MatMul, Add; then
+                       # LayerNorm, MatMul (logits). LLaMA: RmsNorm, Rope on q and k, SwiGlu.
     lifetimes(graph)   # what the arena planner sees
 
 Activations are per-token buffers named as the C macros that hold them; several ops may write
@@ -18,7 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Union
 
-from .gptneo import GptNeo, GptNeoConfig
+import numpy as np
+
+from .decoder import Checkpoint, DecoderConfig
+from .gptneo import GptNeo
 
 DTYPE_BYTES = {"float32": 4, "int32": 4, "int8": 1}
 
@@ -66,6 +72,29 @@ class LayerNorm:
 
 
 @dataclass(frozen=True, slots=True)
+class RmsNorm:
+    """out = x / sqrt(mean(x^2) + eps) * weight, over the one vector."""
+    x: str
+    out: str
+    weight: str
+    eps: float
+    _acts = ("x", "out")
+
+
+@dataclass(frozen=True, slots=True)
+class Rope:
+    """Rotary position embedding of ``heads`` vectors of ``head_dim`` in x, in place: the pairs
+    (i, i + head_dim/2) rotated by the position's angles, whose cosines and sines are the tables
+    ``cos`` and ``sin`` [positions, head_dim/2] (float32, made once at lowering: the C reads the
+    same numbers)."""
+    x: str
+    heads: int
+    cos: str
+    sin: str
+    _acts = ("x",)
+
+
+@dataclass(frozen=True, slots=True)
 class MatMul:
     """out = W x (+ bias), W rows x cols as stored (out x in)."""
     x: str
@@ -85,10 +114,19 @@ class Gelu:
 
 
 @dataclass(frozen=True, slots=True)
+class SwiGlu:
+    """gate = silu(gate) * up, in place (the LLaMA MLP's gated activation)."""
+    gate: str
+    up: str
+    _acts = ("gate", "up")
+
+
+@dataclass(frozen=True, slots=True)
 class Attention:
     """Causal self-attention over the KV cache of ``layer``: store k and v at the position, then
-    per head softmax(K q) V over the cached positions, the last ``window`` only when set (local
-    layers). GPT-Neo: no 1/sqrt(head_dim) scaling."""
+    per query head softmax(scale * K q) V over the cached positions, the last ``window`` only
+    when set (local layers). Query head h reads KV head h // (heads / kv_heads) (grouped
+    attention); GPT-Neo: as many KV heads as queries and scale 1."""
     layer: int
     q: str
     k: str
@@ -96,6 +134,8 @@ class Attention:
     out: str
     heads: int
     window: int | None
+    kv_heads: int
+    scale: float
     _acts = ("q", "k", "v", "out")
 
 
@@ -107,7 +147,7 @@ class Add:
     _acts = ("x", "y")
 
 
-Op = Union[Embedding, PositionEmbedding, LayerNorm, MatMul, Gelu, Attention, Add]
+Op = Union[Embedding, PositionEmbedding, LayerNorm, RmsNorm, Rope, MatMul, Gelu, SwiGlu, Attention, Add]
 
 
 def op_buffers(op: Op) -> tuple[str, ...]:
@@ -130,7 +170,7 @@ class KvCache:
 @dataclass(frozen=True)
 class TransformerGraph:
     name: str
-    config: GptNeoConfig
+    config: DecoderConfig
     activations: tuple[Activation, ...]
     ops: tuple[Op, ...]
     weights: dict = field(compare=False, repr=False)  # name -> np.ndarray, or a quantized matrix
@@ -143,8 +183,14 @@ class TransformerGraph:
         return next(a for a in self.activations if a.name == name)
 
     def matrices(self) -> list[str]:
-        """The weights that MatMul ops multiply by (the embedding table among them: the head is tied)."""
-        return list(dict.fromkeys(op.weight for op in self.ops if isinstance(op, MatMul)))
+        """The embedding table and the weights that MatMul ops multiply by (the head among them,
+        the embedding itself when tied): what --weights quantizes."""
+        return list(dict.fromkeys(["wte", *(op.weight for op in self.ops if isinstance(op, MatMul))]))
+
+    @property
+    def head(self) -> str:
+        """The matrix of the logits' MatMul: ``wte`` when tied."""
+        return next(op.weight for op in self.ops if isinstance(op, MatMul) and op.out == self.logits)
 
 
 # ---- scratch: buffers an op needs only while it runs, set by the passes' formats ---------------
@@ -154,7 +200,7 @@ SCRATCH_BLOCK = 32  # a quantized MatMul's input is quantized in int8 blocks of 
 
 def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
     if isinstance(op, MatMul) and graph.weight_format != "f32":
-        cols = max(o.cols for o in graph.ops if isinstance(o, MatMul))
+        cols = max(padded(o.cols) for o in graph.ops if isinstance(o, MatMul))
         return (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
                 Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"))
     if isinstance(op, Attention):
@@ -176,39 +222,86 @@ def lifetimes(graph: TransformerGraph) -> list[tuple[Activation, int, int]]:
     return [(acts[n], first, last) for n, (first, last) in span.items()]
 
 
-def lower_gptneo(model: GptNeo) -> TransformerGraph:
-    """The checkpoint as ops over named weights (float32, as read)."""
-    c = model.config
-    d, n = c.d_model, c.inner
+def padded(cols: int) -> int:
+    """A quantized matrix's stored row length: whole blocks of 32, the last one zero-padded."""
+    return -(-cols // SCRATCH_BLOCK) * SCRATCH_BLOCK
+
+
+def gptneo_checkpoint(model: GptNeo) -> Checkpoint:
+    """The GPT-Neo record under the lowering's weight names."""
     weights = {"wte": model.wte, "wpe": model.wpe, "ln_f.weight": model.ln_f[0], "ln_f.bias": model.ln_f[1]}
-    ops: list[Op] = [Embedding("TOKEN", "X", "wte"), PositionEmbedding("X", "wpe")]
     for i, b in enumerate(model.blocks):
         p = f"h.{i}."
         weights.update({p + "ln_1.weight": b.ln_1[0], p + "ln_1.bias": b.ln_1[1], p + "q_proj": b.q,
                         p + "k_proj": b.k, p + "v_proj": b.v, p + "out_proj": b.out[0], p + "out_proj.bias": b.out[1],
                         p + "ln_2.weight": b.ln_2[0], p + "ln_2.bias": b.ln_2[1], p + "c_fc": b.fc[0],
                         p + "c_fc.bias": b.fc[1], p + "c_proj": b.proj[0], p + "c_proj.bias": b.proj[1]})
-        ops += [LayerNorm("X", "H", p + "ln_1.weight", p + "ln_1.bias", c.eps),
-                MatMul("H", "QV", p + "q_proj", None, d, d),
-                MatMul("H", "KV", p + "k_proj", None, d, d),
-                MatMul("H", "VV", p + "v_proj", None, d, d),
-                Attention(i, "QV", "KV", "VV", "ATT", c.heads, c.window if c.attention[i] == "local" else None),
-                MatMul("ATT", "T", p + "out_proj", p + "out_proj.bias", d, d),
+    return Checkpoint(model.name, model.config, weights, model.source)
+
+
+def lower_gptneo(model: GptNeo) -> TransformerGraph:
+    return lower(gptneo_checkpoint(model))
+
+
+def rope_tables(c: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [positions, head_dim/2] of position p times theta^(-2i/head_dim), computed in
+    float64 and rounded once to float32."""
+    inv = c.rope_theta ** (-np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim)
+    angles = np.arange(c.max_positions, dtype=np.float64)[:, None] * inv[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def lower(ckpt: Checkpoint) -> TransformerGraph:
+    """The checkpoint as ops over named weights (float32, as read), as its block spec says."""
+    c, w = ckpt.config, dict(ckpt.weights)
+    d, n, qd, kvd = c.d_model, c.inner, c.q_dim, c.kv_dim
+    bias = lambda name, on: name + ".bias" if on else None  # noqa: E731
+
+    def norm(x: str, out: str, p: str) -> Op:
+        if c.norm == "rms_norm":
+            return RmsNorm(x, out, p + ".weight", c.eps)
+        return LayerNorm(x, out, p + ".weight", p + ".bias", c.eps)
+    ops: list[Op] = [Embedding("TOKEN", "X", "wte")]
+    if c.position == "learned":
+        ops.append(PositionEmbedding("X", "wpe"))
+    else:
+        w["rope.cos"], w["rope.sin"] = rope_tables(c)
+    qb, kb, vb, ob = c.attention_bias
+    for i in range(c.layers):
+        p = f"h.{i}."
+        ops += [norm("X", "H", p + "ln_1"),
+                MatMul("H", "QV", p + "q_proj", bias(p + "q_proj", qb), qd, d),
+                MatMul("H", "KV", p + "k_proj", bias(p + "k_proj", kb), kvd, d),
+                MatMul("H", "VV", p + "v_proj", bias(p + "v_proj", vb), kvd, d)]
+        if c.position == "rope":
+            ops += [Rope("QV", c.heads, "rope.cos", "rope.sin"), Rope("KV", c.kv_heads, "rope.cos", "rope.sin")]
+        ops += [Attention(i, "QV", "KV", "VV", "ATT", c.heads, c.window if c.attention[i] == "local" else None,
+                          c.kv_heads, c.score_scale),
+                MatMul("ATT", "T", p + "out_proj", bias(p + "out_proj", ob), d, qd),
                 Add("X", "T"),
-                LayerNorm("X", "H", p + "ln_2.weight", p + "ln_2.bias", c.eps),
-                MatMul("H", "FF", p + "c_fc", p + "c_fc.bias", n, d),
-                Gelu("FF"),
-                MatMul("FF", "T", p + "c_proj", p + "c_proj.bias", d, n),
-                Add("X", "T")]
-    ops += [LayerNorm("X", "H", "ln_f.weight", "ln_f.bias", c.eps),
-            MatMul("H", "LOGITS", "wte", None, c.vocab, d)]  # the head, tied to the token embedding
-    acts = (Activation("TOKEN", 1, "int32", "the input token id"),
+                norm("X", "H", p + "ln_2")]
+        if c.mlp == "swiglu":
+            ops += [MatMul("H", "FF", p + "gate_proj", bias(p + "gate_proj", c.mlp_bias), n, d),
+                    MatMul("H", "UP", p + "up_proj", bias(p + "up_proj", c.mlp_bias), n, d),
+                    SwiGlu("FF", "UP"),
+                    MatMul("FF", "T", p + "down_proj", bias(p + "down_proj", c.mlp_bias), d, n)]
+        else:
+            ops += [MatMul("H", "FF", p + "c_fc", bias(p + "c_fc", c.mlp_bias), n, d),
+                    Gelu("FF"),
+                    MatMul("FF", "T", p + "c_proj", bias(p + "c_proj", c.mlp_bias), d, n)]
+        ops.append(Add("X", "T"))
+    ops += [norm("X", "H", "ln_f"),
+            MatMul("H", "LOGITS", "wte" if c.tied else "head", None, c.vocab, d)]
+    norm_what = "RMSNorm output" if c.norm == "rms_norm" else "LayerNorm output"
+    acts = [Activation("TOKEN", 1, "int32", "the input token id"),
             Activation("X", d, "float32", "the residual stream"),
-            Activation("H", d, "float32", "LayerNorm output"),
-            Activation("QV", d, "float32", "query"), Activation("KV", d, "float32", "key"),
-            Activation("VV", d, "float32", "value"),
-            Activation("ATT", d, "float32", "attention output"),
+            Activation("H", d, "float32", norm_what),
+            Activation("QV", qd, "float32", "query"), Activation("KV", kvd, "float32", "key"),
+            Activation("VV", kvd, "float32", "value"),
+            Activation("ATT", qd, "float32", "attention output"),
             Activation("T", d, "float32", "a sublayer's output before the residual add"),
-            Activation("FF", n, "float32", "MLP hidden"),
-            Activation("LOGITS", c.vocab, "float32", "the output logits"))
-    return TransformerGraph(model.name, c, acts, tuple(ops), weights, KvCache("f32", c.max_positions, 0))
+            Activation("FF", n, "float32", "MLP hidden" + (" (the gate)" if c.mlp == "swiglu" else ""))]
+    if c.mlp == "swiglu":
+        acts.append(Activation("UP", n, "float32", "MLP hidden (the up projection)"))
+    acts.append(Activation("LOGITS", c.vocab, "float32", "the output logits"))
+    return TransformerGraph(ckpt.name, c, tuple(acts), tuple(ops), w, KvCache("f32", c.max_positions, 0))
