@@ -57,7 +57,7 @@ try:  # the console script and python -m both import this module before main() c
 
     from .flag_values import ADDRESS_SPACE_BYTES, FAMILIES, KERNELS, PLANNERS, parse_share, parse_size  # noqa: F401
     from .frontends import frontend_for
-    from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags
+    from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags, logits_k
     from .output import check_report, write_output, write_report
     from .render import ERROR_CHARS, display, terminal_text
     from backends import BACKENDS
@@ -299,6 +299,10 @@ def main() -> None:
 @click.option("--prune-vocab", "llm_prune", type=click.Path(path_type=Path), default=None,
               help=".safetensors language models: a JSON list of the token ids to keep (embedding and head rows); "
               "out/token_ids.json maps the engine's ids back")
+@click.option("--logits", "llm_logits", default="full", show_default=True, metavar="full|argmax|topk:K",
+              help=".safetensors language models: output 0 is the float logits (full), the most likely token id "
+              "(argmax), or the K most likely ids with their logits as output 1 (topk:K): the head streams its rows, "
+              "so SRAM no longer holds a float per token of the vocabulary")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 @click.option("--auto-optimize", is_flag=True,
@@ -307,16 +311,16 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
               kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
-              llm_context, llm_tokenizer, llm_prune, dump_ir, dump_plan, auto_optimize, as_json, quiet):
+              llm_context, llm_tokenizer, llm_prune, llm_logits, dump_ir, dump_plan, auto_optimize, as_json, quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
-    if frontend_for(model, "build").kind == "language model":
-        if memory_map is not None:
-            raise UsageError("--memory-map places a network's activations: a language model plans one arena")
+    language = frontend_for(model, "build").kind == "language model"
+    _refuse_flags_of_the_other_kind(language)
+    if language:
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
-                          input_memory)
+                          input_memory, llm_logits)
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
@@ -349,12 +353,41 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output
 QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 of Gaussian weights: about 21 dB)
 
 
+# The build flags a language model takes; every other flag given explicitly is refused by name,
+# and these (--weights ... --logits) are refused for a network.
+LANGUAGE_MODEL_FLAGS = frozenset({"model", "target", "sram", "flash", "planner", "time_limit", "out_dir", "force",
+                                  "rtos", "debug_guards", "dump_ir", "dump_plan", "quiet", "input_memory"})
+LANGUAGE_MODEL_ONLY = ("llm_weights", "llm_kv", "llm_context", "llm_tokenizer", "llm_prune", "llm_logits")
+
+
+def _refuse_flags_of_the_other_kind(language: bool) -> None:
+    """A flag the model's kind does not use is an error naming it, never silently dropped."""
+    ctx = click.get_current_context()
+    given = [p for p in ctx.command.params
+             if ctx.get_parameter_source(p.name) in (click.core.ParameterSource.COMMANDLINE,
+                                                     click.core.ParameterSource.ENVIRONMENT)]
+    if language:
+        wrong = [p for p in given if p.name not in LANGUAGE_MODEL_FLAGS and p.name not in LANGUAGE_MODEL_ONLY]
+        if any(p.name == "memory_map" for p in wrong):
+            raise UsageError("--memory-map places a network's activations: a language model plans one arena")
+        if wrong:
+            raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: not a flag for language models (.safetensors); "
+                             f"they take --target, --sram, --flash, --weights, --kv-cache, --context, --logits, "
+                             f"--prune-vocab, --tokenizer, --planner, --rtos, --debug-guards")
+    else:
+        wrong = [p for p in given if p.name in LANGUAGE_MODEL_ONLY]
+        if wrong:
+            raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: only for language models (.safetensors)")
+
+
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
-               prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena") -> None:
+               prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full") -> None:
     """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
-    language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune)
+    logits_k(logits)  # a malformed --logits is a usage error before anything is read
+    language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune,
+                             logits=logits)
     with _progress(quiet):
         dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
                                     planner=planner, time_limit_s=check_time_limit(time_limit), rtos=rtos,

@@ -18,11 +18,11 @@ import numpy as np
 
 from network_parser.decoder import Checkpoint
 from network_parser.gptneo import GptNeo
-from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
-                                           RmsNorm, Rope, SwiGlu, TransformerGraph, gptneo_checkpoint, lower)
+from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
+                                           PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, gptneo_checkpoint, lower)
 
 from . import gptneo_quant as Q
-from .llm_passes import KV_LEVELS, cache_kv, quantize_weights
+from .llm_passes import KV_LEVELS, cache_kv, quantize_weights, select_logits
 
 F32 = np.float32
 
@@ -147,6 +147,11 @@ class Executor:
         y = Q.matvec(self.graph.weights[op.weight], self.buffers[op.x])
         self.buffers[op.out] = y if op.bias is None else (y + self.graph.weights[op.bias]).astype(F32)
 
+    def _head_select(self, op: HeadSelect) -> None:
+        y = Q.matvec(self.graph.weights[op.weight], self.buffers[op.x])  # the rows do not depend on the blocks
+        best = np.argsort(-y, kind="stable")[:op.k]  # ties: the lower id first, as the engine keeps them
+        self.buffers[op.ids], self.buffers[op.values] = best.astype(np.int32), y[best]
+
     def _gelu(self, op: Gelu) -> None:
         self.buffers[op.x] = gelu_new(self.buffers[op.x])
 
@@ -167,7 +172,7 @@ class Executor:
         self.buffers[op.out] = att.reshape(-1)
 
     RUN = {Embedding: _embedding, PositionEmbedding: _position, LayerNorm: _layer_norm, RmsNorm: _rms_norm,
-           Rope: _rope, MatMul: _matmul, Gelu: _gelu, SwiGlu: _swiglu, Add: _add, Attention: _attention}
+           Rope: _rope, MatMul: _matmul, HeadSelect: _head_select, Gelu: _gelu, SwiGlu: _swiglu, Add: _add, Attention: _attention}
 
     # ---- the KV cache -------------------------------------------------------------------------
 
@@ -201,11 +206,15 @@ class Executor:
         self.position += 1
         return self.buffers[g.logits]
 
+    def outputs(self) -> list[np.ndarray]:
+        """Every output of the last step, in the engine's order."""
+        return [self.buffers[name] for name in self.graph.outputs]
+
 
 def Session(model: GptNeo | Checkpoint, context: int | None = None, weights: str = "f32", kv: str = "f32",
-            kv_group: int | None = None) -> Executor:
-    """The executor of ``model`` after the --weights and --kv-cache passes (``context`` clipped
-    to the model's positions)."""
+            kv_group: int | None = None, logits: str = "full") -> Executor:
+    """The executor of ``model`` after the --weights, --kv-cache and --logits passes (``context``
+    clipped to the model's positions). ``step`` returns output 0: the logits, or the selected ids."""
     graph = quantize_weights(lower(model if isinstance(model, Checkpoint) else gptneo_checkpoint(model)), weights)[0]
     context = min(context or model.config.max_positions, model.config.max_positions)
-    return Executor(cache_kv(graph, kv, context, kv_group))
+    return Executor(select_logits(cache_kv(graph, kv, context, kv_group), logits))

@@ -2,7 +2,7 @@
 start, budgets, arena planner and tensor-level checker, manifest and report as a network's
 (deployer.pipeline lists both), with the transformer IR as the plan's graph.
 
-    plan = lower(plan)       # --prune-vocab, --weights, --kv-cache on the read checkpoint
+    plan = lower(plan)       # --prune-vocab, --weights, --kv-cache, --logits on the read checkpoint
     plan = plan_back(plan)   # the activation arena (checked), the KV cache as state, flash
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from solver.tensor_arena import arena_problem, plan_level
 
 from . import llm_passes
 from .emit import guard_bytes
-from .llm_passes import cache_kv, prune_vocabulary, quantize_weights
+from .llm_passes import cache_kv, prune_vocabulary, quantize_weights, select_logits
 from .tokenizer import present as tokenizer_present, tokenizer_files
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
@@ -47,7 +47,7 @@ def _read_ids(file: Path) -> list[int]:
 
 
 def lower(plan):
-    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache."""
+    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache, --logits."""
     backend, flags = plan.backend, plan.options.language
     if not (backend.name == "host" or backend.qemu_machine):
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{backend.name}'")
@@ -56,6 +56,7 @@ def lower(plan):
         graph, kept = prune_vocabulary(graph, _read_ids(flags.prune_vocab))
     graph, report = quantize_weights(graph, flags.weights)
     graph = cache_kv(graph, flags.kv, flags.context)
+    graph = select_logits(graph, flags.logits)
     return plan.but(graph=graph, language=LanguagePlan(tuple(report), None if kept is None else tuple(kept), vocab))
 
 
@@ -107,6 +108,11 @@ def budget_details(plan) -> dict:
             lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, alignment, guard) <= sram else (lo, mid - 1)
         if lo:
             fixes.insert(0, f"--context {lo} fits")
+        if graph.selection is None:  # the float logits row: argmax streams the head instead
+            g = select_logits(graph, "argmax")
+            problem = arena_problem(buffer_lifetimes(g), alignment, guard)[0]
+            need = memory.state_bytes + plan_arena(problem, "first-fit", SolverConfig(time_limit_s=1.0)).peak
+            fixes.insert(0, f"--logits argmax needs {need:,}")
         details["--sram"] = (f"KV cache {memory.state_bytes:,} + arena {memory.arena_bytes:,}"
                              + (f"; at --sram {sram}: {', '.join(fixes)}" if fixes else ""))
     if flash is not None and memory.flash_bytes > flash:
@@ -166,6 +172,7 @@ def manifest_section(plan, tokenizer: bool) -> dict:
                 "attention_bias": list(c.attention_bias)},
         padded_rows=padded_rows,
         weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
+        logits=plan.options.language.logits,
         ops=[op_summary(op) for op in graph.ops],
         quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                       for n, r, s in lang.quantization],

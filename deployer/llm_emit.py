@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
-                                           RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
+from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
+                                           PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
 
 from . import gptneo_quant as Q
 from . import llm_passes
@@ -77,6 +77,8 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
     if isinstance(op, MatMul):
         return f"matvec_{op.rows}x{op.cols}", [*weight(op.weight), op.x, c_weight(op.bias) if op.bias else NULL,
                                                op.out]
+    if isinstance(op, HeadSelect):
+        return "head_select", [*weight(op.weight), op.x, op.ids, op.values]
     if isinstance(op, Attention):
         return "attention", [str(op.layer), str(op.window or 0), op.q, op.k, op.v, op.out]
     if isinstance(op, Gelu):
@@ -91,7 +93,7 @@ def stack_buffers(graph: TransformerGraph) -> int:
     matvec's per-block input sums. Measured for tinytalk: inference_run 40-48 B, attention (the
     KV store inlined) 208-224 B, a matvec 16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at
     -O2); tests/host/test_gptneo_engine.py checks the estimate."""
-    blocks = max(padded(op.cols) for op in graph.ops if isinstance(op, MatMul)) // Q.BLOCK
+    blocks = max(padded(op.cols) for op in graph.ops if isinstance(op, (MatMul, HeadSelect))) // Q.BLOCK
     return -(-graph.config.kv_dim // 8) * 8 + 4 * blocks
 
 
@@ -105,6 +107,7 @@ def render_engine(plan) -> dict:
     c, kv = graph.config, graph.kv
     ident = c_identifier(graph.name)
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
+    select = graph.selection
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
@@ -130,11 +133,18 @@ def render_engine(plan) -> dict:
                # the first kernel family of the target with a Q4_0 matvec (its templates' llm.c.j2)
                family=next((f.llm_template for f in backend.families if f.llm), None)
                if graph.weight_format == "q4_0" else None,
-               matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}),
+               matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}
+                                    | ({(select.block, select.cols)} if select else set())
+                                    | ({(select.rows % select.block, select.cols)}
+                                       if select and select.rows % select.block else set())),
+               select=None if select is None else dict(rows=select.rows, cols=select.cols, k=select.k,
+                                                       block=select.block, pcols=padded(select.cols)),
+               outputs=[dict(name=o, bytes=graph.activation(o).nbytes,
+                             what=graph.activation(o).what) for o in graph.outputs],
                elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
                gelu_sizes=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Gelu)}),
                swiglu_sizes=sorted({graph.activation(op.gate).elements for op in graph.ops if isinstance(op, SwiGlu)}),
-               max_blocks=max(padded(op.cols) for op in matmuls) // Q.BLOCK,
+               max_blocks=max(padded(op.cols) for op in (*matmuls, *([select] if select else []))) // Q.BLOCK,
                guards=dict(bytes=guard, canaries=guard_canaries(regions, guard)) if guard else None,
                core_flags=core_flags(backend))
     env = template_environment(("llm", "host"))

@@ -4,6 +4,7 @@ plus what it did:
     graph, kept = prune_vocabulary(graph, ids)          # --prune-vocab FILE
     graph, report = quantize_weights(graph, "q4_0")      # --weights: (matrix, RMSE, SNR dB) each
     graph = cache_kv(graph, "int4", context=96)          # --kv-cache with --context
+    graph = select_logits(graph, "argmax")               # --logits full|argmax|topk:K
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from network_parser.errors import UsageError
-from network_parser.transformer_ir import KvCache, MatMul, TransformerGraph
+from network_parser.transformer_ir import Activation, HeadSelect, KvCache, MatMul, TransformerGraph
 
 from . import gptneo_quant as Q
 
@@ -30,6 +31,7 @@ class LanguageFlags:
     context: int | None = None  # KV positions (default: all the model's)
     tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
     prune_vocab: Path | None = None  # a JSON list of the token ids to keep (the model's own ids)
+    logits: str = "full"  # the output: "full" float logits, "argmax" (the id), "topk:K" (K ids and logits)
 
 
 def prune_vocabulary(graph: TransformerGraph, ids: list[int]) -> tuple[TransformerGraph, list[int]]:
@@ -107,3 +109,37 @@ def weight_bytes_as(graph: TransformerGraph, fmt: str) -> int:
     matrices = set(graph.matrices())
     return sum(Q.matrix_bytes(fmt, *(w.shape if isinstance(w, np.ndarray) else (w.codes.shape[0], w.cols)))
                if name in matrices else w.nbytes for name, w in graph.weights.items())
+
+
+HEAD_BLOCK = 64  # head rows computed at a time when the logits are streamed (256 bytes of float32)
+
+
+def logits_k(mode: str, vocab: int | None = None) -> int:
+    """--logits as a count of selected ids: 0 for full, 1 for argmax, K for topk:K."""
+    if mode == "full":
+        return 0
+    if mode == "argmax":
+        return 1
+    k = mode[5:] if mode.startswith("topk:") else ""
+    if not k.isdigit() or int(k) < 1:
+        raise UsageError(f"--logits {mode}: expected full, argmax or topk:K with K a positive integer")
+    if vocab is not None and int(k) > vocab:
+        raise UsageError(f"--logits {mode}: the vocabulary has {vocab} tokens")
+    return int(k)
+
+
+def select_logits(graph: TransformerGraph, mode: str) -> TransformerGraph:
+    """--logits argmax|topk:K: the head's MatMul becomes a HeadSelect streaming its rows into the
+    k best ids (output 0, int32) and their logits (output 1 for topk), so SRAM no longer holds a
+    float per token of the vocabulary."""
+    k = logits_k(mode, graph.config.vocab)
+    if not k:
+        return graph
+    head = next(op for op in graph.ops if isinstance(op, MatMul) and op.out == graph.logits)
+    select = HeadSelect(head.x, "NEXT_IDS", "NEXT_LOGITS", head.weight, head.rows, head.cols, k,
+                        min(HEAD_BLOCK, head.rows))
+    acts = tuple(a for a in graph.activations if a.name != graph.logits) + (
+        Activation("NEXT_IDS", k, "int32", "the most likely token ids, best first"),
+        Activation("NEXT_LOGITS", k, "float32", "their logits"))
+    return replace(graph, ops=tuple(select if op is head else op for op in graph.ops), activations=acts,
+                   logits="NEXT_IDS", outputs=("NEXT_IDS", "NEXT_LOGITS") if k > 1 else ("NEXT_IDS",))

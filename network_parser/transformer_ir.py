@@ -107,6 +107,22 @@ class MatMul:
 
 
 @dataclass(frozen=True, slots=True)
+class HeadSelect:
+    """The head's matvec streamed ``block`` rows at a time into a running top-k: ``ids`` the k
+    most likely token ids, best first (a tie keeps the lower id first), ``values`` their logits.
+    The float logits row of the whole vocabulary never exists (--logits argmax, topk:K)."""
+    x: str
+    ids: str
+    values: str
+    weight: str
+    rows: int
+    cols: int
+    k: int
+    block: int
+    _acts = ("x", "ids", "values")
+
+
+@dataclass(frozen=True, slots=True)
 class Gelu:
     """x = gelu(x), tanh form (GPT-2's gelu_new), in place."""
     x: str
@@ -147,7 +163,7 @@ class Add:
     _acts = ("x", "y")
 
 
-Op = Union[Embedding, PositionEmbedding, LayerNorm, RmsNorm, Rope, MatMul, Gelu, SwiGlu, Attention, Add]
+Op = Union[Embedding, PositionEmbedding, LayerNorm, RmsNorm, Rope, MatMul, HeadSelect, Gelu, SwiGlu, Attention, Add]
 
 
 def op_buffers(op: Op) -> tuple[str, ...]:
@@ -177,7 +193,8 @@ class TransformerGraph:
     kv: KvCache = KvCache("f32", 1, 0)
     weight_format: str = "f32"  # "f32" | "int8" | "q4_0": the matrices' format
     token: str = "TOKEN"
-    logits: str = "LOGITS"
+    logits: str = "LOGITS"  # output 0: the float logits, or the selected ids (--logits argmax|topk:K)
+    outputs: tuple[str, ...] = ("LOGITS",)  # what the caller reads, in output order
 
     def activation(self, name: str) -> Activation:
         return next(a for a in self.activations if a.name == name)
@@ -185,12 +202,17 @@ class TransformerGraph:
     def matrices(self) -> list[str]:
         """The embedding table and the weights that MatMul ops multiply by (the head among them,
         the embedding itself when tied): what --weights quantizes."""
-        return list(dict.fromkeys(["wte", *(op.weight for op in self.ops if isinstance(op, MatMul))]))
+        return list(dict.fromkeys(["wte", *(op.weight for op in self.ops if isinstance(op, (MatMul, HeadSelect)))]))
 
     @property
     def head(self) -> str:
-        """The matrix of the logits' MatMul: ``wte`` when tied."""
-        return next(op.weight for op in self.ops if isinstance(op, MatMul) and op.out == self.logits)
+        """The matrix of the head: ``wte`` when tied."""
+        return next(op.weight for op in self.ops if isinstance(op, HeadSelect)
+                    or isinstance(op, MatMul) and op.out == self.logits)
+
+    @property
+    def selection(self) -> HeadSelect | None:
+        return next((op for op in self.ops if isinstance(op, HeadSelect)), None)
 
 
 # ---- scratch: buffers an op needs only while it runs, set by the passes' formats ---------------
@@ -199,10 +221,17 @@ SCRATCH_BLOCK = 32  # a quantized MatMul's input is quantized in int8 blocks of 
 
 
 def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
-    if isinstance(op, MatMul) and graph.weight_format != "f32":
-        cols = max(padded(o.cols) for o in graph.ops if isinstance(o, MatMul))
-        return (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
-                Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"))
+    quantized = graph.weight_format != "f32"
+    if isinstance(op, (MatMul, HeadSelect)) and quantized:
+        cols = max(padded(o.cols) for o in graph.ops if isinstance(o, (MatMul, HeadSelect)))
+        blocks = (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
+                  Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"))
+    else:
+        blocks = ()
+    if isinstance(op, HeadSelect):
+        return (*blocks, Activation("ROWS", op.block, "float32", "a block of the head's logits"))
+    if isinstance(op, MatMul):
+        return blocks
     if isinstance(op, Attention):
         return (Activation("SCORES", graph.kv.context, "float32", "attention scores of one head"),)
     return ()
@@ -211,7 +240,7 @@ def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
 def lifetimes(graph: TransformerGraph) -> list[tuple[Activation, int, int]]:
     """(buffer, first op, last op) for every activation and scratch buffer; the token is live from
     op 0 (the caller writes it), the logits to the last op (the caller reads them)."""
-    span: dict[str, list[int]] = {graph.token: [0, 0], graph.logits: [len(graph.ops) - 1] * 2}
+    span: dict[str, list[int]] = {graph.token: [0, 0], **{o: [len(graph.ops) - 1] * 2 for o in graph.outputs}}
     acts = {a.name: a for a in graph.activations}
     for k, op in enumerate(graph.ops):
         for s in scratch(graph, op):

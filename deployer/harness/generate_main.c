@@ -31,11 +31,15 @@ int main(void)
         return 3;
     }
     for (int32_t k = 0; k < want; ++k) {
+#ifdef INFERENCE_TOP_K
+        int32_t best = *(const int32_t *)inference_get_output(0); /* the engine selected it */
+#else
         const float *logits = (const float *)inference_get_output(0);
         int32_t best = 0;
         for (int32_t t = 1; t < INFERENCE_VOCAB; ++t) {
             best = logits[t] > logits[best] ? t : best;
         }
+#endif
         fwrite(&best, sizeof best, 1, stdout);
         fflush(stdout);
         if (best == eos || k + 1 == want || inference_position() >= INFERENCE_POSITIONS) {

@@ -90,3 +90,20 @@ def test_generate_with_the_models_tokenizer_json_decodes_the_executors_tokens(tm
             break
         logits = s.step(want[-1])
     assert got["ids"] == want
+
+
+@pytest.mark.parametrize("flags, named", [(["--l1", "32K"], "--l1"), (["--kernels", "smlad", "--patch", "off"],
+                                                                       "--patch, --kernels"),
+                                          (["--auto-optimize"], "--auto-optimize"), (["--tiler", "greedy"], "--tiler")])
+def test_flags_that_do_not_apply_to_a_language_model_are_refused_by_name(flags, named, tmp_path):
+    shared_llama()
+    r = CliRunner().invoke(main, [str(LLAMA / "model.safetensors"), *flags, "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and f"{named}: not a flag for language models" in r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_language_model_flags_are_refused_for_a_network(tmp_path):
+    from tests.models import shared_model
+    r = CliRunner().invoke(main, [str(shared_model("mlperf_tiny/kws_ref_model.tflite")), "--logits", "argmax",
+                                  "--kv-cache", "int4", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "--kv-cache, --logits: only for language models" in r.output
