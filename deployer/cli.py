@@ -315,7 +315,7 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
-    language = frontend_for(model, "build").kind == "language model"
+    language = frontend_for(model, "build").kind == "language_model"
     _refuse_flags_of_the_other_kind(language)
     if language:
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,

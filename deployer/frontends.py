@@ -33,16 +33,21 @@ def _read_safetensors(path: Path, options):
 @dataclass(frozen=True)
 class Frontend:
     suffix: str
-    kind: str  # "network": a layer graph (network_parser.ir); "language model": a transformer IR
+    kind: str  # "network": a layer graph (network_parser.ir); "language_model": a transformer IR
     commands: tuple[str, ...]  # the deploy commands that take this kind
     read: Callable  # (path, pipeline.Options) -> the kind's IR, as the file holds it
+
+    @property
+    def label(self) -> str:
+        """The kind in prose: "network", "language model"."""
+        return self.kind.replace("_", " ")
 
 
 NETWORK_COMMANDS = ("build", "verify", "suggest", "compare")
 FRONTENDS = {f.suffix: f for f in (
     Frontend(".tflite", "network", NETWORK_COMMANDS, _read_tflite),
     Frontend(".onnx", "network", NETWORK_COMMANDS, _read_onnx),  # integer (NEMO, RequantShift) and QDQ graphs
-    Frontend(".safetensors", "language model", ("build",), _read_safetensors),  # GPT-Neo, LLaMA family; `deploy generate` runs it
+    Frontend(".safetensors", "language_model", ("build",), _read_safetensors),  # GPT-Neo, LLaMA family; `deploy generate` runs it
 )}
 
 
@@ -56,6 +61,6 @@ def frontend_for(path: Path, command: str | None = None) -> Frontend:
                                f"{', '.join(FRONTENDS)})")
     if command is not None and command not in front.commands:
         takes = ", ".join(s for s, f in FRONTENDS.items() if command in f.commands)
-        raise UsageError(f"{path}: deploy {command} takes {takes} models, not {front.kind}s (a {suffix} model: "
+        raise UsageError(f"{path}: deploy {command} takes {takes} models, not {front.label}s (a {suffix} model: "
                          f"deploy {' / '.join(front.commands)})")
     return front

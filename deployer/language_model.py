@@ -1,4 +1,4 @@
-"""A language model's passes on the plan (solver.plan.Plan, kind "language model"): the same
+"""A language model's passes on the plan (solver.plan.Plan, kind "language_model"): the same
 start, budgets, arena planner and tensor-level checker, manifest and report as a network's
 (deployer.pipeline lists both), with the transformer IR as the plan's graph.
 

@@ -14,7 +14,7 @@ import numpy as np
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
                                            PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
 
-from . import gptneo_quant as Q
+from . import decoder_quant as Q
 from . import llm_passes
 from .emit import (c_array, c_identifier, core_flags, environment, guard_bytes, guard_canaries, qemu_files,
                    stack_need, template_environment)
@@ -92,7 +92,7 @@ def stack_buffers(graph: TransformerGraph) -> int:
     """A layer's stack buffers: the KV store's codes (a position's keys, one byte each) and the DSP
     matvec's per-block input sums. Measured for tinytalk: inference_run 40-48 B, attention (the
     KV store inlined) 208-224 B, a matvec 16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at
-    -O2); tests/host/test_gptneo_engine.py checks the estimate."""
+    -O2); the GPT-Neo engine tests check the estimate."""
     blocks = max(padded(op.cols) for op in graph.ops if isinstance(op, (MatMul, HeadSelect))) // Q.BLOCK
     return -(-graph.config.kv_dim // 8) * 8 + 4 * blocks
 

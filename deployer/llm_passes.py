@@ -16,7 +16,7 @@ import numpy as np
 from network_parser.errors import UsageError
 from network_parser.transformer_ir import Activation, HeadSelect, KvCache, MatMul, TransformerGraph
 
-from . import gptneo_quant as Q
+from . import decoder_quant as Q
 
 WEIGHT_FORMATS = ("q4_0", "int8", "f32")
 KV_FORMATS = ("int8", "int4", "f32")

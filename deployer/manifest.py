@@ -169,7 +169,7 @@ def build_manifest(plan) -> dict:
                                       for m, u, base in zip(b.memories, b.used, b.bases)]
         manifest["arena"]["access_cost"] = dict(modeled=round(b.plan.cost, 3), bound=round(b.plan.cost_bound, 3),
                                                 method=b.plan.method, status=b.plan.status)
-    if plan.kind == "language model":
+    if plan.kind == "language_model":
         manifest["language_model"] = language_model_section(plan, tokenizer=any(n.startswith("tokenizer/") for n in plan.files))
         return manifest
     graph, l3 = plan.graph, plan.l3

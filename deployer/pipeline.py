@@ -105,7 +105,7 @@ def plan_front(model: Path, options: Options) -> Plan:
     """What the memory search's flags do not change: the model read, rewritten and lowered."""
     plan = start(model, options)  # the target, its memories filling the flags left unset
     plan = read(plan)  # the model file into its kind's IR, by suffix (deployer.frontends)
-    if plan.kind == "language model":
+    if plan.kind == "language_model":
         return language_model.lower(plan)  # --prune-vocab, --weights, --kv-cache
     plan = rewrite(plan)  # graph rewrites: PAD folded into convolutions
     plan = lower(plan)  # each layer's integer kernel (layer_analyzer)
@@ -114,7 +114,7 @@ def plan_front(model: Path, options: Options) -> Plan:
 
 def plan_back(plan: Plan) -> Plan:
     """The memory search (deployer.relaxations) on a lowered plan."""
-    if plan.kind == "language model":
+    if plan.kind == "language_model":
         return language_model.plan_back(plan)  # the activation arena (checked), the KV cache as state
     plan = note_target(plan)  # what the flags cost on this target
     plan = choose_variants(plan)  # the target's kernel per layer, as if it ran whole (backends)
@@ -209,7 +209,7 @@ def read_model(path: Path, options: Options | None = None):
     """A network's graph, checked (the commands that take networks only)."""
     front = frontend_for(path)
     if front.kind != "network":
-        raise UsageError(f"{path}: a {front.kind}; this command takes "
+        raise UsageError(f"{path}: a {front.label}; this command takes "
                          f"{', '.join(s for s, f in FRONTENDS.items() if f.kind == 'network')} models")
     graph = front.read(path, options or Options())
     check_graph(graph, str(path))
@@ -222,7 +222,7 @@ def read(plan: Plan) -> Plan:
         graph = front.read(plan.model, plan.options)
         if front.kind != "network":
             if plan.options.input_memory == "external":  # its input is a token id, kept in its own state
-                raise UsageError(f"--input-memory external: a {front.kind} takes token ids through its own API, "
+                raise UsageError(f"--input-memory external: a language model takes token ids through its own API, "
                                  f"not an input buffer")
             return plan.but(kind=front.kind, graph=graph)
         check_graph(graph, str(plan.model))
@@ -396,7 +396,7 @@ def check_budgets(plan: Plan) -> Plan:
     """Every memory over its budget in one error, each with the smallest budget that works (and
     for SRAM where its peak is)."""
     over = over_budget(plan.memory, plan.options)
-    if over and plan.kind == "language model":
+    if over and plan.kind == "language_model":
         raise budget_error(over, language_model.budget_details(plan))
     if plan.banks is not None:  # the banks' sum is no budget of its own: each bank is one
         over = [o for o in over if o[0] != "--sram"]
@@ -948,7 +948,7 @@ def fit_flash(plan: Plan) -> Plan:
 
 def emit_engine(plan: Plan) -> Plan:
     with progress.step("emit"):
-        if plan.kind == "language model":
+        if plan.kind == "language_model":
             return plan.but(files={**llm_emit.render_engine(plan), **language_model.side_files(plan)})
         return plan.but(files=emit.render(plan, guard_bytes(plan.options)))
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 from .decoder import Checkpoint
 from .errors import ModelFormatError, UnsupportedOperator
-from .gptneo import read_gptneo
+from .gptneo import as_checkpoint, read_gptneo
 from .llama import FAMILY as LLAMA_FAMILY, model_type, read_llama
 from .safetensors_reader import read_safetensors
 from .side_files import brief
-from .transformer_ir import gptneo_checkpoint
 
 MODEL_TYPES = ("gpt_neo", *LLAMA_FAMILY)
 
@@ -24,7 +23,7 @@ def read_decoder(path: str | Path) -> Checkpoint:
         raise ModelFormatError(f"{path}: a decoder needs its config.json beside it "
                                f"({path.with_name('config.json')} is missing)")
     if kind == "gpt_neo":
-        return gptneo_checkpoint(read_gptneo(path))
+        return as_checkpoint(read_gptneo(path))
     if kind in LLAMA_FAMILY:
         return read_llama(path)
     raise UnsupportedOperator(f"{path.with_name('config.json')}: model_type {brief(kind)}; supported: "

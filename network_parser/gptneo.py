@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .decoder import DecoderConfig
+from .decoder import Checkpoint, DecoderConfig
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import name_text
 from .safetensors_reader import read_safetensors
@@ -42,6 +42,9 @@ class GptNeo:
     ln_f: tuple[np.ndarray, np.ndarray]
     dtypes: dict = field(default_factory=dict, repr=False)  # tensor name -> stored dtype
     source: Path | None = None
+
+    def as_checkpoint(self) -> Checkpoint:
+        return as_checkpoint(self)
 
 
 def _config(path: Path) -> DecoderConfig:
@@ -123,3 +126,15 @@ def read_gptneo(path: str | Path) -> GptNeo:
     if names:
         raise ModelFormatError(f"{path.name}: tensors that GPT-Neo does not have: {', '.join(sorted(names)[:5])}")
     return GptNeo(name_text(path.parent.name), c, wte, wpe, tuple(blocks), ln_f, dtypes, path)
+
+
+def as_checkpoint(model: GptNeo) -> Checkpoint:
+    """The GPT-Neo record under the one lowering's weight names."""
+    weights = {"wte": model.wte, "wpe": model.wpe, "ln_f.weight": model.ln_f[0], "ln_f.bias": model.ln_f[1]}
+    for i, b in enumerate(model.blocks):
+        p = f"h.{i}."
+        weights.update({p + "ln_1.weight": b.ln_1[0], p + "ln_1.bias": b.ln_1[1], p + "q_proj": b.q,
+                        p + "k_proj": b.k, p + "v_proj": b.v, p + "out_proj": b.out[0], p + "out_proj.bias": b.out[1],
+                        p + "ln_2.weight": b.ln_2[0], p + "ln_2.bias": b.ln_2[1], p + "c_fc": b.fc[0],
+                        p + "c_fc.bias": b.fc[1], p + "c_proj": b.proj[0], p + "c_proj.bias": b.proj[1]})
+    return Checkpoint(model.name, model.config, weights, model.source)

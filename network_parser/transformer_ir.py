@@ -1,5 +1,5 @@
 """The typed IR of a decoder-only transformer, one token per run: what the numpy executor
-(``deployer/gptneo_golden.py``) interprets and the C emitter (``deployer/llm_emit.py``) prints
+(``deployer/decoder_executor.py``) interprets and the C emitter (``deployer/llm_emit.py``) prints
 op by op. One lowering for every family: the checkpoint's block specification
 (``network_parser.decoder.DecoderConfig``) picks the norm, the position encoding, the attention's
 KV grouping, the MLP and the head.
@@ -24,7 +24,6 @@ from typing import Union
 import numpy as np
 
 from .decoder import Checkpoint, DecoderConfig
-from .gptneo import GptNeo
 
 DTYPE_BYTES = {"float32": 4, "int32": 4, "int8": 1}
 
@@ -254,22 +253,6 @@ def lifetimes(graph: TransformerGraph) -> list[tuple[Activation, int, int]]:
 def padded(cols: int) -> int:
     """A quantized matrix's stored row length: whole blocks of 32, the last one zero-padded."""
     return -(-cols // SCRATCH_BLOCK) * SCRATCH_BLOCK
-
-
-def gptneo_checkpoint(model: GptNeo) -> Checkpoint:
-    """The GPT-Neo record under the lowering's weight names."""
-    weights = {"wte": model.wte, "wpe": model.wpe, "ln_f.weight": model.ln_f[0], "ln_f.bias": model.ln_f[1]}
-    for i, b in enumerate(model.blocks):
-        p = f"h.{i}."
-        weights.update({p + "ln_1.weight": b.ln_1[0], p + "ln_1.bias": b.ln_1[1], p + "q_proj": b.q,
-                        p + "k_proj": b.k, p + "v_proj": b.v, p + "out_proj": b.out[0], p + "out_proj.bias": b.out[1],
-                        p + "ln_2.weight": b.ln_2[0], p + "ln_2.bias": b.ln_2[1], p + "c_fc": b.fc[0],
-                        p + "c_fc.bias": b.fc[1], p + "c_proj": b.proj[0], p + "c_proj.bias": b.proj[1]})
-    return Checkpoint(model.name, model.config, weights, model.source)
-
-
-def lower_gptneo(model: GptNeo) -> TransformerGraph:
-    return lower(gptneo_checkpoint(model))
 
 
 def rope_tables(c: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:

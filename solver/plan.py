@@ -67,7 +67,7 @@ class Plan:
     model: Path
     options: Any  # deployer.pipeline.Options, resolved against the target
     backend: Any  # backends.Backend
-    kind: str = "network"  # the frontend's kind of model: "network" | "language model"
+    kind: str = "network"  # the frontend's kind of model: "network" | "language_model"
     graph: Any = None  # network_parser.ir.Graph after the rewrites (a transformer IR for a language model)
     # solver.op_order.OpOrder when the layers run in another order than the file's (graph.layers is
     # that order; each Layer.index stays the file's)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deployer.gptneo_quant import to_bf16
+from deployer.decoder_quant import to_bf16
 
 CODES = {"F32": ("<f4", None), "F16": ("<f2", None), "BF16": (None, "bf16")}
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports(include=["network_parser", "layer_analyzer", "solver", "deployer", "backends"]):
-    import deployer.gptneo_golden  # noqa: F401 - instrumented like the rest
+    import deployer.decoder_executor  # noqa: F401 - instrumented like the rest
     import network_parser.gptneo  # noqa: F401
     from tests.fuzz.harness import READERS, exercise, signature
 

@@ -55,7 +55,7 @@ def exercise(reader: str, data: bytes, options: Options = FAST, golden: bool = F
 def _exercise_gptneo(data: bytes) -> str:
     """A .safetensors input beside the seeds' config.json: read, checked, and one token run
     through the reference (float and Q4_0 weights with an int4 KV cache)."""
-    from deployer.gptneo_golden import Session
+    from deployer.decoder_executor import Session
     from network_parser.gptneo import read_gptneo
     from tests.gptneo_builder import config
 

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from deployer.cli import main
-from deployer.gptneo_golden import Session
+from deployer.decoder_executor import Session
 from deployer.llm_passes import LanguageFlags
 from deployer.pipeline import Options, deploy
 from deployer.verify import SANITIZE_FLAGS, compile_files, write_files

@@ -1,6 +1,6 @@
 """The GPT-Neo engine and the numpy executor agree exactly on the quantized integer parts: given
 the same float input, the C matvec (activation blocks, integer block sums, the float
-multiply-add per block) returns the same float32 bits as ``gptneo_quant.matvec``, and the KV
+multiply-add per block) returns the same float32 bits as ``decoder_quant.matvec``, and the KV
 cache holds the same codes and scales as ``quantize_blocks``. A probe C file includes the
 generated engine (its functions are static) and calls them on vectors from stdin."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from deployer import build_cache
-from deployer import gptneo_quant as Q
+from deployer import decoder_quant as Q
 from deployer.llm_passes import LanguageFlags
 from deployer.pipeline import Options, deploy
 from deployer.verify import files_digest, write_files

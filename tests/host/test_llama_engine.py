@@ -79,7 +79,7 @@ def test_generate_with_the_models_tokenizer_json_decodes_the_executors_tokens(tm
     prompt = [1, *Tokenizer.from_file(str(LLAMA / "tokenizer.json")).encode("hello world",
                                                                              add_special_tokens=False).ids]
     assert got["prompt_tokens"] == len(prompt)
-    from deployer.gptneo_golden import Session
+    from deployer.decoder_executor import Session
     s = Session(ck, weights="q4_0", kv="int8")
     for t in prompt:
         logits = s.step(t)

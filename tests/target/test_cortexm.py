@@ -120,7 +120,7 @@ def test_gptneo_engine_on_the_m7(which, tmp_path):
     from types import SimpleNamespace
 
     from backends import BACKENDS
-    from deployer.gptneo_golden import Session
+    from deployer.decoder_executor import Session
     from deployer.llm_passes import LanguageFlags
     from network_parser.gptneo import read_gptneo
     from tests import gptneo_builder as gb

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deployer import gptneo_quant as Q
-from deployer.gptneo_golden import Session
+from deployer import decoder_quant as Q
+from deployer.decoder_executor import Session
 from network_parser.errors import ModelFormatError, UnsupportedOperator
 from network_parser.gptneo import read_gptneo
 from network_parser.safetensors_reader import read_safetensors
@@ -218,7 +218,7 @@ def test_bf16_rounds_to_nearest_even():
 
 def _full_sequence(m, ids, visible):
     """Every position at once with an explicit mask (query p sees key j when visible(layer, p, j))."""
-    from deployer.gptneo_golden import gelu_new, layer_norm
+    from deployer.decoder_executor import gelu_new, layer_norm
 
     def softmax(z):
         e = np.exp(z - z.max())

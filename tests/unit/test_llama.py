@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from deployer import gptneo_quant as Q
-from deployer.gptneo_golden import Session
+from deployer import decoder_quant as Q
+from deployer.decoder_executor import Session
 from deployer.llm_passes import prune_vocabulary, quantize_weights
 from network_parser.decoders import read_decoder
 from network_parser.errors import ModelFormatError, UnsupportedOperator

@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from deployer.cli import main
-from deployer.gptneo_golden import Executor
+from deployer.decoder_executor import Executor
 from deployer.llm_passes import cache_kv, kv_cache_bytes, prune_vocabulary, quantize_weights
 from network_parser.errors import UsageError
 from network_parser.gptneo import read_gptneo
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, LayerNorm, MatMul, PositionEmbedding,
-                                           lifetimes, lower_gptneo, op_buffers, op_summary)
+                                           lifetimes, lower, op_buffers, op_summary)
 from tests import gptneo_builder as gb
 from tests.cli_output import one_error
 
@@ -29,7 +29,7 @@ def model(tmp_path_factory):
 
 def test_lowering_lists_gpt_neos_ops_in_order(model):
     c = model.config
-    g = lower_gptneo(model)
+    g = lower(model.as_checkpoint())
     kinds = Counter(type(op).__name__ for op in g.ops)
     assert kinds == {"Embedding": 1, "PositionEmbedding": 1, "LayerNorm": 2 * c.layers + 1,
                      "MatMul": 6 * c.layers + 1, "Attention": c.layers, "Gelu": c.layers, "Add": 2 * c.layers}
@@ -46,7 +46,7 @@ def test_lowering_lists_gpt_neos_ops_in_order(model):
 
 
 def test_every_buffer_is_written_before_it_is_read(model):
-    g = lower_gptneo(model)
+    g = lower(model.as_checkpoint())
     written = {g.token}
     for k, op in enumerate(g.ops):
         outs = {getattr(op, f) for f in WRITES[type(op)]}
@@ -58,7 +58,7 @@ def test_every_buffer_is_written_before_it_is_read(model):
 
 def test_lifetimes_follow_the_ops(model):
     c = model.config
-    g = quantize_weights(cache_kv(lower_gptneo(model), "int4", 8), "q4_0")[0]
+    g = quantize_weights(cache_kv(lower(model.as_checkpoint()), "int4", 8), "q4_0")[0]
     spans = {a.name: (a.nbytes, first, last) for a, first, last in lifetimes(g)}
     last = len(g.ops) - 1
     assert spans["TOKEN"] == (4, 0, 0)
@@ -66,34 +66,34 @@ def test_lifetimes_follow_the_ops(model):
     assert spans["LOGITS"] == (4 * c.vocab, last, last)
     assert spans["SCORES"][0] == 4 * 8  # one head's scores over the cached positions
     assert spans["XQ"] == (max(c.d_model, c.inner), 3, last)  # a quantized matmul's input blocks
-    assert "XQ" not in {a.name for a, *_ in lifetimes(lower_gptneo(model))}  # float matmuls need none
+    assert "XQ" not in {a.name for a, *_ in lifetimes(lower(model.as_checkpoint()))}  # float matmuls need none
 
 
 def test_quantize_pass_reports_every_matrix_and_keeps_the_rest_float(model):
     c = model.config
-    g, report = quantize_weights(lower_gptneo(model), "q4_0")
+    g, report = quantize_weights(lower(model.as_checkpoint()), "q4_0")
     assert [r[0] for r in report] == g.matrices() and len(report) == 6 * c.layers + 1
     assert all(np.isfinite(rmse) and snr > 10 for _, rmse, snr in report)
     assert isinstance(g.weights["wpe"], np.ndarray) and isinstance(g.weights["h.0.ln_1.weight"], np.ndarray)
     assert not isinstance(g.weights["wte"], np.ndarray) and g.weight_format == "q4_0"
-    assert quantize_weights(lower_gptneo(model), "f32")[1] == []
+    assert quantize_weights(lower(model.as_checkpoint()), "f32")[1] == []
     with pytest.raises(UsageError, match="--weights q8"):
-        quantize_weights(lower_gptneo(model), "q8")
+        quantize_weights(lower(model.as_checkpoint()), "q8")
 
 
 def test_kv_pass_sizes_the_cache(model):
     c = model.config
-    g = cache_kv(lower_gptneo(model), "int4", 8)
+    g = cache_kv(lower(model.as_checkpoint()), "int4", 8)
     assert (g.kv.format, g.kv.context, g.kv.group) == ("int4", 8, 32)
     assert kv_cache_bytes(g) == 2 * c.layers * 8 * (c.d_model // 2 + 4 * c.d_model // 32)
     with pytest.raises(UsageError, match="--context 17: the model has 16 positions"):
-        cache_kv(lower_gptneo(model), "int8", 17)
+        cache_kv(lower(model.as_checkpoint()), "int8", 17)
 
 
 def test_prune_pass_keeps_the_listed_rows(model):
     """The pruned graph's logits are the full graph's at the kept ids."""
     ids = [7, 3, 60, 3, 0]
-    full = lower_gptneo(model)
+    full = lower(model.as_checkpoint())
     pruned, kept = prune_vocabulary(full, ids)
     assert kept == sorted(set(ids)) and pruned.config.vocab == len(kept) == pruned.ops[-1].rows
     assert pruned.activation("LOGITS").elements == len(kept)
@@ -110,7 +110,7 @@ def test_dump_ir_prints_one_op_per_line(tmp_path):
                                   "--dump-ir", "-q"])
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    g = lower_gptneo(read_gptneo(path))
+    g = lower(read_gptneo(path).as_checkpoint())
     assert len(lines) == len(g.ops) and lines[-1].split(None, 1)[1] == op_summary(g.ops[-1])
 
 
@@ -187,7 +187,7 @@ def test_report_html_shows_the_memory_the_ops_and_every_planner(tmp_path):
     r = _deploy([path, "--weights", "q4_0", "--kv-cache", "int4", "--sram", "64K", "-q", "-o", tmp_path / "o"])
     assert r.exit_code == 0, r.output
     p = page((tmp_path / "o" / "report.html").read_text())
-    g = lower_gptneo(read_gptneo(path))
+    g = lower(read_gptneo(path).as_checkpoint())
     memory = {row["cells"][0]: row["cells"] for row in p.tables["memory"][1:]}
     assert memory["SRAM"][3] == "65,536" and memory["SRAM"][5] == "OK"
     assert len(p.tables["ops"]) == 1 + len(g.ops)

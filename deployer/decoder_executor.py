@@ -2,7 +2,7 @@
 a time over a KV cache, float32 throughout, op by op in the order the generated C runs them. It
 is the reference the C engine is tested against.
 
-    ex = Executor(cache_kv(quantize_weights(lower_gptneo(model), "q4_0")[0], "int4", 96))
+    ex = Executor(cache_kv(quantize_weights(lower(read_decoder(path)), "q4_0")[0], "int4", 96))
     logits = ex.step(token_id)       # the token at ex.position, which then advances
     s = Session(model, context=96, weights="q4_0", kv="int4")   # the same, in one call
 
@@ -17,11 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from network_parser.decoder import Checkpoint
-from network_parser.gptneo import GptNeo
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
-                                           PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, gptneo_checkpoint, lower)
+                                           PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, lower)
 
-from . import gptneo_quant as Q
+from . import decoder_quant as Q
 from .llm_passes import KV_LEVELS, cache_kv, quantize_weights, select_logits
 
 F32 = np.float32
@@ -211,10 +210,11 @@ class Executor:
         return [self.buffers[name] for name in self.graph.outputs]
 
 
-def Session(model: GptNeo | Checkpoint, context: int | None = None, weights: str = "f32", kv: str = "f32",
+def Session(model, context: int | None = None, weights: str = "f32", kv: str = "f32",
             kv_group: int | None = None, logits: str = "full") -> Executor:
-    """The executor of ``model`` after the --weights, --kv-cache and --logits passes (``context``
+    """The executor of ``model`` (a Checkpoint, or a reader's record with ``as_checkpoint``) after
+    the --weights, --kv-cache and --logits passes (``context``
     clipped to the model's positions). ``step`` returns output 0: the logits, or the selected ids."""
-    graph = quantize_weights(lower(model if isinstance(model, Checkpoint) else gptneo_checkpoint(model)), weights)[0]
+    graph = quantize_weights(lower(model if isinstance(model, Checkpoint) else model.as_checkpoint()), weights)[0]
     context = min(context or model.config.max_positions, model.config.max_positions)
     return Executor(select_logits(cache_kv(graph, kv, context, kv_group), logits))

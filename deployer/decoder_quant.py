@@ -1,4 +1,4 @@
-"""Weight and KV-cache quantization for the GPT-Neo engine, bit for bit what the C does.
+"""Weight and KV-cache quantization for the decoder engines, bit for bit what the C does.
 
 Weights (``--weights``):
   q4_0  blocks of 32 inputs per row: 4-bit codes q in 0..15 and one bfloat16 scale d (of
