@@ -22,6 +22,9 @@ class KernelFamily:
     # when present, the language-model engine's matvec
     templates: str = ""
     llm: bool = False  # it has a language-model matvec (templates/<templates>/llm.c.j2)
+    # how its matvec wants Q4_0 codes packed ([rows, cols] codes 0..15 -> bytes); None: two per
+    # byte, element j low and j + 16 high in each block of 32 (the portable kernels' order)
+    llm_q4_pack: object = None
     # the cost model of its kernels (solver.tiling_cost.DEFAULTS keys): MACs per cycle by kind and
     # a per-output cost; a target's own entries (its copies and DMA) complete it
     cost_model: tuple[tuple[str, float], ...] = ()

@@ -359,10 +359,24 @@ RULES = (VariantRule("smlad conv/fc", _conv_fc, (K.Conv, K.FullyConnected)), Var
          VariantRule("smlad lstm", _lstm, (K.Lstm,)), VariantRule("smlad svdf", _svdf, (K.Svdf,)),
          VariantRule("smlald 16x8 conv/fc", _sixteen_by_eight, (K.Conv, K.FullyConnected), dtypes=("int16",)))
 
+# The language-model matvec's Q4_0 layout: each group of 8 codes is one little-endian word whose
+# nibble s holds element Q4_SLOTS[s], so that (w >> 4k) & 0x000F000F is a halfword pair matching an
+# input pair from SXTB16: (e0, e2), (e1, e3) of the group's first input word, (e4, e6), (e5, e7)
+# of its second. One AND (its shift folded in) per two codes, one SMLAD per two MACs.
+Q4_SLOTS = (0, 1, 4, 5, 2, 3, 6, 7)
+
+
+def pack_q4(codes: np.ndarray) -> np.ndarray:
+    """[rows, cols] Q4_0 codes (cols a multiple of 8) as bytes in the order above."""
+    rows, cols = codes.shape
+    slots = codes.reshape(rows, cols // 8, 8)[:, :, Q4_SLOTS].astype(np.uint8)
+    return (slots[:, :, 0::2] | (slots[:, :, 1::2] << 4)).reshape(-1)
+
+
 FAMILY = KernelFamily(
     name="smlad", label="SMLAD",
     description="Armv7E-M DSP extension: SXTAB16 + SMLAD, two int8 MACs per instruction",
-    rules=RULES, templates=TEMPLATES, llm=True,
+    rules=RULES, templates=TEMPLATES, llm=True, llm_q4_pack=pack_q4,
     # fitted by least squares to the per-layer counts of `deploy verify --qemu --per-layer` (kws,
     # vww_96 and resnet8 on the M7, untiled and tiled at 64K/32K/16K by both tilers: 378 layers,
     # median error 5%): about one MAC per instruction on convolutions and fully connected

@@ -18,7 +18,8 @@ import numpy as np
 
 from network_parser.decoder import Checkpoint
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
-                                           PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, lower)
+                                           PositionEmbedding, QuantizeInput, RmsNorm, Rope, SwiGlu, TransformerGraph,
+                                           lower)
 
 from . import decoder_quant as Q
 from .llm_passes import KV_LEVELS, cache_kv, quantize_weights, select_logits
@@ -146,6 +147,9 @@ class Executor:
         y = Q.matvec(self.graph.weights[op.weight], self.buffers[op.x])
         self.buffers[op.out] = y if op.bias is None else (y + self.graph.weights[op.bias]).astype(F32)
 
+    def _quantize_input(self, op: QuantizeInput) -> None:
+        pass  # Q.matvec quantizes its input itself: the same blocks the engine makes once
+
     def _head_select(self, op: HeadSelect) -> None:
         y = Q.matvec(self.graph.weights[op.weight], self.buffers[op.x])  # the rows do not depend on the blocks
         best = np.argsort(-y, kind="stable")[:op.k]  # ties: the lower id first, as the engine keeps them
@@ -171,7 +175,7 @@ class Executor:
         self.buffers[op.out] = att.reshape(-1)
 
     RUN = {Embedding: _embedding, PositionEmbedding: _position, LayerNorm: _layer_norm, RmsNorm: _rms_norm,
-           Rope: _rope, MatMul: _matmul, HeadSelect: _head_select, Gelu: _gelu, SwiGlu: _swiglu, Add: _add, Attention: _attention}
+           Rope: _rope, QuantizeInput: _quantize_input, MatMul: _matmul, HeadSelect: _head_select, Gelu: _gelu, SwiGlu: _swiglu, Add: _add, Attention: _attention}
 
     # ---- the KV cache -------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
-                                           PositionEmbedding, RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
+                                           PositionEmbedding, QuantizeInput, RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
 
 from . import decoder_quant as Q
 from . import llm_passes
@@ -21,10 +21,10 @@ from .emit import (c_array, c_identifier, core_flags, environment, guard_bytes, 
 from .llm_passes import KV_LEVELS
 
 
-def _pack_q4(m: Q.Q4Matrix) -> np.ndarray:
+def _pack_q4(codes: np.ndarray) -> np.ndarray:
     """Two codes per byte, block by block: byte j holds element j (low nibble) and j + 16 (high)."""
-    rows, cols = m.codes.shape  # padded to whole blocks
-    b = m.codes.reshape(rows, cols // Q.BLOCK, 2, 16)
+    rows, cols = codes.shape  # padded to whole blocks
+    b = codes.reshape(rows, cols // Q.BLOCK, 2, 16)
     return (b[:, :, 0, :] | (b[:, :, 1, :] << 4)).astype(np.uint8).reshape(-1)
 
 
@@ -39,8 +39,9 @@ CTYPES = {"float32": "float", "int32": "int32_t", "int8": "int8_t"}
 NULL = "(const float *)0"
 
 
-def _constants(graph: TransformerGraph) -> list[dict]:
-    """Every weight as C arrays: a matrix's codes (Q4_0: two per byte) and its scales."""
+def _constants(graph: TransformerGraph, pack_q4=None) -> list[dict]:
+    """Every weight as C arrays: a matrix's codes (Q4_0: two per byte, in the order of the kernel
+    family's matvec when it has one) and its scales."""
     out = []
     for name, w in graph.weights.items():
         cname = c_weight(name)
@@ -48,7 +49,8 @@ def _constants(graph: TransformerGraph) -> list[dict]:
             out.append(dict(name=cname, ctype="float", count=w.size, data=c_array(w.astype(np.float32).reshape(-1))))
             continue
         if isinstance(w, Q.Q4Matrix):
-            codes, scales, ctype, stype = _pack_q4(w), w.scales.reshape(-1), "uint8_t", "uint16_t"
+            codes = (pack_q4 or _pack_q4)(w.codes)
+            scales, ctype, stype = w.scales.reshape(-1), "uint8_t", "uint16_t"
         else:
             codes, scales, ctype, stype = w.codes.reshape(-1), w.scales, "int8_t", "float"
         out.append(dict(name=cname, ctype=ctype, count=codes.size, data=c_array(codes)))
@@ -77,6 +79,8 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
     if isinstance(op, MatMul):
         return f"matvec_{op.rows}x{op.cols}", [*weight(op.weight), op.x, c_weight(op.bias) if op.bias else NULL,
                                                op.out]
+    if isinstance(op, QuantizeInput):
+        return "quantize_blocks", [op.x, str(op.cols), "32", "127", "XQ", "XS"]
     if isinstance(op, HeadSelect):
         return "head_select", [*weight(op.weight), op.x, op.ids, op.values]
     if isinstance(op, Attention):
@@ -108,6 +112,8 @@ def render_engine(plan) -> dict:
     ident = c_identifier(graph.name)
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
     select = graph.selection
+    # the first kernel family of the target with a Q4_0 matvec (its templates' llm.c.j2)
+    family = next((f for f in backend.families if f.llm), None) if graph.weight_format == "q4_0" else None
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
@@ -127,12 +133,10 @@ def render_engine(plan) -> dict:
                buffers=[dict(macro=a.name, ctype=CTYPES[a.dtype], offset=offsets[a.name],
                              comment=f"{a.nbytes} B {a.dtype}, ops {first}..{last}: {a.what}")
                         for a, first, last in lives],
-               constants=_constants(graph),
+               constants=_constants(graph, family.llm_q4_pack if family else None),
                calls=[dict(index=k, comment=op_summary(op), fn=fn, args=args)
                       for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]],
-               # the first kernel family of the target with a Q4_0 matvec (its templates' llm.c.j2)
-               family=next((f.llm_template for f in backend.families if f.llm), None)
-               if graph.weight_format == "q4_0" else None,
+               family=family.llm_template if family else None,
                matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}
                                     | ({(select.block, select.cols)} if select else set())
                                     | ({(select.rows % select.block, select.cols)}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from network_parser.errors import UsageError
-from network_parser.transformer_ir import Activation, HeadSelect, KvCache, MatMul, TransformerGraph
+from network_parser.transformer_ir import Activation, HeadSelect, KvCache, MatMul, QuantizeInput, TransformerGraph
 
 from . import decoder_quant as Q
 
@@ -66,7 +66,22 @@ def quantize_weights(graph: TransformerGraph, fmt: str) -> tuple[TransformerGrap
         m = quant(weights[name])
         report.append((name, *Q.error_stats(weights[name], m.dequantize())))
         weights[name] = m
-    return replace(graph, weights=weights, weight_format=fmt), report
+    return replace(graph, weights=weights, weight_format=fmt, ops=quantize_inputs(graph.ops)), report
+
+
+def quantize_inputs(ops: tuple) -> tuple:
+    """A QuantizeInput before each run of matvecs reading the same input: its int8 blocks are
+    made once (q, k and v share theirs; gate and up theirs)."""
+    out, last = [], None
+    for op in ops:
+        if isinstance(op, (MatMul, HeadSelect)):
+            if op.x != last:
+                out.append(QuantizeInput(op.x, op.cols))
+                last = op.x
+        elif any(getattr(op, f) == last for f in op._acts):  # x written again (or read by another op)
+            last = None
+        out.append(op)
+    return tuple(out)
 
 
 def kv_group_default(c, kv: str) -> int:

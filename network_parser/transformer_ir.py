@@ -94,6 +94,15 @@ class Rope:
 
 
 @dataclass(frozen=True, slots=True)
+class QuantizeInput:
+    """x (``cols`` floats) into int8 blocks of 32 with a float32 scale each (the scratch XQ / XS),
+    once for every quantized matvec that follows and reads the same x (q, k, v; gate, up)."""
+    x: str
+    cols: int
+    _acts = ("x",)
+
+
+@dataclass(frozen=True, slots=True)
 class MatMul:
     """out = W x (+ bias), W rows x cols as stored (out x in)."""
     x: str
@@ -162,7 +171,7 @@ class Add:
     _acts = ("x", "y")
 
 
-Op = Union[Embedding, PositionEmbedding, LayerNorm, RmsNorm, Rope, MatMul, HeadSelect, Gelu, SwiGlu, Attention, Add]
+Op = Union[Embedding, PositionEmbedding, LayerNorm, RmsNorm, Rope, QuantizeInput, MatMul, HeadSelect, Gelu, SwiGlu, Attention, Add]
 
 
 def op_buffers(op: Op) -> tuple[str, ...]:
@@ -221,7 +230,7 @@ SCRATCH_BLOCK = 32  # a quantized MatMul's input is quantized in int8 blocks of 
 
 def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
     quantized = graph.weight_format != "f32"
-    if isinstance(op, (MatMul, HeadSelect)) and quantized:
+    if isinstance(op, (QuantizeInput, MatMul, HeadSelect)) and quantized:
         cols = max(padded(o.cols) for o in graph.ops if isinstance(o, (MatMul, HeadSelect)))
         blocks = (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
                   Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"))
@@ -229,7 +238,7 @@ def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
         blocks = ()
     if isinstance(op, HeadSelect):
         return (*blocks, Activation("ROWS", op.block, "float32", "a block of the head's logits"))
-    if isinstance(op, MatMul):
+    if isinstance(op, (QuantizeInput, MatMul)):
         return blocks
     if isinstance(op, Attention):
         return (Activation("SCORES", graph.kv.context, "float32", "attention scores of one head"),)

@@ -62,10 +62,12 @@ def test_lifetimes_follow_the_ops(model):
     spans = {a.name: (a.nbytes, first, last) for a, first, last in lifetimes(g)}
     last = len(g.ops) - 1
     assert spans["TOKEN"] == (4, 0, 0)
-    assert spans["X"] == (4 * c.d_model, 0, last - 1)  # the final LayerNorm reads it last
+    assert spans["X"] == (4 * c.d_model, 0, last - 2)  # the final LayerNorm reads it last, then its blocks are made
+    # the int8 blocks are made once per input: q, k and v share H's; then ATT, H again, FF; then the head's
+    assert [type(op).__name__ for op in g.ops].count("QuantizeInput") == 4 * c.layers + 1
     assert spans["LOGITS"] == (4 * c.vocab, last, last)
     assert spans["SCORES"][0] == 4 * 8  # one head's scores over the cached positions
-    assert spans["XQ"] == (max(c.d_model, c.inner), 3, last)  # a quantized matmul's input blocks
+    assert spans["XQ"] == (max(c.d_model, c.inner), 3, last)  # made by the QuantizeInput after the first LayerNorm
     assert "XQ" not in {a.name for a, *_ in lifetimes(lower(model.as_checkpoint()))}  # float matmuls need none
 
 
@@ -187,7 +189,7 @@ def test_report_html_shows_the_memory_the_ops_and_every_planner(tmp_path):
     r = _deploy([path, "--weights", "q4_0", "--kv-cache", "int4", "--sram", "64K", "-q", "-o", tmp_path / "o"])
     assert r.exit_code == 0, r.output
     p = page((tmp_path / "o" / "report.html").read_text())
-    g = lower(read_gptneo(path).as_checkpoint())
+    g = quantize_weights(lower(read_gptneo(path).as_checkpoint()), "q4_0")[0]
     memory = {row["cells"][0]: row["cells"] for row in p.tables["memory"][1:]}
     assert memory["SRAM"][3] == "65,536" and memory["SRAM"][5] == "OK"
     assert len(p.tables["ops"]) == 1 + len(g.ops)
