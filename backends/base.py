@@ -75,6 +75,9 @@ class Backend:
     # where the board's reset reads the vector table (QEMU's init-svtor) when the code is elsewhere:
     # the harness's .isr_vector alone goes there (None: at qemu_flash_origin, with the code)
     qemu_vector_origin: int | None = None
+    # the board's memory that stands in for external flash or PSRAM (origin, bytes): a language
+    # model's --l3 image is linked there (None: into the flash region, when it fits)
+    qemu_l3: tuple[int, int] | None = None
     tcm_bytes: int | None = None
     stack_bytes: int = 0
     emulation: Emulation | None = None  # deploy verify builds against it and runs here

@@ -23,6 +23,7 @@ CORTEX_M4 = Backend(
     families=(smlad.FAMILY,),
     cpu="cortex-m4",
     qemu_machine="mps2-an386",
+    qemu_l3=(0x21000000, 16 * 1024 * K),  # the board's PSRAM
     stack_bytes=4 * K,
     alignment=16,
     l1_in_sram=True,  # with --l1, the tiles' buffer is a static array in SRAM (.bss)
@@ -52,6 +53,7 @@ CORTEX_M7 = replace(
     cflags=("-mcpu=cortex-m7", "-mfpu=fpv5-d16", *COMMON),
     cpu="cortex-m7",
     qemu_machine="mps2-an500",
+    qemu_l3=(0x60000000, 16 * 1024 * K),  # AN500's PSRAM
     soft_double=False,  # fpv5-d16: double precision in hardware
 )
 
@@ -68,6 +70,7 @@ CORTEX_M33 = replace(
     # (code) and SSRAM2/3 (data, at 0x38000000)
     qemu_flash_origin=0x10000000,
     qemu_ram_origin=0x38000000,
+    qemu_l3=(0x80000000, 16 * 1024 * K),  # AN505's PSRAM
 )
 
 CORTEX_M55 = replace(
@@ -92,6 +95,7 @@ CORTEX_M55 = replace(
     qemu_flash_bytes=8 * 1024 * K,
     qemu_ram_origin=0x60000000,
     qemu_ram_bytes=16 * 1024 * K,
+    qemu_l3=(0x70000000, 64 * 1024 * K),  # further up the board's DDR
     stack_bytes=8 * K,  # the Helium im2col columns of 4 pixels
     soft_double=False,  # its FPU has double precision (gcc's cortex-m55: __ARM_FP 14)
 )

@@ -320,7 +320,7 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output
     if language:
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
-                          input_memory, llm_logits)
+                          input_memory, llm_logits, l3)
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
@@ -355,7 +355,7 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 
 # The build flags a language model takes; every other flag given explicitly is refused by name,
 # and these (--weights ... --logits) are refused for a network.
-LANGUAGE_MODEL_FLAGS = frozenset({"model", "target", "sram", "flash", "planner", "time_limit", "out_dir", "force",
+LANGUAGE_MODEL_FLAGS = frozenset({"model", "target", "sram", "flash", "l3", "planner", "time_limit", "out_dir", "force",
                                   "rtos", "debug_guards", "dump_ir", "dump_plan", "quiet", "input_memory"})
 LANGUAGE_MODEL_ONLY = ("llm_weights", "llm_kv", "llm_context", "llm_tokenizer", "llm_prune", "llm_logits")
 
@@ -372,7 +372,7 @@ def _refuse_flags_of_the_other_kind(language: bool) -> None:
             raise UsageError("--memory-map places a network's activations: a language model plans one arena")
         if wrong:
             raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: not a flag for language models (.safetensors); "
-                             f"they take --target, --sram, --flash, --weights, --kv-cache, --context, --logits, "
+                             f"they take --target, --sram, --flash, --l3, --weights, --kv-cache, --context, --logits, "
                              f"--prune-vocab, --tokenizer, --planner, --rtos, --debug-guards")
     else:
         wrong = [p for p in given if p.name in LANGUAGE_MODEL_ONLY]
@@ -381,7 +381,8 @@ def _refuse_flags_of_the_other_kind(language: bool) -> None:
 
 
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
-               prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full") -> None:
+               prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full",
+               l3=None) -> None:
     """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
@@ -390,6 +391,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
                              logits=logits)
     with _progress(quiet):
         dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
+                                    l3=parse_size(l3, "--l3"),
                                     planner=planner, time_limit_s=check_time_limit(time_limit), rtos=rtos,
                                     debug_guards=debug_guards, language=language, input_memory=input_memory))
     if dump_ir:
@@ -412,6 +414,10 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
         worst = min(quantization, key=lambda r: r[2])
         say(f"quantization: {len(quantization)} matrices, worst SNR {worst[2]:.1f} dB ({worst[0]}, "
             f"RMSE {worst[1]:.3g}); per matrix in manifest.json")
+    if dep.graph.l3 is not None:
+        from .llm_passes import streamed_bytes_per_token
+        say(f"L3 {m.l3_bytes:,} B: {len(dep.graph.l3.matrices)} matrices streamed, "
+            f"{streamed_bytes_per_token(dep.graph):,} B read per token ({dep.graph.name}_l3_weights.bin)")
     say(f"flash {m.flash_bytes:,} B (weights {m.weights_bytes:,} + code estimate "
         f"{m.code_bytes_estimate:,}); SRAM {m.sram_bytes:,} B (KV cache {m.state_bytes:,} + "
         f"arena {m.arena_bytes:,}, {dep.arena.method})")

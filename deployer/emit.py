@@ -767,11 +767,12 @@ def network_stack_need(layers: list[dict]) -> dict:
 
 
 
-def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None) -> dict[str, str]:
+def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None, l3: bool = False) -> dict[str, str]:
     """The qemu/ folder: start-up, linker script, semihosting, harness and Makefile that build
     the engine for the core's QEMU board and run it there before flashing. ``banks``
     (bank_context): each bank a region of the board's RAM of the bank's real size, at the top
-    (QEMU gives the banks their sizes, not their addresses)."""
+    (QEMU gives the banks their sizes, not their addresses). ``l3``: the engine's L3 image
+    (section .l3_image) goes into the board's external memory."""
     regions, top = [], backend.qemu_ram_bytes
     for b in reversed(banks or []):
         top -= align(b["size"], 16)
@@ -779,7 +780,7 @@ def qemu_files(env: jinja2.Environment, backend: Backend, ident: str, banks=None
     ctx = dict(ident=ident, machine=backend.qemu_machine, cflags=" ".join(backend.cflags),
                flash_bytes=backend.qemu_flash_bytes, ram_bytes=top, stack_bytes=backend.stack_bytes, banks=regions,
                flash_origin=backend.qemu_flash_origin, ram_origin=backend.qemu_ram_origin,
-               vector_origin=backend.qemu_vector_origin)
+               vector_origin=backend.qemu_vector_origin, l3=l3, l3_region=backend.qemu_l3)
     names = ("startup.c", "link.ld", "semihost.c", "semihost.h", "main.c", "Makefile")
     return {f"qemu/{n}": env.get_template(f"qemu/{n}.j2").render(ctx) for n in names}
 

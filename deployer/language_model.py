@@ -22,8 +22,8 @@ from solver.plan import Memory
 from solver.tensor_arena import arena_problem, plan_level
 
 from . import llm_passes
-from .emit import guard_bytes
-from .llm_passes import cache_kv, prune_vocabulary, quantize_weights, select_logits
+from .emit import c_identifier, guard_bytes
+from .llm_passes import cache_kv, prune_vocabulary, quantize_weights, select_logits, stream_weights
 from .tokenizer import present as tokenizer_present, tokenizer_files
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
@@ -47,7 +47,7 @@ def _read_ids(file: Path) -> list[int]:
 
 
 def lower(plan):
-    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache, --logits."""
+    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache, --logits, --l3."""
     backend, flags = plan.backend, plan.options.language
     if not (backend.name == "host" or backend.qemu_machine):
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{backend.name}'")
@@ -57,6 +57,7 @@ def lower(plan):
     graph, report = quantize_weights(graph, flags.weights)
     graph = cache_kv(graph, flags.kv, flags.context)
     graph = select_logits(graph, flags.logits)
+    graph = stream_weights(graph, plan.options.l3, plan.options.flash, CODE_BYTES_ESTIMATE)
     return plan.but(graph=graph, language=LanguagePlan(tuple(report), None if kept is None else tuple(kept), vocab))
 
 
@@ -76,13 +77,15 @@ def plan_back(plan):
 
 def measure(plan):
     """The KV cache is state kept across calls; every constant (matrices, their scales, biases,
-    norms) counts as weights."""
+    norms) counts as weights, in flash or, streamed, in L3."""
     graph, arena = plan.graph, plan.arena.peak
     weights, kv = llm_passes.weight_bytes(graph), llm_passes.kv_cache_bytes(graph)
+    l3 = graph.l3.bytes if graph.l3 is not None else 0
     return plan.but(memory=Memory(
         arena_bytes=arena, state_bytes=kv, sram_bytes=kv + arena, weights_bytes=weights,
         code_bytes_estimate=CODE_BYTES_ESTIMATE, flash_bytes=weights + CODE_BYTES_ESTIMATE,
-        flash_sections=(("weights", weights), ("biases", 0), ("parameters", 0), ("code_estimate", CODE_BYTES_ESTIMATE))))
+        flash_sections=(("weights", weights), ("biases", 0), ("parameters", 0), ("code_estimate", CODE_BYTES_ESTIMATE)),
+        l3_bytes=l3, l3_weights_bytes=l3))
 
 
 def _sram_at(graph: TransformerGraph, fmt: str, context: int, alignment: int, guard: int) -> int:
@@ -177,4 +180,9 @@ def manifest_section(plan, tokenizer: bool) -> dict:
         quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                       for n, r, s in lang.quantization],
         pruned_vocabulary=None if lang.kept is None else dict(kept=len(lang.kept), of=lang.vocab),
-        eos_token_id=c.eos, bos_token_id=c.bos, tokenizer="tokenizer/" if tokenizer else None)
+        eos_token_id=c.eos, bos_token_id=c.bos, tokenizer="tokenizer/" if tokenizer else None,
+        l3=None if graph.l3 is None else dict(
+            bytes=graph.l3.bytes, image=f"{c_identifier(graph.name)}_l3_weights.bin",
+            streamed_bytes_per_token=llm_passes.streamed_bytes_per_token(graph), buffer_bytes=graph.l3.buffer,
+            matrices=[dict(matrix=m.name, codes=m.codes, scales=m.scales, row_bytes=m.row_bytes, rows_per_fetch=m.rows)
+                      for m in graph.l3.matrices]))

@@ -39,22 +39,58 @@ CTYPES = {"float32": "float", "int32": "int32_t", "int8": "int8_t"}
 NULL = "(const float *)0"
 
 
+def _stored(w, pack_q4=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A weight as the engine stores it: its codes (Q4_0: two per byte, in the order of the kernel
+    family's matvec when it has one; or its floats) and its scales (None for floats)."""
+    if isinstance(w, np.ndarray):
+        return w.astype(np.float32).reshape(-1), None
+    if isinstance(w, Q.Q4Matrix):
+        return (pack_q4 or _pack_q4)(w.codes), w.scales.reshape(-1).astype(np.uint16)
+    return w.codes.reshape(-1), w.scales.astype(np.float32)
+
+
+CTYPE_OF = {np.dtype(np.float32): "float", np.dtype(np.uint8): "uint8_t", np.dtype(np.int8): "int8_t",
+            np.dtype(np.uint16): "uint16_t"}
+
+
 def _constants(graph: TransformerGraph, pack_q4=None) -> list[dict]:
-    """Every weight as C arrays: a matrix's codes (Q4_0: two per byte, in the order of the kernel
-    family's matvec when it has one) and its scales."""
+    """Every weight in flash as C arrays: codes (or floats) and scales; the matrices streamed from
+    L3 are in the L3 image instead."""
     out = []
     for name, w in graph.weights.items():
-        cname = c_weight(name)
-        if isinstance(w, np.ndarray):
-            out.append(dict(name=cname, ctype="float", count=w.size, data=c_array(w.astype(np.float32).reshape(-1))))
+        if graph.l3 is not None and graph.l3.get(name):
             continue
-        if isinstance(w, Q.Q4Matrix):
-            codes = (pack_q4 or _pack_q4)(w.codes)
-            scales, ctype, stype = w.scales.reshape(-1), "uint8_t", "uint16_t"
-        else:
-            codes, scales, ctype, stype = w.codes.reshape(-1), w.scales, "int8_t", "float"
-        out.append(dict(name=cname, ctype=ctype, count=codes.size, data=c_array(codes)))
-        out.append(dict(name=f"{cname}_S", ctype=stype, count=scales.size, data=c_array(scales)))
+        codes, scales = _stored(w, pack_q4)
+        out.append(dict(name=c_weight(name), ctype=CTYPE_OF[codes.dtype], count=codes.size, data=c_array(codes)))
+        if scales is not None:
+            out.append(dict(name=c_weight(name) + "_S", ctype=CTYPE_OF[scales.dtype], count=scales.size,
+                            data=c_array(scales)))
+    return out
+
+
+def l3_image(graph: TransformerGraph, pack_q4=None) -> bytes:
+    """The L3 image: each streamed matrix's codes and scales at their addresses (little-endian,
+    as the engine reads them)."""
+    image = bytearray(graph.l3.bytes)
+    for m in graph.l3.matrices:
+        codes, scales = _stored(graph.weights[m.name], pack_q4)
+        raw = codes.astype(codes.dtype.newbyteorder("<")).tobytes()
+        image[m.codes:m.codes + len(raw)] = raw
+        if scales is not None:
+            raw = scales.astype(scales.dtype.newbyteorder("<")).tobytes()
+            image[m.scales:m.scales + len(raw)] = raw
+    return bytes(image)
+
+
+def _streams(graph: TransformerGraph) -> list[dict]:
+    """Per streamed matrix, what its fetches need: L3 addresses, bytes of a row's codes and
+    scales, rows a fetch."""
+    out = []
+    for m in graph.l3.matrices if graph.l3 is not None else ():
+        w = graph.weights[m.name]
+        rows = w.shape[0] if isinstance(w, np.ndarray) else w.codes.shape[0]
+        out.append(dict(name=m.name, macro=c_weight(m.name), codes=m.codes, scales=m.scales, rows=rows,
+                        block=m.rows, row=m.row_bytes))
     return out
 
 
@@ -64,6 +100,11 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
 
     def weight(name: str) -> list[str]:
         return [c_weight(name), c_weight(name) + "_S"] if quantized else [c_weight(name)]
+
+    def streamed(name: str) -> bool:
+        return graph.l3 is not None and graph.l3.get(name) is not None
+    if isinstance(op, Embedding) and streamed(op.table):
+        return "embedding_l3", [f"*{op.token}", op.out]
     if isinstance(op, Embedding):
         return "embedding", [*weight(op.table), f"*{op.token}", op.out]
     if isinstance(op, PositionEmbedding):
@@ -76,13 +117,16 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
         return "rope", [op.x, str(op.heads), c_weight(op.cos), c_weight(op.sin)]
     if isinstance(op, SwiGlu):
         return f"swiglu_{graph.activation(op.gate).elements}", [op.gate, op.up]
+    if isinstance(op, MatMul) and streamed(op.weight):
+        return f"stream_{op.rows}x{op.cols}", [f"L3_{c_weight(op.weight)}", f"L3_{c_weight(op.weight)}_S", op.x,
+                                               c_weight(op.bias) if op.bias else NULL, op.out]
     if isinstance(op, MatMul):
         return f"matvec_{op.rows}x{op.cols}", [*weight(op.weight), op.x, c_weight(op.bias) if op.bias else NULL,
                                                op.out]
     if isinstance(op, QuantizeInput):
         return "quantize_blocks", [op.x, str(op.cols), "32", "127", "XQ", "XS"]
     if isinstance(op, HeadSelect):
-        return "head_select", [*weight(op.weight), op.x, op.ids, op.values]
+        return "head_select", [*([] if streamed(op.weight) else weight(op.weight)), op.x, op.ids, op.values]
     if isinstance(op, Attention):
         return "attention", [str(op.layer), str(op.window or 0), op.q, op.k, op.v, op.out]
     if isinstance(op, Gelu):
@@ -112,6 +156,17 @@ def render_engine(plan) -> dict:
     ident = c_identifier(graph.name)
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
     select = graph.selection
+    l3 = graph.l3
+    streams = {op.weight: l3.get(op.weight) for op in matmuls if l3 is not None and l3.get(op.weight)}
+    # each matvec shape once: a streamed matrix's blocks of rows (and its last, shorter block)
+    shapes = {(op.rows, op.cols) for op in matmuls if op.weight not in streams}
+    for op in (op for op in matmuls if op.weight in streams):
+        shapes |= {(min(streams[op.weight].rows, op.rows), op.cols)} | ({(op.rows % streams[op.weight].rows, op.cols)}
+                                                                       if op.rows % streams[op.weight].rows else set())
+    if select:
+        shapes |= {(select.block, select.cols)} | ({(select.rows % select.block, select.cols)}
+                                                   if select.rows % select.block else set())
+    stream_shapes = sorted({(op.rows, op.cols, streams[op.weight].rows) for op in matmuls if op.weight in streams})
     # the first kernel family of the target with a Q4_0 matvec (its templates' llm.c.j2)
     family = next((f for f in backend.families if f.llm), None) if graph.weight_format == "q4_0" else None
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
@@ -137,12 +192,13 @@ def render_engine(plan) -> dict:
                calls=[dict(index=k, comment=op_summary(op), fn=fn, args=args)
                       for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]],
                family=family.llm_template if family else None,
-               matvec_shapes=sorted({(op.rows, op.cols) for op in matmuls}
-                                    | ({(select.block, select.cols)} if select else set())
-                                    | ({(select.rows % select.block, select.cols)}
-                                       if select and select.rows % select.block else set())),
+               matvec_shapes=sorted(shapes), stream_shapes=stream_shapes,
+               l3=None if l3 is None else dict(bytes=l3.bytes, streams=_streams(graph),
+                                               embedding=l3.get("wte") is not None),
                select=None if select is None else dict(rows=select.rows, cols=select.cols, k=select.k,
-                                                       block=select.block, pcols=padded(select.cols)),
+                                                       block=select.block, pcols=padded(select.cols),
+                                                       l3=None if l3 is None or not l3.get(select.weight)
+                                                       else f"L3_{c_weight(select.weight)}"),
                outputs=[dict(name=o, bytes=graph.activation(o).nbytes,
                              what=graph.activation(o).what) for o in graph.outputs],
                elementwise=sorted({graph.activation(op.x).elements for op in graph.ops if isinstance(op, Add)}),
@@ -156,7 +212,12 @@ def render_engine(plan) -> dict:
              "inference_task.c.j2": "inference_task.c", "inference_task.h.j2": "inference_task.h",
              "CMakeLists.txt.j2": "CMakeLists.txt"}
     files = {out: env.get_template(name).render(ctx) for name, out in names.items()}
+    if l3 is not None:  # the image to program into external memory, and as a C array where it is mapped
+        image = l3_image(graph, family.llm_q4_pack if family else None)
+        files[f"{ident}_l3_weights.bin"] = image
+        files[f"{ident}_l3_image.c"] = env.get_template("l3_image.c.j2").render(
+            ident=ident, bytes=len(image), data=c_array(np.frombuffer(image, np.uint8)))
     if backend.qemu_machine:  # the engine's qemu/ folder: build for the core's board, run on QEMU
         llm_backend = replace(backend, cflags=(*backend.cflags, "-ffp-contract=off"))
-        files.update(qemu_files(environment(llm_backend), llm_backend, ident))
+        files.update(qemu_files(environment(llm_backend), llm_backend, ident, l3=l3 is not None))
     return files

@@ -5,6 +5,7 @@ plus what it did:
     graph, report = quantize_weights(graph, "q4_0")      # --weights: (matrix, RMSE, SNR dB) each
     graph = cache_kv(graph, "int4", context=96)          # --kv-cache with --context
     graph = select_logits(graph, "argmax")               # --logits full|argmax|topk:K
+    graph = stream_weights(graph, l3, flash, code)       # --l3: matrices in external memory
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from network_parser.errors import UsageError
-from network_parser.transformer_ir import Activation, HeadSelect, KvCache, MatMul, QuantizeInput, TransformerGraph
+from network_parser.errors import InfeasibleBudget
+from network_parser.transformer_ir import (Activation, HeadSelect, KvCache, L3Weights, MatMul, QuantizeInput,
+                                           StreamedMatrix, TransformerGraph)
 
 from . import decoder_quant as Q
 
@@ -114,7 +117,9 @@ def kv_cache_bytes(graph: TransformerGraph) -> int:
 
 
 def weight_bytes(graph: TransformerGraph) -> int:
-    return sum(w.nbytes for w in graph.weights.values())
+    """The weights in flash: every one but the matrices streamed from L3."""
+    streamed = {m.name for m in graph.l3.matrices} if graph.l3 is not None else set()
+    return sum(w.nbytes for name, w in graph.weights.items() if name not in streamed)
 
 
 
@@ -158,3 +163,68 @@ def select_logits(graph: TransformerGraph, mode: str) -> TransformerGraph:
         Activation("NEXT_LOGITS", k, "float32", "their logits"))
     return replace(graph, ops=tuple(select if op is head else op for op in graph.ops), activations=acts,
                    logits="NEXT_IDS", outputs=("NEXT_IDS", "NEXT_LOGITS") if k > 1 else ("NEXT_IDS",))
+
+
+STREAM_BUFFER = 8 * 1024  # a streamed matrix's two fetch blocks together at most (rows permitting)
+L3_ALIGN = 16
+
+
+def _matrix_parts(w) -> tuple[int, int, int]:
+    """(rows, bytes of codes or floats per row, bytes of scales per row) of a matrix as stored."""
+    if isinstance(w, np.ndarray):
+        return w.shape[0], 4 * w.shape[1], 0
+    rows, stored = w.codes.shape
+    if isinstance(w, Q.Q4Matrix):
+        return rows, stored // 2, 2 * (stored // Q.BLOCK)
+    return rows, stored, 4
+
+
+def stream_weights(graph: TransformerGraph, l3: int | None, flash: int | None, code: int) -> TransformerGraph:
+    """--l3: matrices move to external memory, largest first, until the rest fits --flash (every
+    matrix without --flash); each streams a block of rows at a time, double-buffered: multiples
+    of 4 rows (the DSP matvec's pass), the two blocks within STREAM_BUFFER bytes."""
+    if l3 is None:
+        return graph
+    sizes = {n: graph.weights[n].nbytes for n in graph.matrices()}
+    rest, chosen = weight_bytes(graph), set()
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        if flash is not None and rest + code <= flash:
+            break
+        chosen.add(name)
+        rest -= sizes[name]
+    if flash is not None and rest + code > flash:
+        raise InfeasibleBudget(f"the plan needs {rest + code} bytes of FLASH but --flash is {flash} with every matrix "
+                               f"in L3 (norms, biases, tables {rest:,} + code about {code:,}); the smallest --flash that "
+                               f"works is {rest + code} ({-(-(rest + code) // 1024)}K)", rest + code,
+                               needs={"--flash": rest + code})
+    streamed, addr, buffer = [], 0, 0
+    for name in (n for n in graph.matrices() if n in chosen):  # in the graph's order
+        rows, codes_row, scales_row = _matrix_parts(graph.weights[name])
+        row = codes_row + scales_row
+        block = max(4, min(64, STREAM_BUFFER // (2 * row) // 4 * 4))
+        block = min(block, -(-rows // 4) * 4)
+        codes, scales = addr, _align(addr + rows * codes_row)
+        addr = _align(scales + rows * scales_row)
+        streamed.append(StreamedMatrix(name, codes, scales, row, block))
+        buffer = max(buffer, 2 * block * row)
+    if not streamed:
+        return graph
+    l3w = L3Weights(tuple(streamed), addr, buffer)
+    ops = tuple(replace(op, block=l3w.get(op.weight).rows) if isinstance(op, HeadSelect) and l3w.get(op.weight)
+                else op for op in graph.ops)
+    return replace(graph, ops=ops, l3=l3w)
+
+
+def _align(n: int) -> int:
+    return -(-n // L3_ALIGN) * L3_ALIGN
+
+
+def streamed_bytes_per_token(graph: TransformerGraph) -> int:
+    """Bytes read from L3 for one token: every streamed matrix a matvec multiplies by, whole,
+    and a row of the embedding table when it is streamed and not also the head."""
+    if graph.l3 is None:
+        return 0
+    used = {op.weight for op in graph.ops if isinstance(op, (MatMul, HeadSelect))}
+    total = sum(graph.weights[m.name].nbytes for m in graph.l3.matrices if m.name in used)
+    wte = graph.l3.get("wte")
+    return total + (wte.row_bytes if wte is not None and "wte" not in used else 0)

@@ -155,7 +155,7 @@ def finish(plan: Plan) -> Plan:
 
 # ---- front passes ---------------------------------------------------------------------------
 
-def resolve_options(options: Options) -> tuple[Options, Backend]:
+def resolve_options(options: Options, kind: str = "network") -> tuple[Options, Backend]:
     """The target's own memories fill what the flags leave unset; contradictions are usage errors."""
     backend = BACKENDS.get(options.target)
     if backend is None:
@@ -186,13 +186,13 @@ def resolve_options(options: Options) -> tuple[Options, Backend]:
                              f"by DMA between L1 and the arena: give it another use, or no L1")
     if options.banks and options.debug_guards:
         raise UsageError("--debug-guards checks one arena: not with the banks of a memory map")
-    if options.l3 is not None and options.l1 is None:
+    if options.l3 is not None and options.l1 is None and kind == "network":
         raise UsageError("--l3 needs an L1 (--l1): layers stream L3 data through their L1 tile loops")
     return options, backend
 
 
 def start(model: Path, options: Options) -> Plan:
-    options, backend = resolve_options(options)
+    options, backend = resolve_options(options, frontend_for(model).kind)
     return Plan(Path(model), options, backend)
 
 

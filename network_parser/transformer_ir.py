@@ -192,6 +192,28 @@ class KvCache:
 
 
 @dataclass(frozen=True)
+class StreamedMatrix:
+    """A matrix in L3 (--l3): its codes (or floats) at ``codes``, its scales at ``scales`` (L3
+    addresses), fetched ``rows`` rows at a time into one half of the stream buffer while the
+    other half is multiplied."""
+    name: str
+    codes: int
+    scales: int
+    row_bytes: int  # codes and scales of one row
+    rows: int
+
+
+@dataclass(frozen=True)
+class L3Weights:
+    matrices: tuple[StreamedMatrix, ...]
+    bytes: int  # the L3 image
+    buffer: int  # the stream buffer: two blocks of the largest fetch
+
+    def get(self, name: str) -> StreamedMatrix | None:
+        return next((m for m in self.matrices if m.name == name), None)
+
+
+@dataclass(frozen=True)
 class TransformerGraph:
     name: str
     config: DecoderConfig
@@ -203,6 +225,7 @@ class TransformerGraph:
     token: str = "TOKEN"
     logits: str = "LOGITS"  # output 0: the float logits, or the selected ids (--logits argmax|topk:K)
     outputs: tuple[str, ...] = ("LOGITS",)  # what the caller reads, in output order
+    l3: L3Weights | None = None  # --l3: the matrices streamed from external memory
 
     def activation(self, name: str) -> Activation:
         return next(a for a in self.activations if a.name == name)
@@ -236,10 +259,16 @@ def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
                   Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"))
     else:
         blocks = ()
+    stream = ()
+    if graph.l3 is not None and isinstance(op, (Embedding, MatMul, HeadSelect)) and \
+            graph.l3.get(op.table if isinstance(op, Embedding) else op.weight):
+        stream = (Activation("WBUF", graph.l3.buffer, "int8", "two blocks of rows streamed from L3"),)
     if isinstance(op, HeadSelect):
-        return (*blocks, Activation("ROWS", op.block, "float32", "a block of the head's logits"))
+        return (*blocks, *stream, Activation("ROWS", op.block, "float32", "a block of the head's logits"))
     if isinstance(op, (QuantizeInput, MatMul)):
-        return blocks
+        return (*blocks, *stream)
+    if isinstance(op, Embedding):
+        return stream
     if isinstance(op, Attention):
         return (Activation("SCORES", graph.kv.context, "float32", "attention scores of one head"),)
     return ()
