@@ -124,7 +124,7 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
         return f"matvec_{op.rows}x{op.cols}", [*weight(op.weight), op.x, c_weight(op.bias) if op.bias else NULL,
                                                op.out]
     if isinstance(op, QuantizeInput):
-        return "quantize_blocks", [op.x, str(op.cols), "32", "127", "XQ", "XS"]
+        return "quantize_input", [op.x, str(op.cols)]
     if isinstance(op, HeadSelect):
         return "head_select", [*([] if streamed(op.weight) else weight(op.weight)), op.x, op.ids, op.values]
     if isinstance(op, Attention):
@@ -137,12 +137,11 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
 
 
 def stack_buffers(graph: TransformerGraph) -> int:
-    """A layer's stack buffers: the KV store's codes (a position's keys, one byte each) and the DSP
-    matvec's per-block input sums. Measured for tinytalk: inference_run 40-48 B, attention (the
-    KV store inlined) 208-224 B, a matvec 16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at
-    -O2); the GPT-Neo engine tests check the estimate."""
-    blocks = max(padded(op.cols) for op in graph.ops if isinstance(op, (MatMul, HeadSelect))) // Q.BLOCK
-    return -(-graph.config.kv_dim // 8) * 8 + 4 * blocks
+    """A layer's stack buffers: the KV store's codes (a position's keys, one byte each). Measured
+    for tinytalk: inference_run 40-48 B, attention (the KV store inlined) 208-224 B, a matvec
+    16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at -O2); the GPT-Neo engine tests check
+    the estimate."""
+    return -(-graph.config.kv_dim // 8) * 8
 
 
 def render_engine(plan) -> dict:

@@ -256,7 +256,8 @@ def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
     if isinstance(op, (QuantizeInput, MatMul, HeadSelect)) and quantized:
         cols = max(padded(o.cols) for o in graph.ops if isinstance(o, (MatMul, HeadSelect)))
         blocks = (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
-                  Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"))
+                  Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"),
+                  Activation("XSUM", cols // SCRATCH_BLOCK, "int32", "their code sums"))
     else:
         blocks = ()
     stream = ()

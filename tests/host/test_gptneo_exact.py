@@ -41,7 +41,7 @@ int main(void)
 def probe(dep, c):
     engine = next(n for n in dep.files if n.endswith("_engine.c"))
     # a quantized matvec reads the blocks the engine's QuantizeInput op made
-    call = ("quantize_blocks(x, {d}, 32, 127, XQ, XS); matvec_{d}x{d}(H0_Q_PROJ, H0_Q_PROJ_S, x, (const float *)0, y)"
+    call = ("quantize_input(x, {d}); matvec_{d}x{d}(H0_Q_PROJ, H0_Q_PROJ_S, x, (const float *)0, y)"
             .format(d=c.d_model)
             if dep.options.language.weights != "f32" else f"matvec_{c.d_model}x{c.d_model}(H0_Q_PROJ, x, (const float *)0, y)")
     scales = ("fwrite(kv_key_scales[0][0], sizeof kv_key_scales[0][0], 1, stdout)" if dep.options.language.kv != "f32"
