@@ -57,7 +57,7 @@ try:  # the console script and python -m both import this module before main() c
 
     from .flag_values import ADDRESS_SPACE_BYTES, FAMILIES, KERNELS, PLANNERS, parse_share, parse_size  # noqa: F401
     from .frontends import frontend_for
-    from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, LanguageFlags, logits_k
+    from .llm_passes import KV_FORMATS, ROPE_MODES, WEIGHT_FORMATS, LanguageFlags, logits_k
     from .output import check_report, write_output, write_report
     from .render import ERROR_CHARS, display, terminal_text
     from backends import BACKENDS
@@ -303,6 +303,10 @@ def main() -> None:
               help=".safetensors language models: output 0 is the float logits (full), the most likely token id "
               "(argmax), or the K most likely ids with their logits as output 1 (topk:K): the head streams its rows, "
               "so SRAM no longer holds a float per token of the vocabulary")
+@click.option("--rope", "llm_rope", type=click.Choice(ROPE_MODES), default="auto", show_default=True,
+              help=".safetensors language models with rotary embeddings: their cosines and sines as tables in flash, "
+              "or computed each token (a sine and cosine per frequency); auto: the tables unless --flash cannot hold "
+              "them")
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 @click.option("--auto-optimize", is_flag=True,
@@ -311,7 +315,8 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
               kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, out_dir, force, rtos, debug_guards, llm_weights, llm_kv,
-              llm_context, llm_tokenizer, llm_prune, llm_logits, dump_ir, dump_plan, auto_optimize, as_json, quiet):
+              llm_context, llm_tokenizer, llm_prune, llm_logits, llm_rope, dump_ir, dump_plan, auto_optimize, as_json,
+              quiet):
     """Generate the C engine for MODEL into the output folder (with report.html)."""
     from .suggest import auto_optimize as optimize
 
@@ -320,7 +325,7 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output
     if language:
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
-                          input_memory, llm_logits, l3)
+                          input_memory, llm_logits, l3, llm_rope)
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
@@ -357,7 +362,7 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 # and these (--weights ... --logits) are refused for a network.
 LANGUAGE_MODEL_FLAGS = frozenset({"model", "target", "sram", "flash", "l3", "planner", "time_limit", "out_dir", "force",
                                   "rtos", "debug_guards", "dump_ir", "dump_plan", "quiet", "input_memory"})
-LANGUAGE_MODEL_ONLY = ("llm_weights", "llm_kv", "llm_context", "llm_tokenizer", "llm_prune", "llm_logits")
+LANGUAGE_MODEL_ONLY = ("llm_weights", "llm_kv", "llm_context", "llm_tokenizer", "llm_prune", "llm_logits", "llm_rope")
 
 
 def _refuse_flags_of_the_other_kind(language: bool) -> None:
@@ -372,7 +377,7 @@ def _refuse_flags_of_the_other_kind(language: bool) -> None:
             raise UsageError("--memory-map places a network's activations: a language model plans one arena")
         if wrong:
             raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: not a flag for language models (.safetensors); "
-                             f"they take --target, --sram, --flash, --l3, --weights, --kv-cache, --context, --logits, "
+                             f"they take --target, --sram, --flash, --l3, --weights, --kv-cache, --context, --logits, --rope, "
                              f"--prune-vocab, --tokenizer, --planner, --rtos, --debug-guards")
     else:
         wrong = [p for p in given if p.name in LANGUAGE_MODEL_ONLY]
@@ -382,13 +387,13 @@ def _refuse_flags_of_the_other_kind(language: bool) -> None:
 
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
                prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full",
-               l3=None) -> None:
+               l3=None, rope="auto") -> None:
     """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
     logits_k(logits)  # a malformed --logits is a usage error before anything is read
     language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune,
-                             logits=logits)
+                             logits=logits, rope=rope)
     with _progress(quiet):
         dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
                                     l3=parse_size(l3, "--l3"),

@@ -57,6 +57,30 @@ def c_tanh(x: np.ndarray) -> np.ndarray:
     return np.where(x > F32(9), F32(1), np.where(x < F32(-9), F32(-1), t)).astype(F32)
 
 
+def c_sincos(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's sincos_f32: a = k pi/2 + r (pi/2 in three parts, the first two with few enough
+    bits that k times them is exact for |k| < 4096), |r| <= pi/4, degree-9 and -8 Taylor
+    polynomials, the quadrant from k."""
+    a = np.asarray(a, F32)
+    t = (a * F32(0.636619747)).astype(F32)
+    k = np.trunc(t + np.where(t >= 0, F32(0.5), F32(-0.5))).astype(np.int32)
+    kf = k.astype(F32)
+    r = (((a - kf * F32(1.5703125)) - kf * F32(0.000483751297)) - kf * F32(7.54979013e-8)).astype(F32)
+    r2 = (r * r).astype(F32)
+    ps = F32(2.75573188e-06)
+    for c in (F32(-0.000198412701), F32(0.00833333377), F32(-0.166666672)):
+        ps = (c + r2 * ps).astype(F32)
+    s = (r + (r * r2).astype(F32) * ps).astype(F32)
+    pc = F32(2.48015876e-05)
+    for c in (F32(-0.00138888892), F32(0.0416666679), F32(-0.5)):
+        pc = (c + r2 * pc).astype(F32)
+    c = (F32(1) + r2 * pc).astype(F32)
+    q = k & 3
+    sin = np.select([q == 0, q == 1, q == 2], [s, c, -s], -c).astype(F32)
+    cos = np.select([q == 0, q == 1, q == 2], [c, -s, -c], s).astype(F32)
+    return sin, cos
+
+
 def c_rsqrt(x: F32) -> F32:
     """The engine's rsqrt_f32: the bit-level first guess and three Newton steps."""
     x = F32(x)
@@ -138,7 +162,11 @@ class Executor:
 
     def _rope(self, op: Rope) -> None:
         w = self.graph.weights
-        self.buffers[op.x] = rope(self.buffers[op.x], op.heads, w[op.cos][self.position], w[op.sin][self.position])
+        if op.inv is not None:  # computed: angle = position * inv in float32, the engine's sine and cosine
+            sin, cos = c_sincos((F32(self.position) * w[op.inv]).astype(F32))
+        else:
+            cos, sin = w[op.cos][self.position], w[op.sin][self.position]
+        self.buffers[op.x] = rope(self.buffers[op.x], op.heads, cos, sin)
 
     def _swiglu(self, op: SwiGlu) -> None:
         self.buffers[op.gate] = silu_mul(self.buffers[op.gate], self.buffers[op.up])

@@ -23,7 +23,7 @@ from solver.tensor_arena import arena_problem, plan_level
 
 from . import llm_passes
 from .emit import c_identifier, guard_bytes
-from .llm_passes import cache_kv, prune_vocabulary, quantize_weights, select_logits, stream_weights
+from .llm_passes import cache_kv, place_rope, prune_vocabulary, quantize_weights, select_logits, stream_weights
 from .tokenizer import present as tokenizer_present, tokenizer_files
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
@@ -47,7 +47,8 @@ def _read_ids(file: Path) -> list[int]:
 
 
 def lower(plan):
-    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache, --logits, --l3."""
+    """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache, --logits, --rope,
+    --l3."""
     backend, flags = plan.backend, plan.options.language
     if not (backend.name == "host" or backend.qemu_machine):
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{backend.name}'")
@@ -57,6 +58,7 @@ def lower(plan):
     graph, report = quantize_weights(graph, flags.weights)
     graph = cache_kv(graph, flags.kv, flags.context)
     graph = select_logits(graph, flags.logits)
+    graph = place_rope(graph, flags.rope, plan.options.flash, CODE_BYTES_ESTIMATE)
     graph = stream_weights(graph, plan.options.l3, plan.options.flash, CODE_BYTES_ESTIMATE)
     return plan.but(graph=graph, language=LanguagePlan(tuple(report), None if kept is None else tuple(kept), vocab))
 
@@ -176,6 +178,7 @@ def manifest_section(plan, tokenizer: bool) -> dict:
         padded_rows=padded_rows,
         weights=graph.weight_format, kv_cache=kv.format, kv_group=kv.group, context=kv.context,
         logits=plan.options.language.logits,
+        rope=None if graph.config.position != "rope" else ("compute" if "rope.inv" in graph.weights else "table"),
         ops=[op_summary(op) for op in graph.ops],
         quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                       for n, r, s in lang.quantization],

@@ -113,6 +113,8 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
         return "layer_norm", [op.x, c_weight(op.weight), c_weight(op.bias), f"{np.float32(op.eps).item():.9g}f", op.out]
     if isinstance(op, RmsNorm):
         return "rms_norm", [op.x, c_weight(op.weight), f"{np.float32(op.eps).item():.9g}f", op.out]
+    if isinstance(op, Rope) and op.inv is not None:
+        return "rope", [op.x, str(op.heads), c_weight(op.inv)]
     if isinstance(op, Rope):
         return "rope", [op.x, str(op.heads), c_weight(op.cos), c_weight(op.sin)]
     if isinstance(op, SwiGlu):
@@ -137,11 +139,13 @@ def _call(graph: TransformerGraph, op) -> tuple[str, list[str]]:
 
 
 def stack_buffers(graph: TransformerGraph) -> int:
-    """A layer's stack buffers: the KV store's codes (a position's keys, one byte each). Measured
+    """A layer's stack buffers: the KV store's codes (a position's keys, one byte each), the
+    computed rotary angles' sines and cosines. Measured
     for tinytalk: inference_run 40-48 B, attention (the KV store inlined) 208-224 B, a matvec
     16-152 B, quantize_blocks 24 B (x86-64 and Cortex-M7 at -O2); the GPT-Neo engine tests check
     the estimate."""
-    return -(-graph.config.kv_dim // 8) * 8
+    rope = 4 * graph.config.head_dim if "rope.inv" in graph.weights else 0  # a position's cosines and sines
+    return -(-graph.config.kv_dim // 8) * 8 + rope
 
 
 def render_engine(plan) -> dict:
@@ -172,7 +176,8 @@ def render_engine(plan) -> dict:
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
     ctx = dict(model=graph.name, ident=ident, rtos=options.rtos, stack=stack, target=backend.name, d=c.d_model,
-               dp=padded(c.d_model), summary=c.summary(), norm=c.norm, rope=c.position == "rope",
+               dp=padded(c.d_model), summary=c.summary(), norm=c.norm,
+               rope=("compute" if "rope.inv" in graph.weights else "table") if c.position == "rope" else None,
                heads=c.heads, head_dim=c.head_dim, layers=c.layers, inner=c.inner, vocab=c.vocab,
                positions=c.max_positions, context=kv.context, kv_dim=c.kv_dim, group=c.group,
                kv_head="h" if c.group == 1 else f"(h / {c.group})",

@@ -5,6 +5,7 @@ plus what it did:
     graph, report = quantize_weights(graph, "q4_0")      # --weights: (matrix, RMSE, SNR dB) each
     graph = cache_kv(graph, "int4", context=96)          # --kv-cache with --context
     graph = select_logits(graph, "argmax")               # --logits full|argmax|topk:K
+    graph = place_rope(graph, "auto", flash, code)       # --rope: the rotary table or its computation
     graph = stream_weights(graph, l3, flash, code)       # --l3: matrices in external memory
 """
 from __future__ import annotations
@@ -16,8 +17,8 @@ import numpy as np
 
 from network_parser.errors import UsageError
 from network_parser.errors import InfeasibleBudget
-from network_parser.transformer_ir import (Activation, HeadSelect, KvCache, L3Weights, MatMul, QuantizeInput,
-                                           StreamedMatrix, TransformerGraph)
+from network_parser.transformer_ir import (Activation, HeadSelect, KvCache, L3Weights, MatMul, QuantizeInput, Rope,
+                                           StreamedMatrix, TransformerGraph, rope_inverse_frequencies)
 
 from . import decoder_quant as Q
 
@@ -35,6 +36,7 @@ class LanguageFlags:
     tokenizer: Path | None = None  # the GPT-2 vocab.json + merges.txt (default: beside the model)
     prune_vocab: Path | None = None  # a JSON list of the token ids to keep (the model's own ids)
     logits: str = "full"  # the output: "full" float logits, "argmax" (the id), "topk:K" (K ids and logits)
+    rope: str = "auto"  # rotary angles: "table" (in flash), "compute" (per token), "auto" (the table if flash allows)
 
 
 def prune_vocabulary(graph: TransformerGraph, ids: list[int]) -> tuple[TransformerGraph, list[int]]:
@@ -228,3 +230,27 @@ def streamed_bytes_per_token(graph: TransformerGraph) -> int:
     total = sum(graph.weights[m.name].nbytes for m in graph.l3.matrices if m.name in used)
     wte = graph.l3.get("wte")
     return total + (wte.row_bytes if wte is not None and "wte" not in used else 0)
+
+
+ROPE_MODES = ("auto", "table", "compute")
+
+
+def place_rope(graph: TransformerGraph, mode: str, flash: int | None, code: int) -> TransformerGraph:
+    """--rope: the rotary angles' cosines and sines as tables in flash (positions x head_dim/2
+    of each: nothing to compute), or computed each token from the inverse frequencies (head_dim/2
+    floats of flash, a sine and a cosine per frequency and rotation). ``auto``: the tables unless
+    --flash cannot hold them beside the rest."""
+    if mode not in ROPE_MODES:
+        raise UsageError(f"--rope {mode}: expected one of {'|'.join(ROPE_MODES)}")
+    if "rope.cos" not in graph.weights:
+        if mode != "auto":
+            raise UsageError(f"--rope {mode}: the model has no rotary embeddings")
+        return graph
+    tables = graph.weights["rope.cos"].nbytes + graph.weights["rope.sin"].nbytes
+    if mode == "table" or (mode == "auto" and (flash is None or weight_bytes(graph) + code <= flash)):
+        return graph
+    weights = {k: v for k, v in graph.weights.items() if k not in ("rope.cos", "rope.sin")}
+    weights["rope.inv"] = rope_inverse_frequencies(graph.config)
+    ops = tuple(replace(op, cos=None, sin=None, inv="rope.inv") if isinstance(op, Rope) else op for op in graph.ops)
+    assert tables > weights["rope.inv"].nbytes
+    return replace(graph, weights=weights, ops=ops)

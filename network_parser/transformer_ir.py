@@ -83,13 +83,16 @@ class RmsNorm:
 @dataclass(frozen=True, slots=True)
 class Rope:
     """Rotary position embedding of ``heads`` vectors of ``head_dim`` in x, in place: the pairs
-    (i, i + head_dim/2) rotated by the position's angles, whose cosines and sines are the tables
-    ``cos`` and ``sin`` [positions, head_dim/2] (float32, made once at lowering: the C reads the
-    same numbers)."""
+    (i, i + head_dim/2) rotated by the position's angles. Their cosines and sines are read from
+    the tables ``cos`` and ``sin`` [positions, head_dim/2] (float32, made once at lowering: the C
+    reads the same numbers), or, with ``inv`` (the inverse frequencies [head_dim/2]) instead,
+    computed for the position: angle = position * inv[i] in float32, its sine and cosine by the
+    engine's own range reduction and polynomials."""
     x: str
     heads: int
-    cos: str
-    sin: str
+    cos: str | None
+    sin: str | None
+    inv: str | None = None
     _acts = ("x",)
 
 
@@ -292,6 +295,11 @@ def lifetimes(graph: TransformerGraph) -> list[tuple[Activation, int, int]]:
 def padded(cols: int) -> int:
     """A quantized matrix's stored row length: whole blocks of 32, the last one zero-padded."""
     return -(-cols // SCRATCH_BLOCK) * SCRATCH_BLOCK
+
+
+def rope_inverse_frequencies(c: DecoderConfig) -> np.ndarray:
+    """theta^(-2i/head_dim), computed in float64 and rounded once to float32."""
+    return (c.rope_theta ** (-np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim)).astype(np.float32)
 
 
 def rope_tables(c: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -107,3 +107,35 @@ def test_language_model_flags_are_refused_for_a_network(tmp_path):
     r = CliRunner().invoke(main, [str(shared_model("mlperf_tiny/kws_ref_model.tflite")), "--logits", "argmax",
                                   "--kv-cache", "int4", "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "--kv-cache, --logits: only for language models" in r.output
+
+
+def test_computed_rotary_angles_match_the_reference_and_equal_the_executor():
+    """--rope compute: head_dim/2 inverse frequencies in flash instead of two tables of positions x
+    head_dim/2; the engine's sine and cosine (range reduction and polynomials, within 1e-7 of
+    float64 on these angles) are the executor's bit for bit."""
+    from deployer.decoder_executor import c_sincos
+    from network_parser.transformer_ir import rope_inverse_frequencies
+    ck = shared_llama()
+    angles = (np.arange(4096, dtype=np.float32)[:, None] * rope_inverse_frequencies(ck.config)[None]).astype(np.float32)
+    s, c = c_sincos(angles)
+    assert np.abs(s - np.sin(angles.astype(np.float64))).max() < 2e-7
+    assert np.abs(c - np.cos(angles.astype(np.float64))).max() < 2e-7
+    ids = np.load(LLAMA / "ref_input_ids.npy")
+    ref = np.load(LLAMA / "ref_logits.npy").reshape(len(ids), -1)
+    tables = deploy(LLAMA / "model.safetensors", Options(language=LanguageFlags(weights="f32", kv="f32")))
+    dep = deploy(LLAMA / "model.safetensors", Options(language=LanguageFlags(weights="f32", kv="f32", rope="compute")))
+    assert "rope.inv" in dep.graph.weights and "rope.cos" not in dep.graph.weights
+    assert tables.memory.weights_bytes - dep.memory.weights_bytes == 2 * 128 * 4 * 4 - 4 * 4
+    assert rel_err(run(build(dep), ids), ref) < 1e-4
+    q = deploy(LLAMA / "model.safetensors", Options(language=LanguageFlags(weights="q4_0", kv="int4", rope="compute")))
+    from deployer.decoder_executor import Executor
+    want = Executor(q.graph)  # the plan's own graph, its angles computed
+    assert np.array_equal(run(build(q), ids), np.stack([want.step(int(t)) for t in ids]))
+
+
+def test_auto_computes_the_rotary_angles_when_flash_cannot_hold_the_tables():
+    shared_llama()
+    tables = deploy(LLAMA / "model.safetensors", Options())
+    assert "rope.cos" in tables.graph.weights  # no flash budget: the tables
+    tight = deploy(LLAMA / "model.safetensors", Options(flash=tables.memory.flash_bytes - 1))
+    assert "rope.inv" in tight.graph.weights and tight.memory.flash_bytes < tables.memory.flash_bytes
