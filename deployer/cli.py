@@ -119,6 +119,34 @@ def check_time_limit(seconds: float) -> float:
     return seconds
 
 
+def language_options(f):
+    """The flags only language models (.safetensors) take, on every command that takes them."""
+    for opt in reversed((
+        click.option("--weights", "llm_weights", type=click.Choice(WEIGHT_FORMATS), default="q4_0", show_default=True,
+                     help=".safetensors language models: the matrices' format (Q4_0: blocks of 32 with a bfloat16 scale)"),
+        click.option("--kv-cache", "llm_kv", type=click.Choice(KV_FORMATS), default="int8", show_default=True,
+                     help=".safetensors language models: the KV cache's format"),
+        click.option("--context", "llm_context", type=int, default=None,
+                     help=".safetensors language models: KV cache positions (default: all the model's)"),
+        click.option("--tokenizer", "llm_tokenizer", type=click.Path(path_type=Path), default=None,
+                     help=".safetensors language models: the folder of the GPT-2 vocab.json and merges.txt copied into the "
+                     "output for deploy generate (default: the model's folder)"),
+        click.option("--prune-vocab", "llm_prune", type=click.Path(path_type=Path), default=None,
+                     help=".safetensors language models: a JSON list of the token ids to keep (embedding and head rows); "
+                     "out/token_ids.json maps the engine's ids back"),
+        click.option("--logits", "llm_logits", default="full", show_default=True, metavar="full|argmax|topk:K",
+                     help=".safetensors language models: output 0 is the float logits (full), the most likely token id "
+                     "(argmax), or the K most likely ids with their logits as output 1 (topk:K): the head streams its rows, "
+                     "so SRAM no longer holds a float per token of the vocabulary"),
+        click.option("--rope", "llm_rope", type=click.Choice(ROPE_MODES), default="auto", show_default=True,
+                     help=".safetensors language models with rotary embeddings: their cosines and sines as tables in flash, "
+                     "or computed each token (a sine and cosine per frequency); auto: the tables unless --flash cannot hold "
+                     "them"),
+    )):
+        f = opt(f)
+    return f
+
+
 def budget_options(f):
     for opt in reversed((
         click.option("--target", type=click.Choice(sorted(BACKENDS)), default="host", show_default=True,
@@ -287,26 +315,7 @@ def main() -> None:
 @click.option("--debug-guards", is_flag=True,
               help="a checking build: canaries around every arena buffer, checked after each layer, and bounds checks "
               "on every DMA copy (inference_run() returns INFERENCE_GUARD_FAILED)")
-@click.option("--weights", "llm_weights", type=click.Choice(WEIGHT_FORMATS), default="q4_0", show_default=True,
-              help=".safetensors language models: the matrices' format (Q4_0: blocks of 32 with a bfloat16 scale)")
-@click.option("--kv-cache", "llm_kv", type=click.Choice(KV_FORMATS), default="int8", show_default=True,
-              help=".safetensors language models: the KV cache's format")
-@click.option("--context", "llm_context", type=int, default=None,
-              help=".safetensors language models: KV cache positions (default: all the model's)")
-@click.option("--tokenizer", "llm_tokenizer", type=click.Path(path_type=Path), default=None,
-              help=".safetensors language models: the folder of the GPT-2 vocab.json and merges.txt copied into the "
-              "output for deploy generate (default: the model's folder)")
-@click.option("--prune-vocab", "llm_prune", type=click.Path(path_type=Path), default=None,
-              help=".safetensors language models: a JSON list of the token ids to keep (embedding and head rows); "
-              "out/token_ids.json maps the engine's ids back")
-@click.option("--logits", "llm_logits", default="full", show_default=True, metavar="full|argmax|topk:K",
-              help=".safetensors language models: output 0 is the float logits (full), the most likely token id "
-              "(argmax), or the K most likely ids with their logits as output 1 (topk:K): the head streams its rows, "
-              "so SRAM no longer holds a float per token of the vocabulary")
-@click.option("--rope", "llm_rope", type=click.Choice(ROPE_MODES), default="auto", show_default=True,
-              help=".safetensors language models with rotary embeddings: their cosines and sines as tables in flash, "
-              "or computed each token (a sine and cosine per frequency); auto: the tables unless --flash cannot hold "
-              "them")
+@language_options
 @click.option("--dump-ir", is_flag=True, help="print the graph after rewrites, one layer per line")
 @click.option("--dump-plan", is_flag=True, help="print the arena plan and the tiling")
 @click.option("--auto-optimize", is_flag=True,
@@ -365,14 +374,18 @@ LANGUAGE_MODEL_FLAGS = frozenset({"model", "target", "sram", "flash", "l3", "pla
 LANGUAGE_MODEL_ONLY = ("llm_weights", "llm_kv", "llm_context", "llm_tokenizer", "llm_prune", "llm_logits", "llm_rope")
 
 
-def _refuse_flags_of_the_other_kind(language: bool) -> None:
-    """A flag the model's kind does not use is an error naming it, never silently dropped."""
+VERIFY_LANGUAGE_FLAGS = frozenset({"seeds", "as_json", "sanitize", "on_qemu", "clock_mhz"})
+
+
+def _refuse_flags_of_the_other_kind(language: bool, extra: frozenset = frozenset()) -> None:
+    """A flag the model's kind does not use is an error naming it, never silently dropped
+    (``extra``: the command's own flags a language model takes too)."""
     ctx = click.get_current_context()
     given = [p for p in ctx.command.params
              if ctx.get_parameter_source(p.name) in (click.core.ParameterSource.COMMANDLINE,
                                                      click.core.ParameterSource.ENVIRONMENT)]
     if language:
-        wrong = [p for p in given if p.name not in LANGUAGE_MODEL_FLAGS and p.name not in LANGUAGE_MODEL_ONLY]
+        wrong = [p for p in given if p.name not in LANGUAGE_MODEL_FLAGS | extra and p.name not in LANGUAGE_MODEL_ONLY]
         if any(p.name == "memory_map" for p in wrong):
             raise UsageError("--memory-map places a network's activations: a language model plans one arena")
         if wrong:
@@ -575,12 +588,21 @@ def _input_type(model: Path, given: str | None) -> str | None:
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="with --qemu --per-layer: write the deployment's report.html with each layer's instructions "
               "beside its modeled cycles. " + REPORT_RULE)
+@language_options
 def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, inputs, expected_files, seeds, as_json, per_layer,
-               sanitize, debug_guards, on_qemu, clock_mhz, report):
+               sanitize, debug_guards, on_qemu, clock_mhz, report, llm_weights, llm_kv, llm_context, llm_tokenizer,
+               llm_prune, llm_logits, llm_rope):
     """Build the engine with the host compiler (or for QEMU's Cortex-M board with --qemu), run it
-    and compare with the reference interpreter, or with the model's own test vectors."""
-    frontend_for(model, "verify")  # a kind of model this command does not take: a usage error
+    and compare with the reference interpreter, or with the model's own test vectors (a language
+    model: seeded token sequences against the numpy executor of the same plan)."""
+    language = frontend_for(model, "verify").kind == "language_model"  # a kind it does not take: a usage error
+    _refuse_flags_of_the_other_kind(language, extra=VERIFY_LANGUAGE_FLAGS)
+    if language:
+        return _verify_llm(model, target, sram, flash, l3, planner, time_limit, debug_guards, seeds, as_json, sanitize,
+                           on_qemu, clock_mhz, LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
+                                                             tokenizer=llm_tokenizer, prune_vocab=llm_prune,
+                                                             logits=llm_logits, rope=llm_rope))
     from .qemu import instructions_per_layer, require_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, verify
 
@@ -654,6 +676,40 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
                 say(per_layer_table(times, result.get("clock_mhz")))
         say("bit-exact" if exact else "MISMATCH")
     sys.exit(0 if exact else 1)
+
+
+def _verify_llm(model, target, sram, flash, l3, planner, time_limit, debug_guards, seeds, as_json, sanitize, on_qemu,
+                clock_mhz, language) -> None:
+    """deploy verify of a language model: its engine against the executor, byte for byte."""
+    from .verify_llm import verify_language_model
+
+    _check_verify_target(target, on_qemu, sanitize)
+    if clock_mhz is not None and not on_qemu:
+        raise UsageError("--clock needs --qemu: milliseconds come from the cycles estimated on QEMU")
+    logits_k(language.logits)
+    with _progress(False):
+        dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
+                                    l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
+                                    debug_guards=debug_guards, language=language))
+    result = verify_language_model(dep, seeds, sanitize=sanitize, on_qemu=on_qemu, clock_mhz=clock_mhz)
+    if as_json:
+        click.echo(json_text(result))
+    else:
+        for o in result["outputs"]:
+            what = "ids that differ" if dep.graph.activation(o["name"]).dtype == "int32" else "max |diff|"
+            say(f"output {o['index']} ({o['name']}): {what} = {o['max_abs_diff']:g} over {o['elements']} elements x "
+                f"{result['tokens']} tokens x {result['samples']} sequences vs {result['reference']}")
+        if on_qemu:
+            say(f"QEMU {result['qemu_machine']}: {result['instructions']:,} instructions for the token at position 1, "
+                f"{result['instructions_per_mac']:.2f} per MAC ({result['macs']:,} MACs in its matrices)\n"
+                f"ELF flash {result['flash_bytes']:,} B (planned {result['planned_flash_bytes']:,} B), SRAM "
+                f"{result['sram_bytes']:,} B (planned {result['planned_sram_bytes']:,} B); the ELF's include the QEMU "
+                f"harness and its stack")
+            if "estimated_cycles" in result:
+                from .cycles import timing_text
+                say(timing_text(result))
+        say("bit-exact" if result["exact"] else "MISMATCH")
+    sys.exit(0 if result["exact"] else 1)
 
 
 def _check_verify_target(target: str, on_qemu: bool, sanitize: bool) -> None:

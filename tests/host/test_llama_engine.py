@@ -139,3 +139,33 @@ def test_auto_computes_the_rotary_angles_when_flash_cannot_hold_the_tables():
     assert "rope.cos" in tables.graph.weights  # no flash budget: the tables
     tight = deploy(LLAMA / "model.safetensors", Options(flash=tables.memory.flash_bytes - 1))
     assert "rope.inv" in tight.graph.weights and tight.memory.flash_bytes < tables.memory.flash_bytes
+
+
+@pytest.mark.parametrize("family", ["gpt_neo", "llama"])
+def test_deploy_verify_runs_a_language_model_against_the_executor(family, tmp_path):
+    from tests.unit.test_gptneo import TINY
+    folder = TINY if family == "gpt_neo" else LLAMA
+    if not (folder / "model.safetensors").exists():
+        pytest.skip(f"{folder} is not present")
+    r = CliRunner().invoke(main, ["verify", str(folder / "model.safetensors"), "--kv-cache", "int4", "--context", "6",
+                                  "--logits", "topk:3", "--seeds", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    assert result["exact"] and result["samples"] == 2 and result["tokens"] == 8  # past the context of 6: it slides
+    assert [o["name"] for o in result["outputs"]] == ["NEXT_IDS", "NEXT_LOGITS"]
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"])
+    r = CliRunner().invoke(main, ["verify", str(folder / "model.safetensors"), "--per-layer"])
+    assert r.exit_code == 2 and "--per-layer: not a flag for language models" in r.output
+
+
+def test_deploy_verify_on_qemu_counts_a_tokens_instructions():
+    from deployer import qemu
+    if qemu.missing_tools():
+        pytest.skip(f"Cortex-M tools missing: {qemu.missing_tools()}")
+    shared_llama()
+    r = CliRunner().invoke(main, ["verify", str(LLAMA / "model.safetensors"), "--target", "cortex-m7", "--qemu",
+                                  "--seeds", "1", "--l3", "1M", "--flash", "40K", "--json"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    assert result["exact"] and result["qemu_machine"] == "mps2-an500" and result["macs"] == 168704
+    assert result["instructions"] > result["macs"] and result["estimated_cycles"] > 0

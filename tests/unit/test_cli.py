@@ -458,7 +458,7 @@ def test_compare_on_a_board_preset_shows_the_plan_over_its_budget(tmp_path):
     assert code != 0 and "smallest --sram" in err
 
 
-@pytest.mark.parametrize("command", ["verify", "suggest", "compare"])
+@pytest.mark.parametrize("command", ["suggest", "compare"])
 def test_a_command_names_the_models_it_takes(command, tmp_path):
     """The frontend table decides: a language model given to a network command is a usage error
     naming what the command takes; an unknown suffix lists every format."""
