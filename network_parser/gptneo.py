@@ -16,7 +16,7 @@ import numpy as np
 from .decoder import Checkpoint, DecoderConfig
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import name_text
-from .safetensors_reader import read_safetensors
+from .safetensors_reader import read_safetensors, take_float
 from .side_files import CONFIG_BYTES, brief, is_id, read_json_object
 
 
@@ -93,16 +93,8 @@ def read_gptneo(path: str | Path) -> GptNeo:
         full = name if name in tensors else f"transformer.{name}"  # some exports drop the prefix
         if full not in tensors and name.startswith("transformer."):
             full = name[len("transformer."):]
-        if full not in tensors:
-            raise ModelFormatError(f"{path.name}: tensor '{name}' is missing (config.json: {c.layers} layers, "
-                                   f"d_model {c.d_model})")
-        t = tensors[full]
-        names.discard(full)
-        if tuple(t.shape) != shape:
-            raise ModelFormatError(f"{path.name}: tensor '{full}' is {list(t.shape)}, config.json implies {list(shape)}")
-        if t.dtype != np.float32 or not np.isfinite(t).all():
-            raise ModelFormatError(f"{path.name}: tensor '{full}' must hold finite floats ({dtypes[full]})")
-        return t
+        return take_float(tensors, dtypes, names, path, full if full in tensors else name, shape,
+                          f"config.json: {c.layers} layers, d_model {c.d_model}")
 
     d, n = c.d_model, c.inner
     ln = lambda p: (get(f"{p}.weight", (d,)), get(f"{p}.bias", (d,)))  # noqa: E731

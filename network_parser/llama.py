@@ -22,7 +22,7 @@ import numpy as np
 from .decoder import Checkpoint, DecoderConfig
 from .errors import ModelFormatError, UnsupportedOperator
 from .ir import name_text
-from .safetensors_reader import read_safetensors
+from .safetensors_reader import read_safetensors, take_float
 from .side_files import CONFIG_BYTES, brief, is_id, read_json_object
 
 FAMILY = ("llama", "mistral", "qwen2")
@@ -110,16 +110,7 @@ def read_llama(path: str | Path) -> Checkpoint:
     d, n, qd, kvd = c.d_model, c.inner, c.q_dim, c.kv_dim
 
     def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if name not in tensors:
-            raise ModelFormatError(f"{path.name}: tensor '{name}' is missing (config.json: {c.layers} layers, "
-                                   f"hidden_size {d})")
-        t = tensors[name]
-        names.discard(name)
-        if tuple(t.shape) != shape:
-            raise ModelFormatError(f"{path.name}: tensor '{name}' is {list(t.shape)}, config.json implies {list(shape)}")
-        if t.dtype != np.float32 or not np.isfinite(t).all():
-            raise ModelFormatError(f"{path.name}: tensor '{name}' must hold finite floats ({dtypes[name]})")
-        return t
+        return take_float(tensors, dtypes, names, path, name, shape, f"config.json: {c.layers} layers, hidden_size {d}")
 
     w = {"wte": get("model.embed_tokens.weight", (c.vocab, d)), "ln_f.weight": get("model.norm.weight", (d,))}
     qb, kb, vb, ob = c.attention_bias

@@ -77,3 +77,19 @@ def _widen(raw: np.ndarray, dtype: str) -> np.ndarray:
     if dtype in ("F16", "F32", "F64"):
         return raw.astype(np.float32)
     return raw.copy()
+
+
+def take_float(tensors: dict, dtypes: dict, left: set, path: Path, name: str, shape: tuple[int, ...],
+               hint: str) -> np.ndarray:
+    """The tensor ``name`` as a reader asks for it: present (else the error says ``hint``, what
+    the configuration implies), of ``shape``, of finite floats. It leaves ``left``, so that what
+    remains there at the end was never asked for."""
+    if name not in tensors:
+        raise ModelFormatError(f"{path.name}: tensor '{name}' is missing ({hint})")
+    t = tensors[name]
+    left.discard(name)
+    if tuple(t.shape) != shape:
+        raise ModelFormatError(f"{path.name}: tensor '{name}' is {list(t.shape)}, config.json implies {list(shape)}")
+    if t.dtype != np.float32 or not np.isfinite(t).all():
+        raise ModelFormatError(f"{path.name}: tensor '{name}' must hold finite floats ({dtypes[name]})")
+    return t
