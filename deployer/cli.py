@@ -389,9 +389,10 @@ def _refuse_flags_of_the_other_kind(language: bool, extra: frozenset = frozenset
         if any(p.name == "memory_map" for p in wrong):
             raise UsageError("--memory-map places a network's activations: a language model plans one arena")
         if wrong:
+            takes = [p.opts[0] for p in ctx.command.params if isinstance(p, click.Option)
+                     and (p.name in LANGUAGE_MODEL_FLAGS | extra or p.name in LANGUAGE_MODEL_ONLY)]
             raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: not a flag for language models (.safetensors); "
-                             f"they take --target, --sram, --flash, --l3, --weights, --kv-cache, --context, --logits, --rope, "
-                             f"--prune-vocab, --tokenizer, --planner, --rtos, --debug-guards")
+                             f"deploy {ctx.info_name} takes {', '.join(takes)} for them")
     else:
         wrong = [p for p in given if p.name in LANGUAGE_MODEL_ONLY]
         if wrong:
@@ -475,12 +476,34 @@ def _progress(quiet: bool):
 @click.option("--front", "with_front", is_flag=True,
               help="also the SRAM x MAC-overhead front: the least SRAM within each MAC budget, each point planned")
 @click.option("-q", "--quiet", is_flag=True, help="no progress on stderr")
+@language_options
 def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler,
                 tile_objective, kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, as_json,
-                with_front, quiet):
+                with_front, quiet, llm_weights, llm_kv, llm_context, llm_tokenizer, llm_prune, llm_logits, llm_rope):
     """What MODEL is, the SRAM and flash deploy would need against the budgets, and what to turn
-    on, in order of priority, each saving measured by planning it."""
-    frontend_for(model, "suggest")  # a kind of model this command does not take: a usage error
+    on, in order of priority, each saving measured by planning it. A language model (.safetensors):
+    the --weights, --kv-cache, --context and --logits that fit the budgets, each planned, best first;
+    exit status 1 when none does."""
+    language = frontend_for(model, "suggest").kind == "language_model"  # a kind it does not take: a usage error
+    _refuse_flags_of_the_other_kind(language, extra=frozenset({"as_json"}))
+    if language:
+        from .suggest import language_suggestion_json, language_suggestion_text, suggest_language_model
+
+        if llm_tokenizer is not None:
+            raise UsageError("--tokenizer: deploy suggest writes no files (the tokenizer is copied by deploy MODEL -o DIR)")
+        logits_k(llm_logits)  # a malformed --logits is a usage error before anything is read
+        options = Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
+                          l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
+                          input_memory=input_memory,
+                          language=LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
+                                                 prune_vocab=llm_prune, logits=llm_logits, rope=llm_rope))
+        with _progress(quiet):
+            s = suggest_language_model(model, options)
+        if as_json:
+            click.echo(json_text(language_suggestion_json(s)))
+        else:
+            say(language_suggestion_text(s))
+        sys.exit(0 if s.fits else 1)
     from .suggest import suggest, suggestion_json, suggestion_text
 
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
@@ -741,10 +764,36 @@ def qemu_summary(result: dict) -> str:
 @click.option("--report", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
               help="where to write the HTML report. " + REPORT_RULE)
 @click.option("--tiling", is_flag=True, help="compare the CP-SAT and greedy tilers layer by layer instead")
+@language_options
 def compare_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output_bank, patch, max_overhead, planner, time_limit, no_in_place, overlap, input_memory, order, tiler, tile_objective,
-                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling):
-    """Plan MODEL's arena with every planner: a table, and report.html with one picture each."""
-    frontend_for(model, "compare")  # a kind of model this command does not take: a usage error
+                kernels, input_layout, output_layout, input_type, cut_inputs, cut_outputs, io, report, tiling, llm_weights,
+                llm_kv, llm_context, llm_tokenizer, llm_prune, llm_logits, llm_rope):
+    """Plan MODEL's arena with every planner: a table, and report.html with one picture each (a
+    language model: the activations of one token, the KV cache beside them)."""
+    language = frontend_for(model, "compare").kind == "language_model"  # a kind it does not take: a usage error
+    _refuse_flags_of_the_other_kind(language, extra=frozenset({"report"}))
+    if language:
+        from .compare import compare_language_model, comparison_table, language_model_report_html, \
+            language_model_sram_lines
+        from solver.arena import SolverConfig, lower_bound
+
+        if llm_tokenizer is not None:
+            raise UsageError("--tokenizer: deploy compare writes no engine (the tokenizer is copied by deploy MODEL -o DIR)")
+        logits_k(llm_logits)
+        check_report(report, "--report", [("the model", model)])
+        options = Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
+                          l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
+                          input_memory=input_memory,
+                          language=LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
+                                                 prune_vocab=llm_prune, logits=llm_logits, rope=llm_rope))
+        with _progress(False):
+            dep, problem, plans = compare_language_model(model, options, SolverConfig(time_limit_s=time_limit))
+        say(comparison_table(plans, lower_bound(problem), problem))
+        for line in language_model_sram_lines(dep, plans):
+            say(line)
+        write_report(report, language_model_report_html(dep, problem, plans), "--report", [("the model", model)])
+        say(f"wrote {report}")
+        return
     if not tiling:  # --tiling writes no report
         check_report(report, "--report", [("the model", model)])
     front_options = (input_layout, output_layout, _input_type(model, input_type),

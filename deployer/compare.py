@@ -108,3 +108,33 @@ def tiling_table(rows: list[tuple]) -> str:
     widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) if i in (1, 10) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                      .rstrip() for r in (head, *body))
+
+
+# ---- a language model's arena: the activations of one token --------------------------------
+
+def compare_language_model(model, options, config: SolverConfig = SolverConfig()):
+    """(plan, problem, plans): the plan deploy makes with these flags (budgets kept, no budget
+    error), the arena problem of its activations and every planner's plan of it. The KV cache is
+    state beside the arena: no planner changes it."""
+    from .pipeline import deployment_problem, plan_deployment
+
+    dep = plan_deployment(model, options)
+    problem = deployment_problem(dep)
+    return dep, problem, compare_planners(problem, config=config)
+
+
+def language_model_sram_lines(dep, plans) -> list[str]:
+    """Each planner's SRAM: the KV cache and its arena, against --sram (the flag, or the part's)."""
+    kv, sram = dep.memory.state_bytes, dep.options.sram
+    return [f"{p.method:<14} {kv + p.peak:>12,} B of SRAM (KV cache {kv:,} + arena {p.peak:,})"
+            + ("" if sram is None else f"  {'fits' if kv + p.peak <= sram else 'OVER'} --sram {sram:,}") for p in plans]
+
+
+def language_model_report_html(dep, problem, plans) -> str:
+    """deployer.report_html's page of a language model, its plan CP-SAT's of ``plans`` (so that the
+    pictures are the plans the table gives: the greedy ones are deterministic)."""
+    from .language_model import measure
+    from .report_html import language_model_report
+
+    cpsat = next((p for p in plans if p.method == "cpsat"), None)
+    return language_model_report(measure(dep.but(arena=cpsat)) if cpsat is not None else dep, problem)

@@ -47,7 +47,7 @@ NETWORK_COMMANDS = ("build", "verify", "suggest", "compare")
 FRONTENDS = {f.suffix: f for f in (
     Frontend(".tflite", "network", NETWORK_COMMANDS, _read_tflite),
     Frontend(".onnx", "network", NETWORK_COMMANDS, _read_onnx),  # integer (NEMO, RequantShift) and QDQ graphs
-    Frontend(".safetensors", "language_model", ("build", "verify"), _read_safetensors),  # GPT-Neo, LLaMA family; `deploy generate` runs it
+    Frontend(".safetensors", "language_model", ("build", "verify", "suggest", "compare"), _read_safetensors),  # GPT-Neo, LLaMA family; `deploy generate` runs it
 )}
 
 

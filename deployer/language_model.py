@@ -8,7 +8,7 @@ start, budgets, arena planner and tensor-level checker, manifest and report as a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,18 +49,38 @@ def _read_ids(file: Path) -> list[int]:
 def lower(plan):
     """The flags' passes on the checkpoint's IR: --prune-vocab, --weights, --kv-cache, --logits, --rope,
     --l3."""
-    backend, flags = plan.backend, plan.options.language
+    return lower_as(plan, plan.options.language, {})
+
+
+def lower_as(plan, flags, quantized: dict):
+    """The passes with ``flags`` (an llm_passes.LanguageFlags, the plan's own for ``lower``) on the
+    checkpoint as read (a plan after pipeline.read). ``quantized`` keeps each (--prune-vocab,
+    --weights) result, the slow passes, so that the many flag sets deploy suggest measures cost
+    one quantization per weight format."""
+    backend = plan.backend
     if not (backend.name == "host" or backend.qemu_machine):
         raise UsageError(f"language models are built for the host or a Cortex-M target, not '{backend.name}'")
-    graph, kept, vocab = plan.graph, None, plan.graph.config.vocab
-    if flags.prune_vocab is not None:
-        graph, kept = prune_vocabulary(graph, _read_ids(flags.prune_vocab))
-    graph, report = quantize_weights(graph, flags.weights)
+    key = (flags.prune_vocab, flags.weights)
+    if key not in quantized:
+        graph, kept, vocab = plan.graph, None, plan.graph.config.vocab
+        if flags.prune_vocab is not None:
+            graph, kept = prune_vocabulary(graph, _read_ids(flags.prune_vocab))
+        graph, report = quantize_weights(graph, flags.weights)
+        quantized[key] = (graph, kept, vocab, tuple(report))
+    graph, kept, vocab, report = quantized[key]
+    options = replace(plan.options, language=flags)
     graph = cache_kv(graph, flags.kv, flags.context)
     graph = select_logits(graph, flags.logits)
-    graph = place_rope(graph, flags.rope, plan.options.flash, CODE_BYTES_ESTIMATE)
-    graph = stream_weights(graph, plan.options.l3, plan.options.flash, CODE_BYTES_ESTIMATE)
-    return plan.but(graph=graph, language=LanguagePlan(tuple(report), None if kept is None else tuple(kept), vocab))
+    graph = place_rope(graph, flags.rope, options.flash, CODE_BYTES_ESTIMATE)
+    graph = stream_weights(graph, options.l3, options.flash, CODE_BYTES_ESTIMATE)
+    return plan.but(options=options, graph=graph,
+                    language=LanguagePlan(report, None if kept is None else tuple(kept), vocab))
+
+
+def plan_as(plan, flags, quantized: dict):
+    """The plan ``deploy`` makes with ``flags`` (its arena planned and checked, its memory
+    measured; no budget check, no files), from the checkpoint as read (see lower_as)."""
+    return plan_back(lower_as(plan, flags, quantized))
 
 
 def buffer_lifetimes(graph: TransformerGraph) -> list[Lifetime]:

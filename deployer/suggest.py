@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from layer_analyzer import kernels as K
 from layer_analyzer.tiling import geometry as tiling_geometry
 from network_parser.errors import InfeasibleBudget, UnsupportedOperator
@@ -623,3 +625,386 @@ def suggestion_text(s: Suggestion) -> str:
               "over: " + "; ".join(f"{'flash' if name == 'FLASH' else name} by {need - budget:,} B"
                                    for _, name, need, budget in over)]
     return "\n".join(lines)
+
+
+# ---- language models (.safetensors) -------------------------------------------------------
+#
+#     s = suggest_language_model(model, options)    # LanguageSuggestion: the alternatives that fit
+#
+# Every alternative is a plan: --weights x --kv-cache x --logits, each planned at the context asked
+# for and, where that is over a budget, at the longest context that fits (bisection; the SRAM a
+# context needs grows with it). Nothing here is a formula of bytes.
+
+LM_WEIGHTS = ("f32", "int8", "q4_0")  # the weight formats, least quality lost first
+LM_KV = ("f32", "int8", "int4")  # the KV cache formats, likewise
+LM_ROWS = 10  # candidates the text shows (--json lists every one)
+QUALITY_SEQUENCES = 3  # seeded token sequences the quality figure runs
+QUALITY_PROMPT = 4  # random tokens opening each; the f32 executor's greedy choices follow
+QUALITY_TOKENS = 16  # tokens per sequence (each a next-token prediction compared)
+QUALITY_MACS = 3 * 10 ** 9  # the executor's work the figure may take (matrix MACs over every run); above: not measured
+NEAR_F32 = 0.95  # a top-1 agreement at least this counts as near f32 (48 predictions: two may differ)
+
+
+@dataclass(frozen=True)
+class LmCandidate:
+    """One set of language-model flags that fits every budget, as planned."""
+    weights: str
+    kv: str
+    context: int
+    logits: str
+    memory: Memory
+    changes_output: bool  # --logits differs from the one asked for: the engine's output is another type
+    next_context: Memory | None = None  # the plan one position longer (over a budget), when shortened
+    full_context: int | None = None  # with these formats and the --logits asked for: the longest context (0: none)
+    agreement: float | None = None  # top-1 agreement with the f32 executor (measured; None: not measured)
+    why: str = ""
+
+    @property
+    def flags(self) -> str:
+        return f"--weights {self.weights} --kv-cache {self.kv} --context {self.context} --logits {self.logits}"
+
+
+@dataclass(frozen=True)
+class LanguageSuggestion:
+    model: str
+    target: str
+    options: Options  # resolved: the target's memories fill the budgets left unset
+    summary: str  # the model's configuration in a line
+    flags: object  # the llm_passes.LanguageFlags asked for
+    wanted: int  # the context asked for (--context, else every position the model has)
+    estimate: Memory | None  # the plan with the flags asked for
+    estimate_error: str | None  # why that plan could not be made (a flash no L3 placement meets)
+    candidates: tuple[LmCandidate, ...]  # those that fit, best first
+    smallest: dict  # nothing fits: flag -> (bytes, the flags that need the least)
+    quality: dict  # how the agreement was measured, or why it was not
+    notes: tuple[str, ...] = ()
+    vocab: int = 0
+    logits_row: int = 0  # bytes of the float logits row
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.candidates)
+
+
+def _lm_output(mode: str, vocab: int) -> str:
+    """What output 0 (and 1) of the engine is with --logits ``mode``."""
+    from .llm_passes import logits_k
+    k = logits_k(mode)
+    if not k:
+        return f"the {vocab:,} float logits"
+    if k == 1:
+        return "the most likely token id (int32)"
+    return f"the {k} most likely token ids (int32) and their logits as output 1"
+
+
+def _longest(measure, options: Options, wanted: int):
+    """(context, its plan, the plan one position longer) for the longest context up to ``wanted``
+    whose plan fits every budget; (0, the plan at context 1, None) when none does; (0, None,
+    needs) when a plan cannot be made at all (a flash no L3 placement meets)."""
+    try:
+        top = measure(wanted)
+    except InfeasibleBudget as e:
+        return 0, None, dict(e.needs)
+    if not over_budget(top.memory, options):
+        return wanted, top, None
+    low = measure(1) if wanted > 1 else top
+    if over_budget(low.memory, options):
+        return 0, low, None
+    lo, hi, fit, miss = 1, wanted - 1, low, {wanted: top}
+    while lo < hi:  # SRAM grows with the context (the KV cache, the scores row): bisection
+        mid = (lo + hi + 1) // 2
+        plan = measure(mid)
+        if over_budget(plan.memory, options):
+            hi, miss[mid] = mid - 1, plan
+        else:
+            lo, fit = mid, plan
+    nxt = miss.get(lo + 1) or measure(lo + 1)
+    return lo, fit, nxt
+
+
+def _lm_pareto(rows: list[LmCandidate], preference) -> list[LmCandidate]:
+    """The rows no other row beats: as good or better in every quality (context, output, weight
+    and KV formats) and needing no more SRAM, flash or L3."""
+    def quality(r):
+        return r.context, -preference(r.logits), -LM_WEIGHTS.index(r.weights), -LM_KV.index(r.kv)
+
+    def memory(r):
+        return r.memory.sram_bytes, r.memory.flash_bytes, r.memory.l3_bytes
+
+    def beats(a, b):
+        qa, qb, ma, mb = quality(a), quality(b), memory(a), memory(b)
+        return (all(x >= y for x, y in zip(qa, qb)) and all(x <= y for x, y in zip(ma, mb))
+                and (qa, ma) != (qb, mb))
+    return [r for r in rows if not any(beats(o, r) for o in rows if o is not r)]
+
+
+def _quality(front: Plan, flags, quantized: dict, pairs: list[tuple[str, str]]) -> tuple[dict, dict]:
+    """Top-1 agreement with the f32 executor of each (weights, KV cache) pair: the numpy executor
+    (deployer.decoder_executor) runs seeded token sequences with the pair's graph and with the f32
+    one; the share of positions whose most likely next token is the same."""
+    from .decoder_executor import Executor
+    from .language_model import lower_as
+    from .verify_llm import matrix_macs
+
+    c = front.graph.config
+    tokens = min(QUALITY_TOKENS, c.max_positions)
+    bare = front.but(options=replace(front.options, flash=None, l3=None))  # the float model, whatever the budgets
+    ref = lower_as(bare, replace(flags, weights="f32", kv="f32", logits="full", context=tokens), quantized).graph
+    pairs = [p for p in pairs if p != ("f32", "f32")]
+    work = matrix_macs(ref) * tokens * QUALITY_SEQUENCES * (len(pairs) + 1)
+    method = (f"top-1 agreement of the next-token choice with the f32 executor's (f32 weights, f32 KV cache, full "
+              f"logits), measured by running the numpy executor (deployer/decoder_executor.py) over "
+              f"{QUALITY_SEQUENCES} sequences of {tokens} tokens: {QUALITY_PROMPT} seeded random tokens (numpy "
+              f"default_rng seeds 0..{QUALITY_SEQUENCES - 1}) continued by the f32 executor's greedy choices; "
+              f"{QUALITY_SEQUENCES * tokens} predictions per format pair, each pair at a context of {tokens}")
+    if work > QUALITY_MACS:
+        return {}, dict(measured=False, method=method, why=f"not measured: {work:,} MACs of executor work, over "
+                        f"the {QUALITY_MACS:,} this command spends on it (cheap models only)")
+    sequences, choices = [], []
+    with progress.step("quality (f32 executor)"):
+        for seed in range(QUALITY_SEQUENCES):
+            prompt = np.random.default_rng(seed).integers(0, ref.config.vocab, QUALITY_PROMPT)
+            ex, seq, best = Executor(ref), [], []
+            for i in range(tokens):
+                seq.append(int(prompt[i]) if i < QUALITY_PROMPT else best[-1])
+                best.append(int(np.argmax(ex.step(seq[-1]))))
+            sequences.append(seq)
+            choices.append(best)
+    agreement = {("f32", "f32"): 1.0}
+    with progress.step("quality (formats)", total=len(pairs)) as step:
+        for w, kv in pairs:
+            graph = lower_as(front, replace(flags, weights=w, kv=kv, logits="full", context=tokens), quantized).graph
+            same = 0
+            for seq, best in zip(sequences, choices):
+                ex = Executor(graph)
+                same += sum(int(np.argmax(ex.step(t))) == b for t, b in zip(seq, best))
+            agreement[(w, kv)] = same / (len(sequences) * tokens)
+            step.advance()
+    return agreement, dict(measured=True, method=method, predictions=QUALITY_SEQUENCES * tokens, tokens=sequences)
+
+
+def suggest_language_model(model: Path, options: Options) -> LanguageSuggestion:
+    """Every --weights x --kv-cache x --logits alternative planned at the context asked for, else
+    at the longest that fits; those that fit, best first (the least quality lost)."""
+    from .language_model import plan_as
+    from .llm_passes import KV_FORMATS, WEIGHT_FORMATS, logits_k
+    from .pipeline import read, start
+
+    flags = options.language
+    logits_k(flags.logits)  # a malformed --logits: a usage error before anything is read
+    front = read(start(model, options))
+    opts = front.options
+    quantized: dict = {}
+
+    def measure(**changes) -> Plan:
+        return plan_as(front, replace(flags, **changes), quantized)
+
+    estimate = error = None
+    with progress.step("estimate"):
+        try:
+            estimate = measure()  # the flags as given: a --context the model lacks is a usage error here
+        except InfeasibleBudget as e:
+            error = str(e)
+    c = front.graph.config
+    wanted = flags.context if flags.context is not None else c.max_positions
+    modes = (flags.logits, *(m for m in ("full", "argmax") if m != flags.logits))
+
+    def preference(mode: str) -> int:
+        return modes.index(mode)
+    found: dict = {}  # (weights, kv, logits) -> _longest's answer
+    with progress.step("measuring the alternatives", total=len(WEIGHT_FORMATS) * len(KV_FORMATS) * len(modes)) as step:
+        for w in WEIGHT_FORMATS:
+            for kv in KV_FORMATS:
+                for mode in modes:
+                    found[w, kv, mode] = _longest(lambda n, w=w, kv=kv, mode=mode: measure(weights=w, kv=kv, logits=mode,
+                                                                                           context=n), opts, wanted)
+                    step.advance()
+    some = next((p for _, p, _ in found.values() if p is not None), None)
+    vocab = some.graph.config.vocab if some is not None else c.vocab
+    row = 4 * vocab
+    rows = []
+    for w in WEIGHT_FORMATS:
+        for kv in KV_FORMATS:
+            reached = 0  # the longest context of a more preferred --logits with these formats
+            for mode in modes:  # another output only where it buys context the preferred one cannot
+                ctx, plan, nxt = found[w, kv, mode]
+                if ctx and ctx > reached:
+                    rows.append(LmCandidate(w, kv, ctx, mode, plan.memory, mode != flags.logits,
+                                            nxt.memory if ctx < wanted else None, found[w, kv, modes[0]][0]))
+                reached = max(reached, ctx)
+    rows = _lm_pareto(rows, preference)
+    pairs = list(dict.fromkeys((r.weights, r.kv) for r in rows))
+    agreement, quality = (_quality(front, flags, quantized, pairs) if rows
+                          else ({}, dict(measured=False, why="nothing fits")))
+    rows = [replace(r, agreement=agreement.get((r.weights, r.kv))) for r in rows]
+    rows.sort(key=lambda r: (r.context < wanted, _lossy(r), -r.context, preference(r.logits),
+                             LM_WEIGHTS.index(r.weights), LM_KV.index(r.kv), r.memory.sram_bytes, r.memory.flash_bytes))
+    rows = [replace(r, why=_lm_why(r, flags, wanted, c.max_positions, vocab, row, opts, quality)) for r in rows]
+    smallest = {} if rows else _lm_smallest(found, opts)
+    notes = []
+    if opts.flash is None:
+        notes.append(f"no --flash budget ({opts.target} declares none): every weight format fits; give --flash to "
+                     f"weigh them against the part's")
+    if rows and rows[0].changes_output and rows[0].logits == "argmax":
+        notes.append("--logits topk:K instead gives the K most likely ids with their logits (for sampling), in about "
+                     "the SRAM of argmax: deploy suggest --logits topk:K measures it")
+    if rows and flags.logits == "full" and rows[0].logits == "full" and rows[0].context == wanted:
+        notes.append(f"--logits argmax is not needed: the float logits ({row:,} B) fit beside the context asked for")
+    return LanguageSuggestion(front.graph.name, opts.target, opts, c.summary(), flags, wanted,
+                              estimate.memory if estimate is not None else None, error, tuple(rows), smallest,
+                              quality, tuple(notes), vocab, row)
+
+
+def _lossy(r: LmCandidate) -> bool:
+    """Formats whose next-token choices stray from f32's: measured below NEAR_F32; unmeasured,
+    an int4 KV cache (tinytalk's measured 0.90; int8's and Q4_0 weights' matched f32's)."""
+    return r.agreement < NEAR_F32 if r.agreement is not None else r.kv == "int4"
+
+
+def _lm_smallest(found: dict, options: Options) -> dict:
+    """flag -> (bytes, flags): the least each budget must be for some alternative to fit. SRAM:
+    at context 1, among the alternatives within the other budgets (none: among those needing the
+    least flash and L3); flash and L3 (given only when no alternative is within them): the weight
+    format needing the least (they do not change with the context, the KV cache or --logits)."""
+    planned = [(key, p) for key, (_, p, _) in found.items() if p is not None]
+    unplanned = [(key, needs) for key, (_, p, needs) in found.items() if p is None]
+    smallest = {}
+
+    def others(p):
+        return [o for o in over_budget(p.memory, options) if o[0] != "--sram"]
+    pool = [(k, p) for k, p in planned if not others(p)]
+    if not pool and planned:
+        least = min((p.memory.flash_bytes, p.memory.l3_bytes) for _, p in planned)
+        pool = [(k, p) for k, p in planned if (p.memory.flash_bytes, p.memory.l3_bytes) == least]
+    if pool:
+        (w, kv, mode), p = min(pool, key=lambda kp: (kp[1].memory.sram_bytes, kp[1].memory.flash_bytes))
+        smallest["--sram"] = (p.memory.sram_bytes, f"--weights {w} --kv-cache {kv} --context 1 --logits {mode}")
+    for flag, field_ in (("--flash", "flash_bytes"), ("--l3", "l3_bytes")):
+        if any(flag not in {o[0] for o in over_budget(p.memory, options)} for _, p in planned):
+            continue  # some alternative is within this budget
+        needs = [(getattr(p.memory, field_), f"--weights {k[0]}") for k, p in planned] + \
+                [(n[flag], f"--weights {k[0]} (every matrix in --l3)") for k, n in unplanned if flag in n]
+        if needs:
+            smallest[flag] = min(needs)
+    return smallest
+
+
+def _lm_why(r: LmCandidate, flags, wanted: int, positions: int, vocab: int, row: int, options: Options,
+            quality: dict) -> str:
+    parts = []
+    if r.context == wanted:
+        parts.append(f"keeps the context asked for ({wanted}" + (" positions, all the model's)" if wanted == positions
+                                                                 else " positions)"))
+    else:
+        over = over_budget(r.next_context, options) if r.next_context is not None else []
+        miss = "; ".join(f"{r.context + 1} needs {need:,} B of {name if name != 'FLASH' else 'flash'}, over {flag} "
+                         f"{budget:,}" for flag, name, need, budget in over)
+        parts.append(f"the longest context that fits: {r.context} of {wanted} positions "
+                     f"({miss or 'a longer one did not fit'})")
+    if r.changes_output:
+        was = _lm_output(flags.logits, vocab)
+        asked = "full logits" if flags.logits == "full" else f"--logits {flags.logits}"
+        gain = (f"{asked} reach{'' if flags.logits == 'full' else 'es'} {r.full_context} positions with these formats"
+                if r.full_context else f"{asked} fit{'' if flags.logits == 'full' else 's'} at no context with these "
+                                       f"formats")
+        saved = f"; the float logits row ({row:,} B) leaves the arena" if r.logits != "full" else ""
+        parts.append(f"CHANGES THE OUTPUT: --logits {r.logits} makes output 0 {_lm_output(r.logits, vocab)} instead "
+                     f"of {was} ({gain}{saved})")
+    else:
+        parts.append(f"keeps the output ({_lm_output(r.logits, vocab)})")
+    per = r.memory.state_bytes // max(r.context, 1)
+    parts.append(f"KV cache {r.kv}: {per:,} B a position, {r.memory.state_bytes:,} B" +
+                 ("" if r.kv == flags.kv else f" (--kv-cache {flags.kv} was asked for)"))
+    budget = options.flash
+    parts.append(f"weights {r.weights}: flash {r.memory.flash_bytes:,} B" +
+                 (" (no --flash budget)" if budget is None else f" of --flash {budget:,}") +
+                 (f", L3 {r.memory.l3_bytes:,} B" if r.memory.l3_bytes else ""))
+    if (r.weights, r.kv) == ("f32", "f32"):
+        parts.append("the f32 formats: nothing quantized")
+    elif r.agreement is not None:
+        n = quality.get("predictions", 0)
+        parts.append(f"top-1 agreement with f32 {r.agreement:.3f}, measured over {n} predictions (" +
+                     ("near f32" if r.agreement >= NEAR_F32 else f"below the {NEAR_F32} counted as near f32") + ")")
+    else:
+        parts.append("top-1 agreement not measured" + (": int4 KV counts as straying from f32" if _lossy(r) else ""))
+    return "; ".join(parts)
+
+
+def language_suggestion_json(s: LanguageSuggestion) -> dict:
+    e = s.estimate
+    return {
+        "model": s.model, "kind": "language_model", "target": s.target, "summary": s.summary,
+        "budgets": {"sram_bytes": s.options.sram, "flash_bytes": s.options.flash, "l3_bytes": s.options.l3},
+        "asked": {"weights": s.flags.weights, "kv_cache": s.flags.kv, "context": s.wanted, "logits": s.flags.logits},
+        "estimate": None if e is None else {
+            "sram_bytes": e.sram_bytes, "kv_cache_bytes": e.state_bytes, "arena_bytes": e.arena_bytes,
+            "flash_bytes": e.flash_bytes, "weights_bytes": e.weights_bytes, "l3_bytes": e.l3_bytes,
+            "over": [{"flag": f, "memory": m, "need_bytes": n, "budget_bytes": b} for f, m, n, b in
+                     over_budget(e, s.options)]},
+        "estimate_error": s.estimate_error,
+        "fits": s.fits,
+        "candidates": [{"rank": i + 1, "flags": r.flags, "weights": r.weights, "kv_cache": r.kv, "context": r.context,
+                        "logits": r.logits, "changes_output": r.changes_output,
+                        "output": _lm_output(r.logits, s.vocab), "sram_bytes": r.memory.sram_bytes,
+                        "kv_cache_bytes": r.memory.state_bytes, "arena_bytes": r.memory.arena_bytes,
+                        "flash_bytes": r.memory.flash_bytes, "l3_bytes": r.memory.l3_bytes,
+                        "top1_agreement": None if r.agreement is None else round(r.agreement, 4), "why": r.why}
+                       for i, r in enumerate(s.candidates)],
+        "ranking": LM_RANKING,
+        "quality": s.quality,
+        "smallest": {flag: {"bytes": n, "flags": f} for flag, (n, f) in s.smallest.items()},
+        "notes": list(s.notes),
+    }
+
+
+LM_RANKING = (f"the context asked for kept, then formats near f32 (measured top-1 agreement at least {NEAR_F32}), "
+              "then the longest context, then the output kept (the --logits asked for, then full, then argmax), then "
+              "the weight format (f32, int8, q4_0), then the KV cache format (f32, int8, int4), then the least SRAM")
+
+
+def language_suggestion_text(s: LanguageSuggestion) -> str:
+    f, e, o = s.flags, s.estimate, s.options
+    lines = [f"{display(s.model)} (language model) on {s.target}", f"  model       {s.summary}",
+             f"  asked for   --weights {f.weights} --kv-cache {f.kv} --context {s.wanted} --logits {f.logits}"]
+    if e is not None:
+        over = over_budget(e, o)
+        lines += [f"  needs       SRAM {e.sram_bytes:,} B (KV cache {e.state_bytes:,} + arena {e.arena_bytes:,}), "
+                  f"flash {e.flash_bytes:,} B" + (f", L3 {e.l3_bytes:,} B" if e.l3_bytes else "")]
+        budgets = ", ".join(f"{flag} {'-' if b is None else f'{b:,} B'}" for flag, b in
+                            (("--sram", o.sram), ("--flash", o.flash), ("--l3", o.l3)) if b is not None or
+                            flag != "--l3")
+        lines += [f"  budgets     {budgets}: " + ("fits" if not over else "over " + "; ".join(
+            f"{'flash' if name == 'FLASH' else name} by {need - b:,} B" for _, name, need, b in over))]
+    else:
+        lines += [f"  needs       {display(s.estimate_error)}"]
+    if not s.candidates:
+        lines += ["", "nothing fits the budgets, at any context, with any --weights, --kv-cache or --logits "
+                      "(each planned):"]
+        lines += [f"  the smallest {flag} that works is {n} ({-(-n // 1024)}K), with {fl}"
+                  for flag, (n, fl) in s.smallest.items()]
+        if "--flash" in s.smallest and o.l3 is None:
+            lines += ["  (--l3 streams the matrices from an external memory; --prune-vocab shrinks the embedding and "
+                      "the head)"]
+        if e is not None:
+            lines += [f"  with the flags asked for: the smallest {flag} that works is {need} ({-(-need // 1024)}K)"
+                      for flag, _, need, _ in over_budget(e, o)]
+        return "\n".join(lines + [f"  note: {n}" for n in s.notes])
+    lines += ["", "alternatives that fit, best first (each planned as deploy plans it; the longest context by "
+                  "bisection):",
+              f"  {'#':>2}  {'weights':<7} {'kv-cache':<8} {'context':>7}  {'logits':<8} {'output':<8} "
+              f"{'SRAM B':>10} {'flash B':>12}  {'top-1':>6}"]
+    for i, r in enumerate(s.candidates[:LM_ROWS]):
+        agree = "f32" if (r.weights, r.kv) == ("f32", "f32") else ("-" if r.agreement is None else f"{r.agreement:.3f}")
+        lines += [f"  {i + 1:>2}  {r.weights:<7} {r.kv:<8} {r.context:>7}  {r.logits:<8} "
+                  f"{'CHANGED' if r.changes_output else 'kept':<8} {r.memory.sram_bytes:>10,} "
+                  f"{r.memory.flash_bytes:>12,}  {agree:>6}",
+                  f"      {r.why}"]
+    if len(s.candidates) > LM_ROWS:
+        lines += [f"  ... and {len(s.candidates) - LM_ROWS} more (--json lists every one)"]
+    best = s.candidates[0]
+    lines += ["", f"recommended: {best.flags}" + (" (changes the output: " + _lm_output(best.logits, s.vocab) + ")"
+                                                 if best.changes_output else ""),
+              f"ranked by {LM_RANKING}"]
+    q = s.quality
+    lines += [f"quality: {q['method']}" if q.get("measured") else f"quality: {q.get('why', 'not measured')}"]
+    return "\n".join(lines + [f"note: {n}" for n in s.notes])

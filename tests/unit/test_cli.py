@@ -460,16 +460,21 @@ def test_compare_on_a_board_preset_shows_the_plan_over_its_budget(tmp_path):
 
 @pytest.mark.parametrize("command", ["suggest", "compare"])
 def test_a_command_names_the_models_it_takes(command, tmp_path):
-    """The frontend table decides: a language model given to a network command is a usage error
-    naming what the command takes; an unknown suffix lists every format."""
+    """The frontend table decides: suggest and compare take language models too, so a broken
+    .safetensors is the reader's one-line model error (no usage error, nothing written); an
+    unknown suffix lists every format."""
+    from deployer.frontends import FRONTENDS
+
+    assert all(command in f.commands for f in FRONTENDS.values())
+    report = ("--report", tmp_path / "r.html") if command == "compare" else ()
     model = tmp_path / "model.safetensors"
     model.write_bytes(b"{}")
-    code, _, err = run_clirunner(command, model)
-    line = assert_one_line_error(code, err, "UsageError")
-    assert code == 2 and f"deploy {command} takes .tflite, .onnx models, not language models" in line
+    code, _, err = run_clirunner(command, model, *report)
+    line = assert_one_line_error(code, err, "ModelFormatError")
+    assert code == 1 and "not a safetensors file" in line and not (tmp_path / "r.html").exists()
     other = tmp_path / "model.xyz"
     other.write_bytes(b"x")
-    code, _, err = run_clirunner(command, other)
+    code, _, err = run_clirunner(command, other, *report)
     assert code == 1 and "(supported: .tflite, .onnx, .safetensors)" in err
 
 
