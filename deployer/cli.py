@@ -446,21 +446,34 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
 @main.command("generate")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.argument("prompt")
-@click.option("--max-tokens", default=40, show_default=True, help="tokens to generate (greedy)")
+@click.option("--max-tokens", default=40, show_default=True, help="the most tokens to generate")
+@click.option("--temperature", type=float, default=0.0, show_default=True,
+              help="0: greedy, the most likely token each step; above 0: sample from softmax(logits / T), "
+                   "reproducibly for a --seed (engines deployed with --logits full or topk:K)")
+@click.option("--top-k", "top_k", type=int, default=0, show_default=True,
+              help="sample among the K most likely tokens (0: all the engine gives, the vocabulary or the K of "
+                   "--logits topk:K)")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="the sampler's seed (0 to 2**64-1): the same seed, the same tokens")
+@click.option("--stop", "stop", type=int, multiple=True, metavar="ID",
+              help="also end at this token id, an id as the JSON's ids give them (repeatable); the model's "
+                   "end-of-text id always ends")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="folder of the GPT-2 vocab.json and merges.txt (default: the output folder's copy)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def generate_cmd(out_dir, prompt, max_tokens, tokenizer, as_json):
-    """Build the language-model engine in OUT_DIR for this machine and continue PROMPT greedily."""
+def generate_cmd(out_dir, prompt, max_tokens, temperature, top_k, seed, stop, tokenizer, as_json):
+    """Build the language-model engine in OUT_DIR for this machine and continue PROMPT, greedily or
+    sampled with a seed. The JSON result says why it stopped: eos, stop, max_tokens or positions."""
     from .generate import generate
 
-    result = generate(out_dir, prompt, max_tokens, tokenizer)
+    result = generate(out_dir, prompt, max_tokens, tokenizer, temperature=temperature, top_k=top_k, seed=seed,
+                      stop=stop)
     if as_json:
         click.echo(json_text(result))
         return
     say(prompt + result["text"])
-    say(f"{result['tokens']} tokens generated after a {result['prompt_tokens']}-token prompt: "
-               f"{result['tokens_per_s']:,.0f} tokens/s on this machine", err=True)
+    say(f"{result['tokens']} tokens generated after a {result['prompt_tokens']}-token prompt "
+        f"(stopped: {result['stop_reason']}): {result['tokens_per_s']:,.0f} tokens/s on this machine", err=True)
 
 
 def _progress(quiet: bool):

@@ -93,3 +93,25 @@ def test_streamed_engine_on_qemu_equals_the_executor(target):
     assert got == b"".join(expected_bytes(dep.graph, ids))
     # the image is in the board's PSRAM: the ELF's flash holds the code and the weights left in flash
     assert qemu.elf_memory(elf.path)["flash_bytes"] < dep.memory.weights_bytes + min(16 * K, dep.graph.l3.bytes)
+
+
+def test_generate_runs_a_streamed_engine(tmp_path):
+    from deployer.decoder_executor import Executor
+    shared_llama()
+    out = tmp_path / "o"
+    assert CliRunner().invoke(main, [str(LLAMA / "model.safetensors"), "--l3", "1M", "--flash", "40K",
+                                     "-o", str(out)]).exit_code == 0
+    r = CliRunner().invoke(main, ["generate", str(out), "hello world", "--max-tokens", "5", "--json"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    dep = deploy(LLAMA / "model.safetensors", Options(l3=1 << 20, flash=40 * K))
+    ex, ids = Executor(dep.graph), []
+    from tokenizers import Tokenizer
+    prompt = [1, *Tokenizer.from_file(str(LLAMA / "tokenizer.json")).encode("hello world",
+                                                                             add_special_tokens=False).ids]
+    for t in prompt:
+        logits = ex.step(t)
+    for _ in range(len(result["ids"])):
+        ids.append(int(np.argmax(logits)))
+        logits = ex.step(ids[-1])
+    assert result["ids"] == ids
