@@ -3,11 +3,14 @@ variants, the weight layouts they read, their cost model, and the values their t
 (templates/mve/, which only this family names) need.
 
 Convolutions and fully connected layers are dot products of 16 int8 values per VMLADAVA (the
-weights stay int8, each row zero-padded to whole vectors); a pass computes one output channel
-for 4 output pixels (whose 4 accumulators are requantized together with the channel's scalar
-multiplier and shift, and stored by one scatter) or, for a fully connected layer, 4 units of one
-row. Depthwise layers multiply-accumulate 4 channels per VMLA on int32 lanes. Everything here is
-done once, at generation time."""
+weights stay int8, each row zero-padded to whole vectors, 4 channels' rows interleaved step by
+step); a pass computes 4 output channels of 2 output pixels (batch rows), 8 VMLADAVAs per 6 loads,
+and requantizes each pixel's 4 sums as one vector (a fully connected layer's with the 32.32
+estimate of its double scale, the doubtful lanes in double). Depthwise layers run 16 channels per
+pass on int8 lanes from a line buffer of padded input rows, two taps' int16 products summed before
+they widen into int32 (one at a time where a weight is -128), right shifts only; the others (a
+left shift, a kernel beyond the asm's immediates) 4 channels per VMLA on int32 lanes. Everything
+here is done once, at generation time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -18,14 +21,21 @@ from layer_analyzer import kernels as K
 
 from .family import KernelFamily
 from .geometry import border_walks, folded_bias, interior, tap_guards
+from deployer.fixedpoint import scale_q32
+
 from .variants import Variant, VariantRule
 
 TEMPLATES = "mve"  # its folder under templates/
 KERNELS = f"{TEMPLATES}/kernels.c.j2"
 VECTOR = 16  # int8 lanes of one vector
-PIXELS = 4  # output pixels per pass of a convolution
-UNITS = 4  # units per pass of a fully connected layer
+PIXELS = 2  # output pixels per pass of a convolution (or batch rows of a fully connected layer)
+QUAD = 4  # output channels (units) per pass
 DW_LANES = 4  # channels per pass of a depthwise layer (int32 lanes)
+DW16 = 16  # channels per pass of the line-buffer depthwise kernel (int8 lanes)
+# the 16-lane kernel's lane order: VMULLB/VMULLT then VMOVLB/VMOVLT leave channel PERM16[j] of a
+# group in lane j of its four int32 accumulators (the saturating narrows restore the order)
+PERM16 = (0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15)
+DW_LINE_BYTES = 5 * 1024  # stack its k_h padded input rows (16 bytes a pixel) may take
 STACK_COLUMNS = 2304  # bytes of stack the im2col columns of one pass's pixels may take
 
 
@@ -38,31 +48,65 @@ class MveLayout:
     pixels: int  # output pixels per pass (convolutions)
 
 
+def right_shifts_only(kern) -> bool:
+    """Every channel shifts right by at least 1 bit (or has multiplier 0, whose output is the zero
+    point whatever the shift): VQRDMULH, the sign added, VRSHL is then TFLite's requantization."""
+    return all(sh <= -1 or m == 0 for m, sh in zip(kern.multiplier, kern.shift))
+
+
+def depthwise16_fits(kern) -> bool:
+    """The 16-lane depthwise kernel's limits: its asm step addresses taps by immediates (a line
+    buffer row's taps within 127 bytes, the group's weights within 508), holds k_h row pointers
+    beside 7 other registers (gcc found no more than 9 in every function: k_h <= 3), and its k_h
+    padded rows fit the stack. In place (output over input),
+    no output row may reach an input row its line buffer has not copied yet."""
+    if not right_shifts_only(kern) or kern.k_h > 3 or kern.k_w > 7 or kern.stride_w > 7:
+        return False
+    if kern.k_h * kern.k_w > 32 or kern.k_h * line_width(kern) * DW16 > DW_LINE_BYTES:
+        return False
+    out_row = kern.out_w * kern.out_c
+    return all((oy + 1) * out_row <= (oy * kern.stride_h - kern.pad_t + kern.k_h) * kern.row_bytes
+               for oy in range(kern.out_h) if oy * kern.stride_h - kern.pad_t + kern.k_h < kern.in_h)
+
+
+def line_width(kern) -> int:
+    """Pixels of a line buffer row: the input row with its padding on both sides."""
+    right = max(0, (kern.out_w - 1) * kern.stride_w + kern.k_w - kern.pad_l - kern.in_w)
+    return kern.pad_l + kern.in_w + right
+
+
 def layout_for(kern) -> MveLayout | None:
     if isinstance(kern, K.FullyConnected):
         n = kern.in_features
-        return MveLayout("fc", n, -(-n // VECTOR) * VECTOR, 1)
+        return MveLayout("fc", n, -(-n // VECTOR) * VECTOR, PIXELS)
     if not isinstance(kern, K.Conv) or kern.dil_h != 1 or kern.dil_w != 1:
         return None
     if kern.depthwise:
-        if kern.depth_multiplier != 1 or kern.in_c % DW_LANES or kern.batch != 1:
+        if kern.depth_multiplier != 1 or kern.batch != 1:
+            return None
+        if _plain_rq(kern) and depthwise16_fits(kern):
+            return MveLayout("depthwise16", 0, 0, 1)
+        if kern.in_c % DW_LANES:
             return None
         return MveLayout("depthwise", 0, 0, 1)
     if kern.k_h == kern.k_w == 1 and kern.pad_t == kern.pad_l == 0:
         return MveLayout("pointwise", kern.in_c, -(-kern.in_c // VECTOR) * VECTOR, PIXELS)
     row = kern.k_h * kern.k_w * kern.in_c
     pad = -(-row // VECTOR) * VECTOR
-    pixels = next((p for p in (PIXELS, 2, 1) if p * pad <= STACK_COLUMNS), None)
+    pixels = next((p for p in (PIXELS, 1) if p * pad <= STACK_COLUMNS), None)
     if pixels is None:
         return None  # a window too large for the stack: the next family's kernels
     return MveLayout("im2col", row, pad, pixels)
 
 
 def pack_rows(weights: np.ndarray, s: MveLayout) -> np.ndarray:
-    """OHWI (or units x features) int8 weights -> rows of ``row_pad`` bytes (zeros past ``row``),
-    as little-endian words."""
+    """OHWI (or units x features) int8 weights -> per group of 4 channels (the last one padded
+    with zero rows), per step of 16 values, the 4 channels' 16 weights (zeros past ``row``): the
+    order a pass reads them in, as little-endian words."""
     w = weights.reshape(weights.shape[0], -1).astype(np.int8)
-    w = np.pad(w, ((0, 0), (0, s.row_pad - w.shape[1])))
+    groups = -(-w.shape[0] // QUAD)
+    w = np.pad(w, ((0, groups * QUAD - w.shape[0]), (0, s.row_pad - w.shape[1])))
+    w = w.reshape(groups, QUAD, s.row_pad // VECTOR, VECTOR).transpose(0, 2, 1, 3)
     return np.frombuffer(np.ascontiguousarray(w).tobytes(), np.uint32)
 
 
@@ -74,11 +118,30 @@ def pack_depthwise(weights: np.ndarray) -> np.ndarray:
     return np.frombuffer(np.ascontiguousarray(g).tobytes(), np.uint32)
 
 
+def pack_depthwise16(weights: np.ndarray) -> np.ndarray:
+    """1 x KH x KW x C int8 weights -> [group of 16 channels][tap][16 channels] (the last group
+    zero-padded), as words."""
+    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int8)  # T, C
+    t, c = taps.shape
+    g = -(-c // DW16)
+    taps = np.pad(taps, ((0, 0), (0, g * DW16 - c)))
+    return np.frombuffer(np.ascontiguousarray(taps.reshape(t, g, DW16).transpose(1, 0, 2)).tobytes(), np.uint32)
+
+
+def permuted16(values: np.ndarray, fill) -> np.ndarray:
+    """Per-channel values padded to whole groups of 16 (``fill``) and put in PERM16's lane order."""
+    g = -(-values.size // DW16)
+    v = np.concatenate([values, np.full(g * DW16 - values.size, fill, values.dtype)])
+    return v.reshape(g, DW16)[:, list(PERM16)].reshape(-1)
+
+
 def packed_bytes(kern, s: MveLayout) -> int:
+    if s.variant == "depthwise16":
+        return kern.k_h * kern.k_w * -(-kern.in_c // DW16) * DW16
     if s.variant == "depthwise":
         return kern.k_h * kern.k_w * kern.in_c
     channels = kern.units if s.variant == "fc" else kern.out_c
-    return channels * s.row_pad
+    return -(-channels // QUAD) * QUAD * s.row_pad
 
 
 def window_steps(kern, layout: MveLayout) -> dict[str, tuple[int, int]]:
@@ -86,13 +149,15 @@ def window_steps(kern, layout: MveLayout) -> dict[str, tuple[int, int]]:
     (depthwise) a group's taps per 4 channels."""
     if layout.variant == "depthwise":
         return {"wq": (DW_LANES, kern.k_h * kern.k_w)}
-    return {"wq": (1, layout.row_pad // 4)}
+    if layout.variant == "depthwise16":
+        return {"wq": (DW16, kern.k_h * kern.k_w * DW16 // 4)}
+    return {"wq": (QUAD, layout.row_pad)}
 
 
 # .text of one layer's function by layout (as compiled for the M55 at -O2, the benchmark models)
-CODE_BYTES = {"pointwise": 768, "im2col": 1536, "fc": 512, "depthwise": 2048}
+CODE_BYTES = {"pointwise": 768, "im2col": 1536, "fc": 512, "depthwise": 2048, "depthwise16": 1536}
 NAMES = {"pointwise": "conv_1x1_s8_mve", "im2col": "conv_s8_mve_im2col", "fc": "fully_connected_s8_mve",
-         "depthwise": "depthwise_conv_s8_mve"}
+         "depthwise": "depthwise_conv_s8_mve", "depthwise16": "depthwise_conv_s8_16ch_mve"}
 
 
 def _plain_rq(kern) -> bool:
@@ -111,10 +176,13 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     s = layout_for(kern)
     if s is None or (use == "region" and s.variant == "fc"):
         return None
-    channels = DW_LANES if s.variant == "depthwise" else 1
+    dw = s.variant in ("depthwise", "depthwise16")
+    channels = {"depthwise": DW_LANES, "depthwise16": DW16}.get(s.variant, QUAD)
+    # lanes: the 16-lane kernel writes over its input row by row itself (its scratch plane, one
+    # channel's, goes unused)
     return Variant(NAMES[s.variant], KERNELS, s.variant, packed_bytes(kern, s), CODE_BYTES[s.variant],
                    DW_LANES if s.variant == "depthwise" else 1, True, False, channels, s, template_context, _window,
-                   shares_whole=s.variant == "depthwise" and use == "whole",
+                   shares_whole=dw and use == "whole",
                    lane_bytes=_lane_bytes(kern, s),
                    window_steps=window_steps)
 
@@ -122,8 +190,15 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
 def _lane_bytes(kern, s: MveLayout) -> tuple[int, int]:
     """(bias, requantization) bytes of its per-channel arrays: int32 biases; a multiplier and a
     shift byte per channel, or (fc) a double scale."""
-    if s.variant == "fc":
-        return 4 * kern.units, 8 * kern.units
+    if s.variant == "fc":  # a double scale and its 32.32 estimate per unit
+        padded = -(-kern.units // QUAD) * QUAD
+        return 4 * padded, 12 * padded
+    if s.variant in ("pointwise", "im2col"):
+        padded = -(-kern.out_c // QUAD) * QUAD
+        return 4 * padded, 5 * padded
+    if s.variant == "depthwise16":
+        padded = -(-kern.out_c // DW16) * DW16
+        return 4 * padded, 5 * padded
     return 4 * kern.out_c, 5 * kern.out_c
 
 
@@ -165,39 +240,141 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     channels = kern.units if fc else kern.out_c
     w = graph.tensors[kern.weights].data
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
+    if s.variant == "depthwise16":
+        return _depthwise16_context(kern, k, sym, w, bias, in_place)
+    if s.variant == "depthwise":
+        return _depthwise_context(kern, k, sym, w, bias, in_place)
+    quads = -(-channels // QUAD) * QUAD
 
-    def per_channel(values, dtype):
-        return np.broadcast_to(np.asarray(values, dtype), (channels,)).copy()
+    def padded(values, fill, dtype):  # per channel, to whole passes of 4
+        v = np.full(quads, fill, dtype)
+        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
+        return v
+
+    def folded():  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
+        f = folded_bias(kern, bias, w)
+        return padded((f + 2 ** 31) % 2 ** 32 - 2 ** 31, 0, np.int32)
 
     im2col = s.variant == "im2col"  # its columns are padded: whole vectors only
-    ctx = dict(macro=s.variant, out_c=channels, row=s.row, row_pad=s.row_pad,
-               steps=(s.row_pad if im2col else s.row) // VECTOR, rem=0 if im2col else s.row % VECTOR, pixels=s.pixels, mult=None, shift=None, scale=None, fc_est=None,
-               stack_bytes=s.pixels * s.row_pad if s.variant == "im2col" else 0)
-    if s.variant == "depthwise":
-        ctx["wq"] = sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise(w), aligned=True)
-        ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t",
-                                lambda: per_channel(0 if bias is None else bias, np.int32))
+    ctx = dict(macro=s.variant, out_c=channels, row=s.row, row_pad=s.row_pad, tail_c=channels % QUAD,
+               steps=(s.row_pad if im2col else s.row) // VECTOR, rem=0 if im2col else s.row % VECTOR, pixels=s.pixels,
+               stack_bytes=s.pixels * s.row_pad if im2col else 0,
+               wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_rows(w, s), aligned=True),
+               bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded))
+    if im2col:
         oy0, oy1, ox0, ox1 = interior(kern)
-        ctx.update(interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1), borders=border_walks(kern), tap_guards=tap_guards(kern))
-        if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
-            ctx.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
-        else:
-            ctx.update(out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
-                       out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")
-    else:
-        ctx["wq"] = sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_rows(w, s), aligned=True)
-
-        def folded():  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
-            f = folded_bias(kern, bias, w)
-            return ((f + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
-        ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", lambda: per_channel(folded(), np.int32))
-        if s.variant == "im2col":
-            oy0, oy1, ox0, ox1 = interior(kern)
-            ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
+        ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
     if fc:
-        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: per_channel(kern.scale, np.float64))
-        ctx["fc_est"] = sym.double_scales(f"op{k}_scale_lanes", per_channel(kern.scale, np.float64))
+        scales = np.broadcast_to(np.asarray(kern.scale, np.float64), (channels,))
+        est = [scale_q32(float(v)) for v in scales]
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(scales, 0.0, np.float64))
+        # fx_rq_fc's 32.32 estimate on 4 lanes, the doubtful ones in double; a scale it cannot
+        # estimate (0.5 or more) keeps every unit in double
+        ctx["fc_vector"] = all(est)
+        if all(est):
+            ctx["mult"] = sym.array(f"op{k}_fc_multiplier", "int32_t", lambda: padded(est, 0, np.int32))
     else:
-        ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", lambda: per_channel(kern.multiplier, np.int32))
-        ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", lambda: per_channel(kern.shift, np.int8))
+        ctx["right_only"] = right_shifts_only(kern)
+        ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32))
+        ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", lambda: padded(kern.shift, -1, np.int8))
     return ctx
+
+
+def _depthwise_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool) -> dict:
+    """The 4-lane depthwise kernel's (the layers the 16-lane one leaves: a left shift, a kernel
+    beyond its immediates): weights per group of 4 channels, per-channel arrays as they are."""
+    def per_channel(values, dtype):
+        return np.broadcast_to(np.asarray(values, dtype), (kern.out_c,)).copy()
+
+    oy0, oy1, ox0, ox1 = interior(kern)
+    ctx = dict(macro="depthwise", interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1), borders=border_walks(kern),
+               tap_guards=tap_guards(kern),
+               wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise(w), aligned=True),
+               bias=sym.array(f"op{k}_bias_lanes", "int32_t", lambda: per_channel(0 if bias is None else bias, np.int32)),
+               mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: per_channel(kern.multiplier, np.int32)),
+               shift=sym.array(f"op{k}_shift", "int8_t", lambda: per_channel(kern.shift, np.int8)))
+    if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
+        ctx.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
+    else:
+        ctx.update(out_row=f"out + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
+                   out_pixel=f"out + (oy * {kern.out_w} + ox) * {kern.out_c} + c")
+    return ctx
+
+
+def _depthwise16_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool) -> dict:
+    """The 16-lane depthwise kernel's arrays (weights per group of 16 channels; bias with the input
+    offset's share folded in, multipliers and shifts in PERM16's lane order) and its asm step."""
+    taps = w.reshape(-1, w.shape[-1])
+
+    def folded():  # every tap: a padding pixel holds the input zero point, whose (x + offset) * w is 0
+        f = (0 if bias is None else bias.astype(np.int64)) + kern.input_offset * taps.astype(np.int64).sum(0)
+        return permuted16(((f + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32), np.int32(0))
+
+    def per_channel(values, dtype):
+        return np.broadcast_to(np.asarray(values, dtype), (kern.out_c,)).copy()
+
+    # two taps' int16 products summed before widening: exact unless a weight is -128 (2 x 128 x 128
+    # overflows int16; weights in [-127, 127] reach 2 x 128 x 127 at most), else one tap at a time
+    pairs = not (taps == -128).any()
+    groups = -(-kern.in_c // DW16)
+    tail = kern.in_c - (groups - 1) * DW16
+    return dict(
+        macro="depthwise16", groups=groups, tail=tail, line_w=line_width(kern), pairs=pairs,
+        wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise16(w), aligned=True),
+        bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded),
+        mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: permuted16(per_channel(kern.multiplier, np.int32), np.int32(0))),
+        shift=sym.array(f"op{k}_shift", "int8_t", lambda: permuted16(per_channel(kern.shift, np.int8), np.int8(-1))),
+        step=depthwise16_step(kern, pairs, DW16), tail_step=depthwise16_step(kern, pairs, tail), in_place=in_place,
+        stack_bytes=kern.k_h * line_width(kern) * DW16)
+
+
+def depthwise16_step(kern, pairs: bool, lanes: int) -> list[str]:
+    """The asm of one output pixel of 16 channels, ``lanes`` of them stored (the kernel's row loop
+    runs it out_w times).
+    Registers: x0.. the line buffer rows (16 bytes a pixel, moved on by the stride at each row's
+    first tap), w the group's weights [tap][16], pb/pm/pn the group's permuted bias, multipliers
+    and shifts, po the output (moved on by out_c), zp the output zero point; q0-q3 the int32
+    accumulators, q4 inputs, q5 weights, q6/q7 the int16 products of the even/odd channels."""
+    step = kern.stride_w * DW16
+    bumped = [False] * kern.k_h
+
+    def x(t: int, again: bool = False) -> str:  # tap t's 16 inputs
+        ky, kx = divmod(t, kern.k_w)
+        if kx == 0 and not again and not bumped[ky]:
+            bumped[ky] = True
+            return f"[%[x{ky}]], #{step}"
+        off = kx * DW16 - (step if bumped[ky] else 0)
+        return f"[%[x{ky}], #{off}]" if off else f"[%[x{ky}]]"
+
+    asm = [f"vldrw.u32 q{i}, [%[pb], #{16 * i}]" for i in range(4)]
+    taps = kern.k_h * kern.k_w
+    widen = ["vmovlb.s16 q4, q6", "vadd.i32 q0, q0, q4", "vmovlt.s16 q4, q6", "vadd.i32 q1, q1, q4",
+             "vmovlb.s16 q4, q7", "vadd.i32 q2, q2, q4", "vmovlt.s16 q4, q7", "vadd.i32 q3, q3, q4"]
+    for a in range(0, taps, 2 if pairs else 1):
+        asm += [f"vldrb.8 q4, {x(a)}", f"vldrw.u32 q5, [%[w], #{16 * a}]", "vmullb.s8 q6, q4, q5", "vmullt.s8 q7, q4, q5"]
+        if pairs and a + 1 < taps:  # the second tap's inputs loaded twice: no q register is free
+            b = a + 1
+            asm += [f"vldrb.8 q4, {x(b)}", f"vldrw.u32 q5, [%[w], #{16 * b}]", "vmullt.s8 q4, q4, q5",
+                    "vadd.i16 q7, q7, q4", f"vldrb.8 q4, {x(b, again=True)}", "vmullb.s8 q4, q4, q5",
+                    "vadd.i16 q6, q6, q4"]
+        asm += widen
+    for i in range(4):  # MultiplyByQuantizedMultiplier with right shifts only: VQRDMULH, + sign, VRSHL
+        q = f"q{i}"
+        asm += [f"vldrw.u32 q4, [%[pm], #{16 * i}]", f"vqrdmulh.s32 {q}, {q}, q4", f"vshr.s32 q5, {q}, #31",
+                f"vadd.i32 {q}, {q}, q5", f"vldrb.s32 q4, [%[pn], #{4 * i}]", f"vrshl.s32 {q}, {q}, q4"]
+    # saturating narrows (channel order again); the zero point added in int16, where it cannot
+    # move a value across the int8 range that int32 would not
+    asm += ["vqmovnb.s32 q4, q0", "vqmovnt.s32 q4, q1", "vqmovnb.s32 q5, q2", "vqmovnt.s32 q5, q3",
+            "vqadd.s16 q4, q4, %[zp]", "vqadd.s16 q5, q5, %[zp]", "vqmovnb.s16 q6, q4", "vqmovnt.s16 q6, q5"]
+    if kern.act_min > -128:
+        asm += [f"vmov.i8 q0, #{kern.act_min & 0xFF}", "vmax.s8 q6, q6, q0"]
+    if kern.act_max < 127:
+        asm += [f"vmov.i8 q0, #{kern.act_max & 0xFF}", "vmin.s8 q6, q6, q0"]
+    store = "vstrbt.8" if lanes < DW16 else "vstrb.8"
+    if lanes < DW16:  # a last group of fewer channels: the loop's P0 holds them (no register is free)
+        asm.append("vpst")
+    if kern.out_c <= 127:
+        asm.append(f"{store} q6, [%[po]], #{kern.out_c}")
+    else:
+        asm += [f"{store} q6, [%[po]]", f"add %[po], %[po], #{kern.out_c}"]
+    return asm
