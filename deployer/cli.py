@@ -399,20 +399,27 @@ def _refuse_flags_of_the_other_kind(language: bool, extra: frozenset = frozenset
             raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: only for language models (.safetensors)")
 
 
+def _language_model_options(target, sram, flash, l3, planner, time_limit, language, **rest) -> Options:
+    """The options of a language model's command: its budgets parsed, its --logits checked before
+    anything is read, ``rest`` (rtos, debug_guards, input_memory) as given."""
+    logits_k(language.logits)
+    return Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
+                   l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
+                   language=language, **rest)
+
+
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
                prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full",
                l3=None, rope="auto") -> None:
     """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
-    logits_k(logits)  # a malformed --logits is a usage error before anything is read
     language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune,
                              logits=logits, rope=rope)
+    options = _language_model_options(target, sram, flash, l3, planner, time_limit, language, rtos=rtos,
+                                      debug_guards=debug_guards, input_memory=input_memory)
     with _progress(quiet):
-        dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
-                                    l3=parse_size(l3, "--l3"),
-                                    planner=planner, time_limit_s=check_time_limit(time_limit), rtos=rtos,
-                                    debug_guards=debug_guards, language=language, input_memory=input_memory))
+        dep = deploy(model, options)
     if dump_ir:
         for k, op in enumerate(dep.graph.ops):
             say(f"{k:4d}  {op_summary(op)}")
@@ -504,12 +511,9 @@ def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outp
 
         if llm_tokenizer is not None:
             raise UsageError("--tokenizer: deploy suggest writes no files (the tokenizer is copied by deploy MODEL -o DIR)")
-        logits_k(llm_logits)  # a malformed --logits is a usage error before anything is read
-        options = Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
-                          l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
-                          input_memory=input_memory,
-                          language=LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
-                                                 prune_vocab=llm_prune, logits=llm_logits, rope=llm_rope))
+        options = _language_model_options(target, sram, flash, l3, planner, time_limit, LanguageFlags(
+            weights=llm_weights, kv=llm_kv, context=llm_context, prune_vocab=llm_prune, logits=llm_logits,
+            rope=llm_rope), input_memory=input_memory)
         with _progress(quiet):
             s = suggest_language_model(model, options)
         if as_json:
@@ -722,11 +726,9 @@ def _verify_llm(model, target, sram, flash, l3, planner, time_limit, debug_guard
     _check_verify_target(target, on_qemu, sanitize)
     if clock_mhz is not None and not on_qemu:
         raise UsageError("--clock needs --qemu: milliseconds come from the cycles estimated on QEMU")
-    logits_k(language.logits)
+    options = _language_model_options(target, sram, flash, l3, planner, time_limit, language, debug_guards=debug_guards)
     with _progress(False):
-        dep = deploy(model, Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
-                                    l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
-                                    debug_guards=debug_guards, language=language))
+        dep = deploy(model, options)
     result = verify_language_model(dep, seeds, sanitize=sanitize, on_qemu=on_qemu, clock_mhz=clock_mhz)
     if as_json:
         click.echo(json_text(result))
@@ -792,13 +794,10 @@ def compare_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outp
 
         if llm_tokenizer is not None:
             raise UsageError("--tokenizer: deploy compare writes no engine (the tokenizer is copied by deploy MODEL -o DIR)")
-        logits_k(llm_logits)
+        options = _language_model_options(target, sram, flash, l3, planner, time_limit, LanguageFlags(
+            weights=llm_weights, kv=llm_kv, context=llm_context, prune_vocab=llm_prune, logits=llm_logits,
+            rope=llm_rope), input_memory=input_memory)
         check_report(report, "--report", [("the model", model)])
-        options = Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
-                          l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
-                          input_memory=input_memory,
-                          language=LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
-                                                 prune_vocab=llm_prune, logits=llm_logits, rope=llm_rope))
         with _progress(False):
             dep, problem, plans = compare_language_model(model, options, SolverConfig(time_limit_s=time_limit))
         say(comparison_table(plans, lower_bound(problem), problem))
