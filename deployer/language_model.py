@@ -154,13 +154,67 @@ def budget_details(plan) -> dict:
 # ---- the files beside the engine ------------------------------------------------------------
 
 def side_files(plan) -> dict:
-    """The model's tokenizer (so that the folder runs `deploy generate` alone) and token_ids.json
-    (engine id -> GPT-2 id) where the vocabulary was pruned or remapped."""
-    files = _tokenizer_files(plan.model, plan.options.language.tokenizer)
+    """The model's tokenizer (so that the folder runs `deploy generate` alone), token_ids.json
+    (engine id -> GPT-2 id) where the vocabulary was pruned or remapped, and with the tokenizer
+    the on-device detokenizer: <ident>_tokens.c and .h, every engine token's bytes."""
+    tok, files = _tokenizer_and_files(plan.model, plan.options.language.tokenizer)
     to_gpt2 = _gpt2_ids(plan.model, plan.language.kept, plan.language.vocab)
     if to_gpt2 is not None:
         files["token_ids.json"] = json.dumps(to_gpt2) + "\n"
+    if tok is not None:
+        files.update(token_text_files(plan, tok, to_gpt2))
     return files
+
+
+def _tokenizer_and_files(path: Path, tokenizer: Path | None) -> tuple:
+    """_tokenizer_files, and the tokenizer they make (None without one; opened once, its files
+    checked before they are copied)."""
+    from .tokenizer import open_tokenizer_and_files
+
+    if tokenizer is None and not tokenizer_present(path.parent):
+        return None, {}
+    tok, files = open_tokenizer_and_files(tokenizer or path.parent, given=tokenizer is not None)
+    return tok, {f"tokenizer/{name}": data for name, data in files.items()}
+
+
+def token_table(texts: list[bytes]) -> tuple[bytes, list[int]]:
+    """Token texts as one packed byte string and the offsets of each token's start (and of the
+    end: len(texts) + 1 of them): token i is packed[offsets[i]:offsets[i + 1]]."""
+    offsets = [0]
+    for t in texts:
+        offsets.append(offsets[-1] + len(t))
+    return b"".join(texts), offsets
+
+
+def token_text_files(plan, tok, to_tokenizer: list[int] | None) -> dict:
+    """<ident>_tokens.c and <ident>_tokens.h: inference_token_text(id, &text), engine id -> the
+    bytes the token stands for (the tokenizer's id through token_ids.json when the vocabulary
+    was pruned or remapped), from const tables; {} when the tokenizer's decoder is not token by
+    token (tokenizer.token_texts)."""
+    from .emit import c_array, template_environment
+    from .tokenizer import JsonTokenizer, token_texts
+
+    table = token_texts(tok)
+    if table is None:
+        return {}
+    vocab = plan.graph.config.vocab
+    ids = to_tokenizer if to_tokenizer is not None else range(vocab)
+    texts = [table.texts[i] if 0 <= i < len(table.texts) else b"" for i in ids]
+    packed, offsets = token_table(texts)
+    otype = "uint16_t" if offsets[-1] <= 0xFFFF else "uint32_t"
+    ident = c_identifier(plan.graph.name)
+    source = "tokenizer/tokenizer.json" if isinstance(tok, JsonTokenizer) else "tokenizer/vocab.json"
+    ctx = dict(model=plan.graph.name, ident=ident, guard=f"{ident.upper()}_TOKENS_H", vocab=vocab,
+               bytes=len(packed), storage=max(len(packed), 1), otype=otype,
+               offset_bytes=(vocab + 1) * (2 if otype == "uint16_t" else 4),
+               longest=max((len(t) for t in texts), default=0), source=source,
+               remapped=to_tokenizer is not None, metaspace="metaspace" in table.edges, strip="strip" in table.edges,
+               empty=sum(1 for t in texts if not t),
+               data=c_array(np.frombuffer(packed or b"\0", np.uint8), per_line=20),
+               offsets=c_array(np.asarray(offsets, np.uint32), per_line=12))
+    env = template_environment(("llm", "host"))
+    return {f"{ident}_tokens.h": env.get_template("tokens.h.j2").render(ctx),
+            f"{ident}_tokens.c": env.get_template("tokens.c.j2").render(ctx)}
 
 
 def _tokenizer_files(path: Path, tokenizer: Path | None) -> dict:

@@ -136,3 +136,169 @@ def tokenizer_files(folder: str | Path, given: bool = False) -> dict[str, bytes]
     if isinstance(tok, JsonTokenizer):
         return {JSON_FILE: tok.raw}
     return read_gpt2_files(folder, given).raw
+
+
+# ---- every token's bytes (the on-device detokenizer's table) ---------------------------------
+
+def byte_level_chars() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: byte -> the character that stands for it in a token string.
+    The visible bytes of Latin-1 ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the other
+    68 (control characters, space, DEL, no-break space, soft hyphen) take U+0100, U+0101, ... in
+    byte order."""
+    visible = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}
+    moved = iter(range(0x100, 0x200))
+    return {b: chr(b) if b in visible else chr(next(moved)) for b in range(256)}
+
+
+_CHAR_BYTE = {ch: b for b, ch in byte_level_chars().items()}
+
+# Decoder steps whose effect on a text is token by token (so a token's bytes are its own), in the
+# library's names. "fused": after Fuse or ByteLevel the tokens are one text; only its edges may
+# change then (Strip), which a table of tokens cannot say: the header tells the application.
+_PER_TOKEN = ("ByteLevel", "Metaspace", "Replace", "ByteFallback", "Fuse", "Strip")
+
+
+def _decoder_steps(spec) -> list[dict] | None:
+    """The decoder's steps in order (a Sequence's flattened), or None when one of them is not a
+    token-by-token step this table can reproduce exactly (WordPiece's '##', BPEDecoder's end-of-
+    word suffix, CTC, a regular-expression Replace, no decoder at all: the library then joins
+    tokens with spaces)."""
+    if not isinstance(spec, dict):
+        return None
+    if spec.get("type") == "Sequence":
+        steps = []
+        for part in spec.get("decoders") or ():
+            inner = _decoder_steps(part)
+            if inner is None:
+                return None
+            steps += inner
+        return steps
+    if spec.get("type") not in _PER_TOKEN:
+        return None
+    if spec["type"] == "Replace" and not (isinstance(spec.get("pattern"), dict)
+                                          and isinstance(spec["pattern"].get("String"), str)
+                                          and spec["pattern"]["String"] and isinstance(spec.get("content"), str)):
+        return None
+    if spec["type"] == "Metaspace" and not (isinstance(spec.get("replacement"), str) and len(spec["replacement"]) == 1):
+        return None
+    counts = ("start", "stop")
+    if spec["type"] == "Strip" and not (isinstance(spec.get("content"), str) and len(spec["content"]) == 1
+                                        and all(isinstance(spec.get(k), int) and spec[k] >= 0 for k in counts)):
+        return None
+    return [spec]
+
+
+def _checked_steps(steps: list[dict]) -> tuple[list[dict], list[str]] | None:
+    """The steps applied to each token alone, and the text-level effects left out (for the
+    header); None when a step acts on bytes or on the joined text in a way a table cannot
+    reproduce."""
+    state, per_token, edges = "text", [], []  # text: per-token strings; bytes: after ByteFallback; fused
+    for s in steps:
+        kind = s["type"]
+        if kind == "Fuse":
+            state = "fused"
+        elif kind == "Strip":
+            if state == "fused" and s["stop"] == 0:
+                if s["start"]:
+                    edges.append("strip")  # the joined text's first characters: the text's start
+            elif state == "text":
+                per_token.append(s)
+            else:
+                return None
+        elif state != "text":
+            return None  # a per-token step after the tokens were joined or turned into bytes
+        elif kind == "ByteLevel":
+            per_token.append(s)
+            state = "fused"  # the library joins the bytes of all tokens into one text here
+        elif kind == "ByteFallback":
+            per_token.append(s)
+            state = "bytes"
+        else:
+            if kind == "Metaspace" and s.get("prepend_scheme", "always") != "never" and s.get("add_prefix_space", True):
+                edges.append("metaspace")  # the first token's replacement characters are dropped
+            per_token.append(s)
+    return per_token, edges
+
+
+def _strip(token: str, content: str, start: int, stop: int) -> str:
+    lead = 0
+    while lead < min(start, len(token)) and token[lead] == content:
+        lead += 1
+    end = len(token)
+    while len(token) - end < stop and end > lead and token[end - 1] == content:
+        end -= 1
+    return token[lead:end]
+
+
+def _fallback_byte(token: str) -> int | None:
+    """A byte-fallback token '<0xNN>' -> NN, as the library reads it (six bytes, two hex digits)."""
+    if len(token) == 6 and token.isascii() and token.startswith("<0x") and token.endswith(">"):
+        digits = token[3:5]
+        if all(ch in "0123456789abcdefABCDEF" for ch in digits.lstrip("+")) and digits.lstrip("+"):
+            return int(digits.lstrip("+"), 16)
+    return None
+
+
+def _token_bytes(token: str, steps: list[dict]) -> bytes:
+    """One token through the decoder's per-token steps, as the bytes it stands for."""
+    piece: str | bytes = token
+    for s in steps:
+        if isinstance(piece, bytes):
+            break  # ByteLevel and ByteFallback give the token's final bytes
+        kind = s["type"]
+        if kind == "Replace":
+            piece = piece.replace(s["pattern"]["String"], s["content"])
+        elif kind == "Metaspace":
+            piece = piece.replace(s["replacement"], " ")
+        elif kind == "Strip":
+            piece = _strip(piece, s["content"], s["start"], s["stop"])
+        elif kind == "ByteFallback":
+            b = _fallback_byte(piece)
+            piece = piece if b is None else bytes([b])
+        elif kind == "ByteLevel":  # a token with a character outside the alphabet stays as it is
+            piece = (bytes(_CHAR_BYTE[ch] for ch in piece) if all(ch in _CHAR_BYTE for ch in piece)
+                     else piece.encode("utf-8"))
+    return piece if isinstance(piece, bytes) else piece.encode("utf-8")
+
+
+@dataclass(frozen=True)
+class TokenTexts:
+    texts: list[bytes]  # tokenizer id -> the bytes it stands for (b"" for special tokens and unused ids)
+    edges: tuple[str, ...]  # text-level effects of the decoder left out: "metaspace", "strip"
+
+
+def token_texts(tok: JsonTokenizer | Gpt2Tokenizer) -> TokenTexts | None:
+    """Every token id's bytes, as the library's decoder makes them (byte-level BPE's alphabet back
+    to bytes, SentencePiece's '▁' to a space, '<0xNN>' byte-fallback tokens to their byte), so
+    that the bytes of a sequence of ids, one token after another, are the UTF-8 of
+    ``tok.decode(ids)`` wherever that is valid UTF-8 (and edges is empty; see TokenTexts).
+    Special tokens (added tokens marked special, which decode skips) and ids no token has: no
+    bytes. None when the tokenizer's decoder is not token by token (see _decoder_steps)."""
+    import json
+
+    lib = tok._tok
+    try:
+        spec = json.loads(lib.decoder.__getstate__()) if lib.decoder is not None else None
+    except Exception:  # noqa: BLE001 - a decoder the library cannot serialise: not one of ours
+        return None
+    steps = _decoder_steps(spec)
+    checked = _checked_steps(steps) if steps is not None else None
+    if checked is None:
+        return None
+    per_token, edges = checked
+    special = {t.content for t in lib.get_added_tokens_decoder().values() if t.special}
+    texts = []
+    for i in range(tok.size):
+        token = lib.id_to_token(i)
+        texts.append(b"" if token is None or token in special else _token_bytes(token, per_token))
+    return TokenTexts(texts, tuple(dict.fromkeys(edges)))
+
+
+def open_tokenizer_and_files(folder: str | Path, given: bool = False) -> tuple[JsonTokenizer | Gpt2Tokenizer,
+                                                                                   dict[str, bytes]]:
+    """open_tokenizer and tokenizer_files at once (the files read and checked once more for GPT-2's
+    pair, as tokenizer_files does)."""
+    tok = open_tokenizer(folder, given)
+    if isinstance(tok, JsonTokenizer):
+        return tok, {JSON_FILE: tok.raw}
+    return tok, read_gpt2_files(folder, given).raw
