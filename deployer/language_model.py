@@ -24,7 +24,7 @@ from solver.tensor_arena import arena_problem, plan_level
 from . import llm_passes
 from .emit import c_identifier, guard_bytes
 from .llm_passes import cache_kv, place_rope, prune_vocabulary, quantize_weights, select_logits, stream_weights
-from .tokenizer import present as tokenizer_present, tokenizer_files
+from .tokenizer import present as tokenizer_present
 
 # The engine's functions, one call per op included. Measured .text of tinytalk's engine at -O2:
 # x86-64 7.5 KB (q4_0), 6.8 KB (int8), 5.1 KB (f32); Cortex-M7 5.6 KB (q4_0 on the DSP), 4.3, 3.6 KB.
@@ -153,22 +153,33 @@ def budget_details(plan) -> dict:
 
 # ---- the files beside the engine ------------------------------------------------------------
 
-def side_files(plan) -> dict:
+def side_files(plan) -> tuple[dict, list[str]]:
     """The model's tokenizer (so that the folder runs `deploy generate` alone), token_ids.json
     (engine id -> GPT-2 id) where the vocabulary was pruned or remapped, and with the tokenizer
-    the on-device detokenizer: <ident>_tokens.c and .h, every engine token's bytes."""
+    the on-device detokenizer: <ident>_tokens.c and .h, every engine token's bytes; and the notes
+    on them (a tokenizer whose decoder no table of tokens can reproduce)."""
     tok, files = _tokenizer_and_files(plan.model, plan.options.language.tokenizer)
     to_gpt2 = _gpt2_ids(plan.model, plan.language.kept, plan.language.vocab)
     if to_gpt2 is not None:
         files["token_ids.json"] = json.dumps(to_gpt2) + "\n"
-    if tok is not None:
-        files.update(token_text_files(plan, tok, to_gpt2))
-    return files
+    if tok is None:
+        return files, []
+    tables = token_text_files(plan, tok, to_gpt2)
+    if not tables:
+        from .tokenizer import decoder_name
+        return files, [f"no on-device detokenizer ({tokens_file(plan)}): the tokenizer's decoder "
+                       f"({decoder_name(tok)}) does not turn each token into its own bytes"]
+    return {**files, **tables}, []
+
+
+def tokens_file(plan) -> str:
+    """The detokenizer's C file (side_files)."""
+    return f"{c_identifier(plan.graph.name)}_tokens.c"
 
 
 def _tokenizer_and_files(path: Path, tokenizer: Path | None) -> tuple:
-    """_tokenizer_files, and the tokenizer they make (None without one; opened once, its files
-    checked before they are copied)."""
+    """The tokenizer's files to copy as tokenizer/..., and the tokenizer they make (None, {} without
+    one; opened once, its files checked before they are copied)."""
     from .tokenizer import open_tokenizer_and_files
 
     if tokenizer is None and not tokenizer_present(path.parent):
@@ -177,13 +188,21 @@ def _tokenizer_and_files(path: Path, tokenizer: Path | None) -> tuple:
     return tok, {f"tokenizer/{name}": data for name, data in files.items()}
 
 
-def token_table(texts: list[bytes]) -> tuple[bytes, list[int]]:
-    """Token texts as one packed byte string and the offsets of each token's start (and of the
-    end: len(texts) + 1 of them): token i is packed[offsets[i]:offsets[i + 1]]."""
-    offsets = [0]
-    for t in texts:
-        offsets.append(offsets[-1] + len(t))
-    return b"".join(texts), offsets
+# A token's start is its group's start plus the lengths of the group's tokens before it: one
+# length byte a token and one start per TOKEN_GROUP tokens (tinytalk's 14,019 tokens: 17.5 KB of
+# index where a start per token would take 56 KB), at most TOKEN_GROUP - 1 additions a lookup.
+TOKEN_GROUP = 16
+
+
+def token_table(texts: list[bytes]) -> tuple[bytes, list[int], list[int]]:
+    """Token texts as one packed byte string, each token's length, and the start of every group
+    of TOKEN_GROUP tokens: token i starts at starts[i // G] + sum(lengths[i - i % G:i])."""
+    starts, at = [], 0
+    for i, t in enumerate(texts):
+        if i % TOKEN_GROUP == 0:
+            starts.append(at)
+        at += len(t)
+    return b"".join(texts), [len(t) for t in texts], starts
 
 
 def token_text_files(plan, tok, to_tokenizer: list[int] | None) -> dict:
@@ -200,29 +219,24 @@ def token_text_files(plan, tok, to_tokenizer: list[int] | None) -> dict:
     vocab = plan.graph.config.vocab
     ids = to_tokenizer if to_tokenizer is not None else range(vocab)
     texts = [table.texts[i] if 0 <= i < len(table.texts) else b"" for i in ids]
-    packed, offsets = token_table(texts)
-    otype = "uint16_t" if offsets[-1] <= 0xFFFF else "uint32_t"
+    packed, lengths, starts = token_table(texts)
+    ltype = "uint8_t" if max(lengths, default=0) <= 0xFF else "uint16_t"
+    stype = "uint16_t" if max(starts, default=0) <= 0xFFFF else "uint32_t"
+    width = {"uint8_t": 1, "uint16_t": 2, "uint32_t": 4}
     ident = c_identifier(plan.graph.name)
     source = "tokenizer/tokenizer.json" if isinstance(tok, JsonTokenizer) else "tokenizer/vocab.json"
     ctx = dict(model=plan.graph.name, ident=ident, guard=f"{ident.upper()}_TOKENS_H", vocab=vocab,
-               bytes=len(packed), storage=max(len(packed), 1), otype=otype,
-               offset_bytes=(vocab + 1) * (2 if otype == "uint16_t" else 4),
-               longest=max((len(t) for t in texts), default=0), source=source,
+               bytes=len(packed), storage=max(len(packed), 1), ltype=ltype, stype=stype, group=TOKEN_GROUP,
+               groups=len(starts), index_bytes=vocab * width[ltype] + len(starts) * width[stype],
+               longest=max(lengths, default=0), source=source,
                remapped=to_tokenizer is not None, metaspace="metaspace" in table.edges, strip="strip" in table.edges,
                empty=sum(1 for t in texts if not t),
                data=c_array(np.frombuffer(packed or b"\0", np.uint8), per_line=20),
-               offsets=c_array(np.asarray(offsets, np.uint32), per_line=12))
+               lengths=c_array(np.asarray(lengths, np.uint32), per_line=20),
+               starts=c_array(np.asarray(starts, np.uint32), per_line=12))
     env = template_environment(("llm", "host"))
     return {f"{ident}_tokens.h": env.get_template("tokens.h.j2").render(ctx),
-            f"{ident}_tokens.c": env.get_template("tokens.c.j2").render(ctx)}
-
-
-def _tokenizer_files(path: Path, tokenizer: Path | None) -> dict:
-    if tokenizer is None and not tokenizer_present(path.parent):
-        return {}
-    # copied only once checked: what lands in the output is a tokenizer, whatever the folder held
-    files = tokenizer_files(tokenizer or path.parent, given=tokenizer is not None)
-    return {f"tokenizer/{name}": data for name, data in files.items()}
+            tokens_file(plan): env.get_template("tokens.c.j2").render(ctx)}
 
 
 def _gpt2_ids(path: Path, kept, vocab: int) -> list[int] | None:
@@ -258,6 +272,7 @@ def manifest_section(plan, tokenizer: bool) -> dict:
                       for n, r, s in lang.quantization],
         pruned_vocabulary=None if lang.kept is None else dict(kept=len(lang.kept), of=lang.vocab),
         eos_token_id=c.eos, bos_token_id=c.bos, tokenizer="tokenizer/" if tokenizer else None,
+        detokenizer=tokens_file(plan) if tokens_file(plan) in plan.files else None,
         l3=None if graph.l3 is None else dict(
             bytes=graph.l3.bytes, image=f"{c_identifier(graph.name)}_l3_weights.bin",
             streamed_bytes_per_token=llm_passes.streamed_bytes_per_token(graph), buffer_bytes=graph.l3.buffer,

@@ -148,9 +148,9 @@ def stack_buffers(graph: TransformerGraph) -> int:
     return -(-graph.config.kv_dim // 8) * 8 + rope
 
 
-def render_engine(plan) -> dict:
+def render_engine(plan, tokens: bool = False) -> dict:
     """The engine's C file, API header, task glue and CMakeLists.txt (and the qemu/ folder on a
-    Cortex-M target)."""
+    Cortex-M target); ``tokens``: the library also holds the detokenizer's <ident>_tokens.c."""
     graph, backend, options, arena = plan.graph, plan.backend, plan.options, plan.arena
     guard = guard_bytes(options)
     offsets = {lt.name: plan.offsets[lt.tensor] for lt in plan.lives}  # arena buffer -> offset
@@ -210,7 +210,7 @@ def render_engine(plan) -> dict:
                swiglu_sizes=sorted({graph.activation(op.gate).elements for op in graph.ops if isinstance(op, SwiGlu)}),
                max_blocks=max(padded(op.cols) for op in (*matmuls, *([select] if select else []))) // Q.BLOCK,
                guards=dict(bytes=guard, canaries=guard_canaries(regions, guard)) if guard else None,
-               core_flags=core_flags(backend))
+               core_flags=core_flags(backend), tokens=tokens)
     env = template_environment(("llm", "host"))
     names = {"engine.c.j2": f"{ident}_engine.c", "inference_api.h.j2": "inference_api.h",
              "inference_task.c.j2": "inference_task.c", "inference_task.h.j2": "inference_task.h",

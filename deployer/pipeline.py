@@ -949,7 +949,9 @@ def fit_flash(plan: Plan) -> Plan:
 def emit_engine(plan: Plan) -> Plan:
     with progress.step("emit"):
         if plan.kind == "language_model":
-            return plan.but(files={**llm_emit.render_engine(plan), **language_model.side_files(plan)})
+            side, notes = language_model.side_files(plan)
+            return plan.but(files={**llm_emit.render_engine(plan, tokens=language_model.tokens_file(plan) in side),
+                                   **side}, notes=(*plan.notes, *notes))
         return plan.but(files=emit.render(plan, guard_bytes(plan.options)))
 
 

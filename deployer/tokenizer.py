@@ -4,7 +4,8 @@ once, checked, and handed to the library (and to the output folder) as read: not
 a second time.
 
     tok = open_tokenizer(folder)       # tokenizer.json when the folder has one, else GPT-2's files
-    files = tokenizer_files(folder)    # name -> bytes, to copy beside the engine
+    tok, files = open_tokenizer_and_files(folder)   # and name -> bytes, to copy beside the engine
+    table = token_texts(tok)           # every token's bytes (the on-device detokenizer)
 """
 from __future__ import annotations
 
@@ -130,12 +131,14 @@ def open_tokenizer(folder: str | Path, given: bool = False) -> JsonTokenizer | G
     return Gpt2Tokenizer(folder, given)
 
 
-def tokenizer_files(folder: str | Path, given: bool = False) -> dict[str, bytes]:
-    """The files to copy beside the engine, each read and checked by the library first."""
+def open_tokenizer_and_files(folder: str | Path, given: bool = False) -> tuple[JsonTokenizer | Gpt2Tokenizer,
+                                                                                   dict[str, bytes]]:
+    """The tokenizer (open_tokenizer) and the files to copy beside the engine (name -> bytes),
+    each read and checked by the library first."""
     tok = open_tokenizer(folder, given)
     if isinstance(tok, JsonTokenizer):
-        return {JSON_FILE: tok.raw}
-    return read_gpt2_files(folder, given).raw
+        return tok, {JSON_FILE: tok.raw}
+    return tok, read_gpt2_files(folder, given).raw
 
 
 # ---- every token's bytes (the on-device detokenizer's table) ---------------------------------
@@ -274,14 +277,8 @@ def token_texts(tok: JsonTokenizer | Gpt2Tokenizer) -> TokenTexts | None:
     ``tok.decode(ids)`` wherever that is valid UTF-8 (and edges is empty; see TokenTexts).
     Special tokens (added tokens marked special, which decode skips) and ids no token has: no
     bytes. None when the tokenizer's decoder is not token by token (see _decoder_steps)."""
-    import json
-
     lib = tok._tok
-    try:
-        spec = json.loads(lib.decoder.__getstate__()) if lib.decoder is not None else None
-    except Exception:  # noqa: BLE001 - a decoder the library cannot serialise: not one of ours
-        return None
-    steps = _decoder_steps(spec)
+    steps = _decoder_steps(_decoder_spec(tok))
     checked = _checked_steps(steps) if steps is not None else None
     if checked is None:
         return None
@@ -294,11 +291,24 @@ def token_texts(tok: JsonTokenizer | Gpt2Tokenizer) -> TokenTexts | None:
     return TokenTexts(texts, tuple(dict.fromkeys(edges)))
 
 
-def open_tokenizer_and_files(folder: str | Path, given: bool = False) -> tuple[JsonTokenizer | Gpt2Tokenizer,
-                                                                                   dict[str, bytes]]:
-    """open_tokenizer and tokenizer_files at once (the files read and checked once more for GPT-2's
-    pair, as tokenizer_files does)."""
-    tok = open_tokenizer(folder, given)
-    if isinstance(tok, JsonTokenizer):
-        return tok, {JSON_FILE: tok.raw}
-    return tok, read_gpt2_files(folder, given).raw
+def _decoder_spec(tok: JsonTokenizer | Gpt2Tokenizer):
+    """The library's decoder as tokenizer.json writes it; None without one, "?" for one the
+    library cannot serialise (not one _decoder_steps knows)."""
+    import json
+
+    if tok._tok.decoder is None:
+        return None
+    try:
+        return json.loads(tok._tok.decoder.__getstate__())
+    except Exception:  # noqa: BLE001 - whatever the library raises
+        return "?"
+
+
+def decoder_name(tok: JsonTokenizer | Gpt2Tokenizer) -> str:
+    """The decoder's kind as tokenizer.json names it (its steps' for a Sequence), for messages."""
+    spec = _decoder_spec(tok)
+    if not isinstance(spec, dict):
+        return "none" if spec is None else "unknown"
+    if spec.get("type") == "Sequence":
+        return "Sequence of " + ", ".join(str(d.get("type")) for d in spec.get("decoders") or () if isinstance(d, dict))
+    return str(spec.get("type"))

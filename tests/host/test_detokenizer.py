@@ -255,14 +255,16 @@ def test_special_tokens_give_no_bytes(llama):
     assert "3 of the 512 ids have none" in llama.files[c.replace(".c", ".h")]
 
 
-def test_the_table_is_packed_with_offsets_as_narrow_as_the_text_allows(llama, talk):
-    for engine, otype in ((llama, "uint16_t"), (talk, "uint32_t")):
+def test_the_table_is_packed_with_an_index_as_narrow_as_the_text_allows(llama, talk):
+    """A length byte a token and a start per group of 16 tokens, each as narrow as it can be."""
+    for engine, stype in ((llama, "uint16_t"), (talk, "uint32_t")):
         c, h = tokens_files(engine.files)
         total = sum(map(len, engine.expected))
         assert f"static const uint8_t token_bytes[{total}] = {{" in engine.files[c]
-        assert f"static const {otype} token_start[{engine.vocab + 1}] = {{" in engine.files[c]
+        assert f"static const uint8_t token_length[{engine.vocab}] = {{" in engine.files[c]
+        assert f"static const {stype} group_start[{-(-engine.vocab // 16)}] = {{" in engine.files[c]
         assert f"#define INFERENCE_TOKEN_TEXT_MAX {max(map(len, engine.expected))} " in engine.files[h]
-        assert ("uint32_t" if total > 0xFFFF else "uint16_t") == otype
+        assert ("uint32_t" if total - len(engine.expected[-1]) > 0xFFFF else "uint16_t") == stype
 
 
 def test_the_table_needs_no_libc(engine, tmp_path):
@@ -429,3 +431,14 @@ def test_a_decoder_not_token_by_token_gets_no_table(tmp_path):
     dep = deploy(LLAMA / "model.safetensors", Options(language=LanguageFlags(tokenizer=tmp_path / "tok")))
     assert "tokenizer/tokenizer.json" in dep.files
     assert not any(n.endswith(("_tokens.c", "_tokens.h")) for n in dep.files)
+    assert "_tokens.c" not in dep.files["CMakeLists.txt"]
+    assert json.loads(dep.files["manifest.json"])["language_model"]["detokenizer"] is None
+    assert [n for n in dep.notes if "detokenizer" in n] == [
+        "no on-device detokenizer (llama_tiny_random_tokens.c): the tokenizer's decoder (WordPiece) does not turn "
+        "each token into its own bytes"]
+
+
+def test_the_library_and_the_manifest_name_the_table(engine):
+    c, _ = tokens_files(engine.files)
+    assert f"    {c}\n" in engine.files["CMakeLists.txt"]
+    assert json.loads(engine.files["manifest.json"])["language_model"]["detokenizer"] == c

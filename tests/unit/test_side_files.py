@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from deployer import generate
-from deployer.language_model import _gpt2_ids, _read_ids, _tokenizer_files
+from deployer.language_model import _gpt2_ids, _read_ids, _tokenizer_and_files
 from deployer.test_vectors import find_vectors, read_dory_txt, vector_input_range
 from deployer.tokenizer import Gpt2Tokenizer
 from network_parser import side_files as sf
@@ -99,12 +99,12 @@ class SideFile:
 SIDE_FILES = [
     SideFile("config.json", "config.json", _gptneo, lambda f: read_gptneo(f / "model.safetensors"),
              ModelFormatError, sf.CONFIG_BYTES),
-    SideFile("vocab.json", "vocab.json", _gptneo, lambda f: _tokenizer_files(f / "model.safetensors", None),
+    SideFile("vocab.json", "vocab.json", _gptneo, lambda f: _tokenizer_and_files(f / "model.safetensors", None)[1],
              ModelFormatError, sf.TOKENIZER_BYTES),
-    SideFile("merges.txt", "merges.txt", _gptneo, lambda f: _tokenizer_files(f / "model.safetensors", None),
+    SideFile("merges.txt", "merges.txt", _gptneo, lambda f: _tokenizer_and_files(f / "model.safetensors", None)[1],
              ModelFormatError, sf.TOKENIZER_BYTES),
     SideFile("--tokenizer vocab.json", "tok/vocab.json", _gptneo,
-             lambda f: _tokenizer_files(f / "model.safetensors", f / "tok"), UsageError, sf.TOKENIZER_BYTES),
+             lambda f: _tokenizer_and_files(f / "model.safetensors", f / "tok")[1], UsageError, sf.TOKENIZER_BYTES),
     SideFile("pruned_to_gpt2_ids.json", "pruned_to_gpt2_ids.json", _gptneo,
              lambda f: _gpt2_ids(f / "model.safetensors", None, 64), ModelFormatError, sf.TOKEN_IDS_BYTES),
     SideFile("--prune-vocab", "keep.json", _gptneo, lambda f: _read_ids(f / "keep.json"), UsageError,
@@ -354,7 +354,7 @@ def test_valid_files_read_as_before(tmp_path):
     _gptneo(folder)
     assert _read_ids(folder / "keep.json") == [0, 1, 2]
     assert _gpt2_ids(folder / "model.safetensors", [0, 5], 64) == [0, 5]
-    files = _tokenizer_files(folder / "model.safetensors", None)
+    files = _tokenizer_and_files(folder / "model.safetensors", None)[1]
     assert files == {"tokenizer/vocab.json": json.dumps(VOCAB).encode(), "tokenizer/merges.txt": MERGES.encode()}
     out = tmp_path / "out"
     _out_folder(out)
@@ -371,7 +371,7 @@ def test_a_missing_tokenizer_names_the_flag(tmp_path):
                                                "DIR"):
         Gpt2Tokenizer(tmp_path)
     with pytest.raises(UsageError, match="--tokenizer .*: the GPT-2 tokenizer needs vocab.json and merges.txt"):
-        _tokenizer_files(tmp_path / "model.safetensors", tmp_path)
+        _tokenizer_and_files(tmp_path / "model.safetensors", tmp_path)[1]
 
 
 def test_a_dangling_link_is_named(tmp_path):
