@@ -334,7 +334,7 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output
     if language:
         return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
-                          input_memory, llm_logits, l3, llm_rope)
+                          input_memory, llm_logits, l3, llm_rope, as_json)
     start = time.perf_counter()
     options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                        patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),
@@ -370,7 +370,8 @@ QUANT_SNR_WARN_DB = 15.0  # below this a quantized matrix is worth a look (Q4_0 
 # The build flags a language model takes; every other flag given explicitly is refused by name,
 # and these (--weights ... --logits) are refused for a network.
 LANGUAGE_MODEL_FLAGS = frozenset({"model", "target", "sram", "flash", "l3", "planner", "time_limit", "out_dir", "force",
-                                  "rtos", "debug_guards", "dump_ir", "dump_plan", "quiet", "input_memory"})
+                                  "rtos", "debug_guards", "dump_ir", "dump_plan", "quiet", "input_memory", "kernels",
+                                  "as_json"})
 LANGUAGE_MODEL_ONLY = ("llm_weights", "llm_kv", "llm_context", "llm_tokenizer", "llm_prune", "llm_logits", "llm_rope")
 
 
@@ -403,14 +404,15 @@ def _language_model_options(target, sram, flash, l3, planner, time_limit, langua
     """The options of a language model's command: its budgets parsed, its --logits checked before
     anything is read, ``rest`` (rtos, debug_guards, input_memory) as given."""
     logits_k(language.logits)
+    kernels = click.get_current_context().params.get("kernels") or "auto"  # every such command has --kernels
     return Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
                    l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
-                   language=language, **rest)
+                   kernels=kernels, language=language, **rest)
 
 
 def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
                prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full",
-               l3=None, rope="auto") -> None:
+               l3=None, rope="auto", as_json=False) -> None:
     """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
     from network_parser.transformer_ir import op_summary
 
@@ -418,6 +420,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
                              logits=logits, rope=rope)
     options = _language_model_options(target, sram, flash, l3, planner, time_limit, language, rtos=rtos,
                                       debug_guards=debug_guards, input_memory=input_memory)
+    start = time.perf_counter()
     with _progress(quiet):
         dep = deploy(model, options)
     if dump_ir:
@@ -430,6 +433,9 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
     for name, rmse, snr in quantization:
         if snr < QUANT_SNR_WARN_DB:
             say(f"warning: {name}: {weights} weights at {snr:.1f} dB SNR (RMSE {rmse:.3g})", err=True)
+    if as_json:
+        click.echo(json_text(build_summary(dep, out_dir, time.perf_counter() - start)))
+        return
     if quiet:
         return
     c, m, kept = dep.graph.config, dep.memory, dep.language.kept

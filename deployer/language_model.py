@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
+from backends.decoder_kernels import choose_decoder, decoder_family
 from network_parser.errors import UsageError
 from network_parser.lifetimes import Lifetime
 from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
 from network_parser.transformer_ir import TransformerGraph, lifetimes, op_summary
 from solver.arena import SolverConfig, plan_arena
-from solver.plan import Memory
+from solver.plan import LayerPlan, Memory
 from solver.tensor_arena import arena_problem, plan_level
 
 from . import llm_passes
@@ -73,8 +74,24 @@ def lower_as(plan, flags, quantized: dict):
     graph = select_logits(graph, flags.logits)
     graph = place_rope(graph, flags.rope, options.flash, CODE_BYTES_ESTIMATE)
     graph = stream_weights(graph, options.l3, options.flash, CODE_BYTES_ESTIMATE)
-    return plan.but(options=options, graph=graph,
-                    language=LanguagePlan(report, None if kept is None else tuple(kept), vocab))
+    return choose_kernels(plan.but(options=options, graph=graph,
+                                   language=LanguagePlan(report, None if kept is None else tuple(kept), vocab)))
+
+
+def choose_kernels(plan):
+    """Each op as a layer of the plan, with the kernel that runs it: the engine's own, or for the
+    Q4_0 matrices the matvec of the target's family that --kernels allows (backends.decoder_kernels)."""
+    graph = plan.graph
+    family = decoder_family(plan.backend.families, plan.options.kernels, graph.weight_format)
+    return plan.but(layers=tuple(LayerPlan(k, op, variant=choose_decoder(op, graph, family, streamed(graph, op)),
+                                           l3_weights=streamed(graph, op))
+                                 for k, op in enumerate(graph.ops)))
+
+
+def streamed(graph: TransformerGraph, op) -> bool:
+    """The op's matrix (or embedding table) streams from L3."""
+    weight = getattr(op, "weight", None) or getattr(op, "table", None)
+    return weight is not None and graph.l3 is not None and graph.l3.get(weight) is not None
 
 
 def plan_as(plan, flags, quantized: dict):
@@ -268,6 +285,7 @@ def manifest_section(plan, tokenizer: bool) -> dict:
         logits=plan.options.language.logits,
         rope=None if graph.config.position != "rope" else ("compute" if "rope.inv" in graph.weights else "table"),
         ops=[op_summary(op) for op in graph.ops],
+        kernels=[lp.variant.name for lp in plan.layers], macs=plan.macs,
         quantization=[dict(matrix=n, rmse=round(r, 8), snr_db=None if s == float("inf") else round(s, 3))
                       for n, r, s in lang.quantization],
         pruned_vocabulary=None if lang.kept is None else dict(kept=len(lang.kept), of=lang.vocab),

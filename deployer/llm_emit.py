@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from backends.family import KernelFamily
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
                                            PositionEmbedding, QuantizeInput, RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
 
@@ -170,8 +171,8 @@ def render_engine(plan, tokens: bool = False) -> dict:
         shapes |= {(select.block, select.cols)} | ({(select.rows % select.block, select.cols)}
                                                    if select.rows % select.block else set())
     stream_shapes = sorted({(op.rows, op.cols, streams[op.weight].rows) for op in matmuls if op.weight in streams})
-    # the first kernel family of the target with a Q4_0 matvec (its templates' llm.c.j2)
-    family = next((f for f in backend.families if f.llm), None) if graph.weight_format == "q4_0" else None
+    # the kernel family whose matvec runs the matrices (its templates' llm.c.j2), as the plan chose
+    family = next((lp.variant.layout for lp in plan.layers if isinstance(lp.variant.layout, KernelFamily)), None)
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")

@@ -170,7 +170,7 @@ def build_summary(dep, out_dir, wall_s: float, steps=()) -> dict:
     return {
         "model": dep.graph.name, "target": dep.backend.name, "output": str(out_dir),
         "files": {name: len(text if isinstance(text, bytes) else text.encode()) for name, text in sorted(dep.files.items())},
-        "layers": len(dep.graph.layers), "macs": dep.macs,
+        "kind": dep.kind, "layers": len(dep.layers), "macs": dep.macs,
         "budgets": {"l1_bytes": dep.options.l1, "sram_bytes": dep.options.sram, "flash_bytes": dep.options.flash,
                     "l3_bytes": dep.options.l3},
         "memory": dep.memory.as_dict(), "elf": dep.elf or None,

@@ -367,7 +367,7 @@ def language_model_report(dep, problem: ArenaProblem) -> str:
     token with their live bytes, the per-matrix quantization error and every arena planner's
     picture (the deployment's plan beside the greedy ones on the same problem). No wall times:
     the page is byte-identical run to run."""
-    from network_parser.transformer_ir import op_summary
+    from network_parser.transformer_ir import op_macs, op_summary
 
     graph, memory, options = dep.graph, dep.memory, dep.options
     quant_report, target_description = dep.language.quantization, dep.backend.description
@@ -387,8 +387,10 @@ def language_model_report(dep, problem: ArenaProblem) -> str:
                  f"cache {kv.format} x {kv.context} positions" + (f" (one scale per {kv.group} values)" if kv.group
                                                                    else "") + f"; {len(graph.ops)} ops per token."),
         memory=memory_rows,
-        ops=[dict(index=k, op=type(op).__name__, text=op_summary(op), live=f"{curve[k]:,}" if k < len(curve) else "-")
-             for k, op in enumerate(graph.ops)],
+        ops=[dict(index=k, op=type(op).__name__, text=op_summary(op), kernel=lp.variant.name,
+                  macs=f"{op_macs(op, graph):,}" if op_macs(op, graph) else "-",
+                  live=f"{curve[k]:,}" if k < len(curve) else "-")
+             for k, (op, lp) in enumerate(zip(graph.ops, dep.layers))],
         quant=[dict(matrix=n, rmse=f"{r:.3g}", snr="exact" if s == float("inf") else f"{s:.1f}")
                for n, r, s in quant_report])
     return _environment().get_template("report.html.j2").render(

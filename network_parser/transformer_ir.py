@@ -187,6 +187,16 @@ def op_summary(op: Op) -> str:
     return f"{type(op).__name__}({args})"
 
 
+def op_macs(op, graph) -> int:
+    """An op's multiply-accumulates for one token: a matrix's rows x cols; attention's over a
+    full cache (two per cached position and head dimension: the scores and the weighted sum)."""
+    if isinstance(op, (MatMul, HeadSelect)):
+        return op.rows * op.cols
+    if isinstance(op, Attention):
+        return 2 * op.heads * graph.config.head_dim * graph.kv.context
+    return 0
+
+
 @dataclass(frozen=True, slots=True)
 class KvCache:
     format: str  # "f32" | "int8" | "int4"

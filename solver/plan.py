@@ -110,6 +110,10 @@ class Plan:
 
     @property
     def macs(self) -> int:
+        """One inference's multiply-accumulates (a language model's: one token's, over a full cache)."""
+        if self.kind == "language_model":
+            from network_parser.transformer_ir import op_macs
+            return sum(op_macs(layer.kernel, self.graph) for layer in self.layers)
         return sum(K.macs(layer.kernel) for layer in self.layers)
 
     @property

@@ -92,8 +92,35 @@ def test_generate_with_the_models_tokenizer_json_decodes_the_executors_tokens(tm
     assert got["ids"] == want
 
 
-@pytest.mark.parametrize("flags, named", [(["--l1", "32K"], "--l1"), (["--kernels", "smlad", "--patch", "off"],
-                                                                       "--patch, --kernels"),
+def test_each_op_is_a_layer_with_its_kernel_and_kernels_chooses_the_family(tmp_path):
+    """The plan's layers are the ops, each with the kernel that runs it; --kernels picks the
+    matvec's family as it does a network's (plain: the engine's own), named in the manifest, the
+    report and deploy --json."""
+    shared_llama()
+    model = LLAMA / "model.safetensors"
+    summaries = {}
+    for kernels in ("auto", "plain", "smlad"):
+        out = tmp_path / kernels
+        r = CliRunner().invoke(main, [str(model), "--target", "cortex-m4", "--kernels", kernels, "-o", str(out),
+                                      "--json"])
+        assert r.exit_code == 0, r.output
+        summaries[kernels] = json.loads(r.output)
+        lm = json.loads((out / "manifest.json").read_text())["language_model"]
+        assert len(lm["kernels"]) == len(lm["ops"]) == summaries[kernels]["layers"]
+        matvec = "matvec_q4_0" if kernels == "plain" else "matvec_q4_0_smlad"
+        assert [k for k, op in zip(lm["kernels"], lm["ops"]) if op.startswith("MatMul")] == [matvec] * 22
+        assert "rms_norm_f32" in lm["kernels"] and "attention_kv_int8" in lm["kernels"]
+        assert f"<td class=\"text\">{matvec}</td>" in (out / "report.html").read_text()
+    dep = deploy(model, Options(target="cortex-m4"))
+    assert summaries["auto"]["macs"] == lm["macs"] == dep.macs == sum(
+        op.rows * op.cols for op in dep.graph.ops if hasattr(op, "rows")) + 2 * 8 * 8 * dep.graph.kv.context * 3
+    assert summaries["auto"]["kind"] == "language_model"
+    r = CliRunner().invoke(main, [str(model), "--kernels", "smlad", "-o", str(tmp_path / "host")])
+    assert r.exit_code == 2 and "--kernels smlad: target 'host' has only the plain kernels" in r.output
+
+
+@pytest.mark.parametrize("flags, named", [(["--l1", "32K"], "--l1"), (["--no-in-place", "--patch", "off"],
+                                                                       "--patch, --no-in-place"),
                                           (["--auto-optimize"], "--auto-optimize"), (["--tiler", "greedy"], "--tiler")])
 def test_flags_that_do_not_apply_to_a_language_model_are_refused_by_name(flags, named, tmp_path):
     shared_llama()
