@@ -1,8 +1,9 @@
-"""Cortex-M: instructions per MAC of our SMLAD and plain C kernels on QEMU, against TFLite Micro
-with CMSIS-NN; code size without weights; the linked ELF's memory against the budgets.
+"""Cortex-M: instructions per MAC of our kernels on QEMU (the target's own families, "auto", beside
+the plain C kernels), against TFLite Micro with CMSIS-NN; code size without weights; the linked
+ELF's memory against the budgets; estimated milliseconds beside published figures.
 
-    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m7[,cortex-m4,cortex-m33,cortex-m55]]
-        [--kernels smlad,plain[,mve]]   (a family a core lacks is reported and skipped)
+    python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m4,cortex-m7,cortex-m33,cortex-m55]
+        [--kernels auto,plain[,smlad,mve]]   (a family a core lacks is reported and skipped)
 
 For kws_ref_model, vww_96_int8, pretrainedResnet_quant and ad01_int8 (``--models`` adds others from
 shared/models/tflite, by file name), on every core and kernel family: deploy with --sram 256K
@@ -13,9 +14,9 @@ with one; qemu.instructions_per_inference). Instructions go to layers by the eng
 op{k}_ functions (never inlined); the rest (fx_*, __aeabi_*, inference_run, memcpy...) to a
 row "other". Tables:
 
-* per model: MACs, instructions and instructions/MAC per kernel family, the plain/smlad ratio,
-  and TFLite Micro's own figures on the same QEMU M7 board (with CMSIS-NN, and with its
-  reference kernels);
+* per model: MACs, instructions and instructions/MAC per kernel choice, the plain/auto ratio,
+  and TFLite Micro's own figures on the same QEMU board (M7: with CMSIS-NN, and with its
+  reference kernels; M55: CMSIS-NN's Helium kernels);
 * per layer: index, op, kind, MACs, instructions and instructions/MAC per kernel family;
 * per layer kind over all models (sum of instructions / sum of MACs) beside CMSIS-NN's
   per-kind figures and our targets;
@@ -26,7 +27,8 @@ row "other". Tables:
 * estimated milliseconds (deployer/cycles.py: the executed instructions priced by the core's
   timing table, backends/timing) of the four MLPerf Tiny models on an STM32L4R5-class M4 at
   120 MHz and an STM32H7A3-class M7 at 280 MHz, beside MLPerf Tiny's published latencies on
-  those boards.
+  those boards; and on the M55 at its part's clock (alif-e7-hp, 400 MHz) beside TFLite Micro +
+  CMSIS-NN on an RA8D1 (Cortex-M85 at 480 MHz).
 
 Instruction counts are exact and repeatable: QEMU executes, it does not model a pipeline. The
 cycles are an estimate from them (no wait states, caches or bus contention: see the tables).
@@ -43,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from backends import BACKENDS  # noqa: E402
 from deployer import cycles, qemu  # noqa: E402
 from deployer.pipeline import Options, deploy
 from solver.plan import Plan  # noqa: E402
@@ -67,6 +70,9 @@ MLPERF_MS = {"cortex-m4": {"kws_ref_model": 43.19, "vww_96_int8": 88.93, "pretra
              "cortex-m7": {"kws_ref_model": 11.32, "vww_96_int8": 23.80, "pretrainedResnet_quant": 40.85,
                            "ad01_int8": 1.23}}
 MLPERF_OTHER = {("cortex-m4", "ad01_int8"): "Plumerai 4.05"}
+# TFLite Micro + CMSIS-NN on a Renesas RA8D1 (Cortex-M85, Helium, 480 MHz), MLPerf Tiny v1.2 closed
+MVE_PART = ("alif-e7-hp", "RA8D1 (M85 @480)")
+MVE_MS = {"kws_ref_model": 3.47, "vww_96_int8": 13.39}
 MLPERF_NAME = {"kws_ref_model": "kws", "vww_96_int8": "vww", "pretrainedResnet_quant": "ic (resnet8)",
                "ad01_int8": "ad"}
 # ... and on the M55 (QEMU mps3-an547), CMSIS-NN's Helium (MVE) kernels: instructions per MAC
@@ -138,11 +144,11 @@ def find_model(name: str) -> Path | None:
 
 
 def model_table(results: dict, models: list[str], cores: list[str], kernels: list[str]) -> None:
-    both = {"smlad", "plain"} <= set(kernels)
+    both = {"auto", "plain"} <= set(kernels)
     head = f"{'model':<24} {'core':<10} {'MACs':>11}"
     for k in kernels:
         head += f" {k + ' instr':>13} {'i/MAC':>6}"
-    print(head + (f" {'plain/smlad':>12}" if both else "") + f" {'TFLM+CMSIS-NN':>14} {'TFLM ref':>9}")
+    print(head + (f" {'plain/auto':>12}" if both else "") + f" {'TFLM+CMSIS-NN':>14} {'TFLM ref':>9}")
     for model in models:
         for core in cores:
             runs = {k: results.get((model, core, k)) for k in kernels}
@@ -153,7 +159,7 @@ def model_table(results: dict, models: list[str], cores: list[str], kernels: lis
             for r in runs.values():
                 row += f" {r.instructions:>13,} {ratio(r.instructions, macs):>6}" if r else f" {'-':>13} {'-':>6}"
             if both:
-                s, p = runs["smlad"], runs["plain"]
+                s, p = runs["auto"], runs["plain"]
                 row += f" {p.instructions / s.instructions:>12.2f}" if s and p else f" {'-':>12}"
             cmsis, ref = TFLM.get(model, (None, None)) if core == "cortex-m7" else (None, None)
             if core == "cortex-m55":
@@ -232,9 +238,9 @@ def memory_table(results: dict) -> None:
 
 
 def mlperf_table(results: dict, models: list[str], cores: list[str]) -> None:
-    """Estimated milliseconds (SMLAD kernels) beside MLPerf Tiny's published latencies."""
+    """Estimated milliseconds (the target's kernels) beside MLPerf Tiny's published latencies."""
     rows = [(m, c) for c in cores if c in MLPERF_BOARDS for m in models if m in MLPERF_MS[c]
-            and (m, c, "smlad") in results and results[(m, c, "smlad")].cycles]
+            and (m, c, "auto") in results and results[(m, c, "auto")].cycles]
     if not rows:
         return
     print("\nestimated latency (SMLAD kernels; cycles from the executed instructions and the core's timing table, "
@@ -242,7 +248,7 @@ def mlperf_table(results: dict, models: list[str], cores: list[str]) -> None:
     print(f"{'model':<14} {'board':<10} {'MHz':>5} {'instructions':>13} {'est. cycles':>12} {'cyc/instr':>9} "
           f"{'est. ms':>8} {'MLPerf ms':>10} {'est/MLPerf':>10}  other")
     for model, core in rows:
-        r = results[(model, core, "smlad")]
+        r = results[(model, core, "auto")]
         board, mhz = MLPERF_BOARDS[core]
         ms = r.cycles / (mhz * 1000.0)
         published = MLPERF_MS[core][model]
@@ -253,11 +259,35 @@ def mlperf_table(results: dict, models: list[str], cores: list[str]) -> None:
           "caches, their own kernels); ours are estimates for our engines at zero wait states.")
 
 
+def helium_table(results: dict, models: list[str]) -> None:
+    """The M55's estimated milliseconds at its part's clock beside TFLite Micro + CMSIS-NN's
+    published figures on an M85 (a faster clock and a wider core: the ratio says what the
+    instructions do, not which chip wins)."""
+    part, peer = MVE_PART
+    mhz = BACKENDS[part].clock_mhz
+    rows = [m for m in models if (m, "cortex-m55", "auto") in results and results[(m, "cortex-m55", "auto")].cycles]
+    if not rows:
+        return
+    print(f"\nestimated latency on the M55 ({part} at {mhz:.0f} MHz; Helium and SMLAD kernels) beside TFLite "
+          f"Micro + CMSIS-NN on an {peer}")
+    print(f"{'model':<14} {'instructions':>13} {'est. cycles':>12} {'est. ms':>8} {'M85 ms':>7} {'est/M85':>8}")
+    for model in rows:
+        r = results[(model, "cortex-m55", "auto")]
+        ms = r.cycles / (mhz * 1000.0)
+        peer_ms = MVE_MS.get(model)
+        print(f"{MLPERF_NAME.get(model, model):<14} {r.instructions:>13,} {r.cycles:>12,} {ms:>8.2f} "
+              + (f"{peer_ms:>7.2f} {ms / peer_ms:>8.2f}" if peer_ms else f"{'-':>7} {'-':>8}"))
+    print("The M85's figures are measured on silicon (MLPerf Tiny v1.2, 480 MHz, caches); ours are estimates at "
+          "zero wait states whose accuracy against silicon is unknown here.")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="", help="more models from shared/models/tflite, by name (comma-separated)")
-    ap.add_argument("--cores", default="cortex-m7", help="cortex-m7[,cortex-m4,cortex-m33,cortex-m55]")
-    ap.add_argument("--kernels", default="smlad,plain", help="kernel families, comma-separated")
+    ap.add_argument("--cores", default="cortex-m4,cortex-m7,cortex-m33,cortex-m55",
+                    help="cores, comma-separated (cortex-m4, cortex-m7, cortex-m33, cortex-m55)")
+    ap.add_argument("--kernels", default="auto,plain",
+                    help="kernel choices, comma-separated: auto (the core's families), plain, or a family")
     args = ap.parse_args(argv)
     missing = qemu.missing_tools()
     if missing:
@@ -292,6 +322,7 @@ def main(argv=None) -> int:
     code_table(results)
     memory_table(results)
     mlperf_table(results, models, cores)
+    helium_table(results, models)
     return 0
 
 

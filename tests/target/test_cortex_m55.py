@@ -1,7 +1,8 @@
 """The Cortex-M55 (Armv8.1-M with Helium) on QEMU's mps3-an547: the Helium kernel family runs the
 convolutions, depthwise and fully connected layers (the SMLAD family, which the core also has,
-the layers Helium leaves), bit-exact against the reference whole, tile by tile in L1 and with
-each family chosen alone; fewer instructions than the SMLAD kernels on the same core."""
+the layers Helium leaves), bit-exact against the reference whole, tile by tile in L1, region by
+region in patch stages and with each family chosen alone; fewer instructions than the SMLAD
+kernels on the same core."""
 from __future__ import annotations
 
 import pytest
@@ -44,6 +45,16 @@ def test_helium_tiles_and_each_family_alone():
     assert whole < smlad  # Helium's 16 MACs per instruction against SMLAD's 2
     _, dep = run(KWS, kernels="mve")
     assert not any("smlad" in lp.variant.name for lp in dep.layers)
+
+
+def test_patch_stages_run_the_helium_kernels():
+    """vww_96 in 32 KiB of SRAM needs the patch split: its stages' convolutions run the Helium
+    variants region by region (the 16-lane depthwise among them)."""
+    _, dep = run("mlperf_tiny/vww_96_int8.tflite", sram=32 * 1024)
+    staged = {dep.layers[k].variant.name for p in dep.patches for k in p.layers
+              if type(dep.layers[k].kernel).__name__ == "Conv"}
+    assert dep.patches and staged and all("_mve" in n for n in staged), staged
+    assert "depthwise_conv_s8_16ch_mve" in staged
 
 
 def test_a_family_the_target_lacks_is_refused_by_name():

@@ -189,16 +189,19 @@ def test_transpose_conv_tiles_run_the_smlad_kernel(tmp_path, kernel, stride, pad
     assert_bit_exact_on_qemu(model, dep, [random_inputs(dep.graph, seed) for seed in range(2)])
 
 
-@pytest.mark.parametrize("target", CORES)
+@pytest.mark.parametrize("target", [*CORES, "cortex-m55"])
 def test_fused_stages_over_the_application_input_on_qemu(target):
-    """mcunet_vww at msf-CNN's 17,904 B point: several stages running the SMLAD kernels patch by
-    patch, outputs over the inputs they consume, the input read where the application keeps it."""
+    """mcunet_vww at msf-CNN's 17,904 B point: several stages running the target's kernels (SMLAD;
+    Helium on the M55) patch by patch, outputs over the inputs they consume, the input read where
+    the application keeps it."""
     from network_parser.cut import CutSpec
     from deployer.verify import verification_samples
     model = shared_model("mcunet/mcunet_vww.tflite")
     dep = deploy(model, Options(target=target, cut=CutSpec(io="int8"), input_memory="external", sram=17_904,
                                 max_overhead=0.345))
     assert dep.memory.sram_bytes <= 17_904 and len(dep.patches) >= 2
+    family = "_mve" if target == "cortex-m55" else "_smlad"
+    assert any(family in dep.layers[k].variant.name for p in dep.patches for k in p.layers)
     samples, expected = verification_samples(dep, model, 2)
     for got, want in zip(run_on_qemu(dep, samples), expected.outputs):
         for a, b in zip(got, want):
