@@ -13,7 +13,8 @@ multiply-add per block.
 KV cache (``--kv-cache``): int8 or int4 codes with one float32 scale per block of 32 values.
 
 Rounding is round-half-away-from-zero of ``x * (1 / scale)`` in float32, which the C computes
-the same way (compiled with -ffp-contract=off).
+the same way (compiled with -ffp-contract=off): for weights as trunc(v +- 0.5) in float32, for
+activations and the KV cache exactly (round_half_away).
 """
 from __future__ import annotations
 
@@ -29,6 +30,13 @@ def round_away(x: np.ndarray) -> np.ndarray:
     """Round half away from zero, in float32 (the C: (int)(x + (x >= 0 ? 0.5f : -0.5f)))."""
     x = np.asarray(x, F32)
     return np.trunc(x + np.where(x >= 0, F32(0.5), F32(-0.5)).astype(F32)).astype(np.int32)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """Round half away from zero exactly (the engine's round_half_away for activations and the KV
+    cache: VCVTA, or v + (0.5 - 2^-25) truncated, which equals it for |v| <= 128)."""
+    x = np.asarray(x, F32).astype(np.float64)
+    return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5)).astype(np.int32)
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -132,7 +140,8 @@ def quantize_blocks(x: np.ndarray, levels: int = 127, block: int = BLOCK) -> tup
     amax = np.abs(xb).max(axis=1)
     s = (amax / F32(levels)).astype(F32)
     inv = np.where(s > 0, F32(1) / np.where(s > 0, s, F32(1)), F32(0)).astype(F32)
-    return np.clip(round_away(xb * inv[:, None]), -levels, levels).astype(np.int8), s
+    v = (xb * inv[:, None]).astype(F32)
+    return np.clip(round_half_away(np.clip(v, -levels, levels)), -levels, levels).astype(np.int8), s
 
 
 def matvec(w, x: np.ndarray) -> np.ndarray:

@@ -270,7 +270,7 @@ def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
         cols = max(padded(o.cols) for o in graph.ops if isinstance(o, (MatMul, HeadSelect)))
         blocks = (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
                   Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"),
-                  Activation("XSUM", cols // SCRATCH_BLOCK, "int32", "their code sums"))
+                  Activation("XSUM", 2 * cols // SCRATCH_BLOCK, "int32", "their code sums times -8, each beside its scale's bits"))
     else:
         blocks = ()
     stream = ()

@@ -78,7 +78,7 @@ def test_budgets_that_cannot_hold_say_the_smallest_that_would():
         deploy(LLAMA / "model.safetensors", Options(l3=4 * K, flash=40 * K))
 
 
-@pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
+@pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33", "cortex-m55"])  # SMLAD, SMLAD, Helium matvecs
 def test_streamed_engine_on_qemu_equals_the_executor(target):
     from backends import BACKENDS
     from deployer import qemu

@@ -1,7 +1,9 @@
 """The LLaMA-family engine cross-compiled with -Werror for the Cortex-M7 and run on QEMU: float32
 weights against the `transformers` reference logits, and Q4_0 weights on the SMLAD matvec (the
 MLP's 172-wide rows padded to 192; with --kernels plain the engine's own) with an int4 KV cache
-equal to the numpy executor's logits."""
+equal to the numpy executor's logits; on the Cortex-M55 the Helium matvec, equal to the executor
+byte for byte (LLaMA, and GPT-Neo with biases and a vocabulary of 63 that leaves the head 3 rows
+past its groups of 4)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -13,6 +15,7 @@ from backends import BACKENDS
 from deployer import qemu
 from deployer.llm_passes import LanguageFlags
 from deployer.pipeline import Options, deploy
+from deployer.verify_llm import expected_bytes
 from tests.unit.test_gptneo import rel_err
 from tests.unit.test_llama import LLAMA
 from tests.unit.test_llama import run as execute
@@ -46,3 +49,32 @@ def test_q4_0_engine_on_the_m7_equals_the_executor(kernels):
     assert ("__smlad" in next(t for n, t in dep.files.items() if n.endswith("_engine.c"))) == (kernels == "auto")
     want = execute(ck, ids, context=6, weights="q4_0", kv="int4", kv_group=dep.graph.kv.group)
     assert np.array_equal(on_m7(dep, ids), want)
+
+
+def on_qemu(dep, target, ids) -> bytes:
+    elf = qemu.build_elf(SimpleNamespace(backend=BACKENDS[target], files=dep.files))
+    return qemu.run(elf, np.asarray(ids, np.int32).tobytes()).output
+
+
+def engine_c(dep) -> str:
+    return next(t for n, t in dep.files.items() if n.endswith("_engine.c"))
+
+
+def test_q4_0_engine_on_the_m55_runs_the_helium_matvec_and_equals_the_executor():
+    shared_llama()
+    ids = np.load(LLAMA / "ref_input_ids.npy")[:9]
+    dep = deploy(LLAMA / "model.safetensors", Options(target="cortex-m55", language=LanguageFlags(weights="q4_0",
+                                                                                                  kv="int4", context=6)))
+    c = engine_c(dep)
+    assert "MVE_Q4_STEP4(" in c and "vmladava.s8" in c and "__smlad" not in c
+    assert {lp.variant.name for lp in dep.layers if lp.variant.name.startswith("matvec")} == {"matvec_q4_0_mve"}
+    assert on_qemu(dep, "cortex-m55", ids) == b"".join(expected_bytes(dep.graph, ids))
+
+
+def test_gptneo_q4_0_engine_on_the_m55_with_biases_and_a_ragged_head_equals_the_executor(tmp_path):
+    from tests import gptneo_builder as gb
+    path = gb.write(tmp_path, gb.config(vocab=63))
+    dep = deploy(path, Options(target="cortex-m55", language=LanguageFlags(weights="q4_0", kv="int4", context=5)))
+    assert "MVE_Q4_STEP4(" in engine_c(dep)
+    ids = np.random.default_rng(0).integers(0, 63, 7).astype(np.int32)
+    assert on_qemu(dep, "cortex-m55", ids) == b"".join(expected_bytes(dep.graph, ids))
