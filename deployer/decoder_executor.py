@@ -38,17 +38,17 @@ def seq_sum(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def c_exp(x: np.ndarray) -> np.ndarray:
-    """The engine's exp_f32: 2^n e^r, n = round(x / ln 2), e^r by a degree-6 Taylor polynomial."""
-    x = np.minimum(np.asarray(x, F32), F32(88))
+    """The engine's exp_f32: x clamped to [-87, 88], 2^n e^r, n = x / ln 2 rounded half to even
+    (by adding 1.5 * 2^23), e^r by a degree-6 Taylor polynomial, times 2^n (exact in this range)."""
+    x = np.maximum(np.minimum(np.asarray(x, F32), F32(88)), F32(-87))
     t = (x * F32(1.44269504)).astype(F32)
-    n = np.trunc(t + np.where(t >= 0, F32(0.5), F32(-0.5))).astype(np.int32)
-    nf = n.astype(F32)
+    nf = ((t + F32(12582912)).astype(F32) - F32(12582912)).astype(F32)
     r = ((x - nf * F32(0.693145752)) - nf * F32(1.42860677e-06)).astype(F32)
     p = F32(0.00138888892)
     for k in (F32(0.00833333377), F32(0.0416666679), F32(0.166666672), F32(0.5), F32(1), F32(1)):
         p = (k + r * p).astype(F32)
-    scale = (np.clip(n + 127, 1, 254).astype(np.uint32) << 23).view(F32)
-    return np.where(x < F32(-87), F32(0), (p * scale).astype(F32)).astype(F32)
+    scale = ((nf.astype(np.int32) + 127).astype(np.uint32) << 23).view(F32)
+    return (p * scale).astype(F32)
 
 
 def c_tanh(x: np.ndarray) -> np.ndarray:

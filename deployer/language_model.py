@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from backends.decoder_kernels import choose_decoder, decoder_family
+from backends.family import KernelFamily
 from network_parser.errors import UsageError
 from network_parser.lifetimes import Lifetime
 from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
@@ -100,15 +101,22 @@ def plan_as(plan, flags, quantized: dict):
     return plan_back(lower_as(plan, flags, quantized))
 
 
-def buffer_lifetimes(graph: TransformerGraph) -> list[Lifetime]:
+def input_pairs(plan) -> bool:
+    """The family running the plan's matrices reads their input as int16 pairs (a larger XQ)."""
+    return any(isinstance(lp.variant.layout, KernelFamily) and lp.variant.layout.llm_input_pairs
+               for lp in plan.layers)
+
+
+def buffer_lifetimes(graph: TransformerGraph, pairs: bool = False) -> list[Lifetime]:
     """The IR's activation and scratch buffers as the arena planner's lifetimes (numbered in
-    order of first use; none shares another's bytes)."""
-    return [Lifetime(i, a.name, a.nbytes, first, last, None) for i, (a, first, last) in enumerate(lifetimes(graph))]
+    order of first use; none shares another's bytes); ``pairs``: see input_pairs."""
+    return [Lifetime(i, a.name, a.nbytes, first, last, None)
+            for i, (a, first, last) in enumerate(lifetimes(graph, pairs))]
 
 
 def plan_back(plan):
     """The activation arena, planned and checked as a network's, and the memory record."""
-    options, lives = plan.options, buffer_lifetimes(plan.graph)
+    options, lives = plan.options, buffer_lifetimes(plan.graph, input_pairs(plan))
     arena, offsets = plan_level(lives, options.planner, options.time_limit_s, plan.backend.alignment,
                                 guard_bytes(options))
     return measure(plan.but(lives=tuple(lives), arena=arena, offsets=offsets))
@@ -127,10 +135,10 @@ def measure(plan):
         l3_bytes=l3, l3_weights_bytes=l3))
 
 
-def _sram_at(graph: TransformerGraph, fmt: str, context: int, alignment: int, guard: int) -> int:
+def _sram_at(graph: TransformerGraph, fmt: str, context: int, alignment: int, guard: int, pairs: bool) -> int:
     """SRAM of the engine with this KV cache (its arena planned first-fit: the solver's is never larger)."""
     g = cache_kv(graph, fmt, context, graph.kv.group if fmt == graph.kv.format else None)
-    problem = arena_problem(buffer_lifetimes(g), alignment, guard)[0]
+    problem = arena_problem(buffer_lifetimes(g, pairs), alignment, guard)[0]
     return llm_passes.kv_cache_bytes(g) + plan_arena(problem, "first-fit", SolverConfig(time_limit_s=1.0)).peak
 
 
@@ -140,19 +148,20 @@ def budget_details(plan) -> dict:
     graph, memory, options = plan.graph, plan.memory, plan.options
     kv, details = graph.kv, {}
     sram, flash, guard, alignment = options.sram, options.flash, guard_bytes(options), plan.backend.alignment
+    pairs = input_pairs(plan)
     if sram is not None and memory.sram_bytes > sram:
         lighter = ("f32", "int8", "int4")
-        fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, alignment, guard):,} (at --context {kv.context})"
+        fixes = [f"--kv-cache {f} needs {_sram_at(graph, f, kv.context, alignment, guard, pairs):,} (at --context {kv.context})"
                  for f in lighter[lighter.index(kv.format) + 1:]]
         lo, hi = 0, kv.context - 1  # the longest context that fits: SRAM grows with it
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, alignment, guard) <= sram else (lo, mid - 1)
+            lo, hi = (mid, hi) if _sram_at(graph, kv.format, mid, alignment, guard, pairs) <= sram else (lo, mid - 1)
         if lo:
             fixes.insert(0, f"--context {lo} fits")
         if graph.selection is None:  # the float logits row: argmax streams the head instead
             g = select_logits(graph, "argmax")
-            problem = arena_problem(buffer_lifetimes(g), alignment, guard)[0]
+            problem = arena_problem(buffer_lifetimes(g, pairs), alignment, guard)[0]
             need = memory.state_bytes + plan_arena(problem, "first-fit", SolverConfig(time_limit_s=1.0)).peak
             fixes.insert(0, f"--logits argmax needs {need:,}")
         details["--sram"] = (f"KV cache {memory.state_bytes:,} + arena {memory.arena_bytes:,}"

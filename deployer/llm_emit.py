@@ -36,7 +36,7 @@ def c_weight(name: str) -> str:
     return name.replace(".", "_").upper()
 
 
-CTYPES = {"float32": "float", "int32": "int32_t", "int8": "int8_t"}
+CTYPES = {"float32": "float", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t"}
 NULL = "(const float *)0"
 
 
@@ -155,7 +155,10 @@ def render_engine(plan, tokens: bool = False) -> dict:
     graph, backend, options, arena = plan.graph, plan.backend, plan.options, plan.arena
     guard = guard_bytes(options)
     offsets = {lt.name: plan.offsets[lt.tensor] for lt in plan.lives}  # arena buffer -> offset
-    lives = lifetimes(graph)
+    # the kernel family whose matvec runs the matrices (its templates' llm.c.j2), as the plan chose
+    family = next((lp.variant.layout for lp in plan.layers if isinstance(lp.variant.layout, KernelFamily)), None)
+    pairs = bool(family and family.llm_input_pairs)
+    lives = lifetimes(graph, pairs)
     c, kv = graph.config, graph.kv
     ident = c_identifier(graph.name)
     matmuls = [op for op in graph.ops if isinstance(op, MatMul)]
@@ -171,8 +174,6 @@ def render_engine(plan, tokens: bool = False) -> dict:
         shapes |= {(select.block, select.cols)} | ({(select.rows % select.block, select.cols)}
                                                    if select.rows % select.block else set())
     stream_shapes = sorted({(op.rows, op.cols, streams[op.weight].rows) for op in matmuls if op.weight in streams})
-    # the kernel family whose matvec runs the matrices (its templates' llm.c.j2), as the plan chose
-    family = next((lp.variant.layout for lp in plan.layers if isinstance(lp.variant.layout, KernelFamily)), None)
     regions = sorted((dict(name=a.name, lo=offsets[a.name] - guard, hi=offsets[a.name] + a.nbytes, first=first,
                            last=last) for a, first, last in lives), key=lambda r: (r["lo"], r["name"]))
     stack = stack_need(stack_buffers(graph), buffer="KV store codes and block sums")
@@ -196,7 +197,7 @@ def render_engine(plan, tokens: bool = False) -> dict:
                constants=_constants(graph, family.llm_q4_pack if family else None),
                calls=[dict(index=k, comment=op_summary(op), fn=fn, args=args)
                       for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]],
-               family=family.llm_template if family else None,
+               family=family.llm_template if family else None, input_pairs=pairs,
                matvec_shapes=sorted(shapes), stream_shapes=stream_shapes,
                l3=None if l3 is None else dict(bytes=l3.bytes, streams=_streams(graph),
                                                embedding=l3.get("wte") is not None),

@@ -25,7 +25,7 @@ import numpy as np
 
 from .decoder import Checkpoint, DecoderConfig
 
-DTYPE_BYTES = {"float32": 4, "int32": 4, "int8": 1}
+DTYPE_BYTES = {"float32": 4, "int32": 4, "int16": 2, "int8": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,11 +264,13 @@ class TransformerGraph:
 SCRATCH_BLOCK = 32  # a quantized MatMul's input is quantized in int8 blocks of 32
 
 
-def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
+def scratch(graph: TransformerGraph, op: Op, input_pairs: bool = False) -> tuple[Activation, ...]:
+    """``input_pairs``: the matvec's kernel family reads XQ as int16 pairs (KernelFamily.llm_input_pairs)."""
     quantized = graph.weight_format != "f32"
     if isinstance(op, (QuantizeInput, MatMul, HeadSelect)) and quantized:
         cols = max(padded(o.cols) for o in graph.ops if isinstance(o, (MatMul, HeadSelect)))
-        blocks = (Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
+        blocks = (Activation("XQ", cols, "int16", "int8 codes of a matmul input as int16 pairs") if input_pairs
+                  else Activation("XQ", cols, "int8", "int8 blocks of a matmul input"),
                   Activation("XS", cols // SCRATCH_BLOCK, "float32", "their scales"),
                   Activation("XSUM", 2 * cols // SCRATCH_BLOCK, "int32", "their code sums times -8, each beside its scale's bits"))
     else:
@@ -288,15 +290,16 @@ def scratch(graph: TransformerGraph, op: Op) -> tuple[Activation, ...]:
     return ()
 
 
-def lifetimes(graph: TransformerGraph) -> list[tuple[Activation, int, int]]:
+def lifetimes(graph: TransformerGraph, input_pairs: bool = False) -> list[tuple[Activation, int, int]]:
     """(buffer, first op, last op) for every activation and scratch buffer; the token is live from
-    op 0 (the caller writes it), the logits to the last op (the caller reads them)."""
+    op 0 (the caller writes it), the logits to the last op (the caller reads them). ``input_pairs``:
+    as scratch."""
     span: dict[str, list[int]] = {graph.token: [0, 0], **{o: [len(graph.ops) - 1] * 2 for o in graph.outputs}}
     acts = {a.name: a for a in graph.activations}
     for k, op in enumerate(graph.ops):
-        for s in scratch(graph, op):
+        for s in scratch(graph, op, input_pairs):
             acts.setdefault(s.name, s)
-        for name in (*op_buffers(op), *(s.name for s in scratch(graph, op))):
+        for name in (*op_buffers(op), *(s.name for s in scratch(graph, op, input_pairs))):
             s = span.setdefault(name, [k, k])
             s[0], s[1] = min(s[0], k), max(s[1], k)
     return [(acts[n], first, last) for n, (first, last) in span.items()]

@@ -79,19 +79,17 @@ static float exp_f32(float x)
         float f;
         uint32_t u;
     } bits_t;
-    if (x < -87.0f) {
-        return 0.0f;
-    }
-    if (x > 88.0f) {
-        x = 88.0f;
-    }
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.0f ? -87.0f : x;
     const float t = x * 1.44269504f;
-    const int32_t n = (int32_t)(t + (t >= 0.0f ? 0.5f : -0.5f));
-    const float r = (x - (float)n * 0.693145752f) - (float)n * 1.42860677e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666679f + r * (0.00833333377f + r * 0.00138888892f)))));
-    bits_t s;
-    s.u = (uint32_t)(n + 127) << 23;
-    return p * s.f;
+    bits_t y;
+    y.f = t + 12582912.0f;
+    const float n = y.f - 12582912.0f;
+    const float r = (x - n * 0.693145752f) - n * 1.42860677e-06f;
+    bits_t p;
+    p.f = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666679f + r * (0.00833333377f + r * 0.00138888892f)))));
+    p.u += y.u << 23;
+    return p.f;
 }
 
 static int by_rank(const void *a, const void *b)
