@@ -330,7 +330,7 @@ ARG_FIELDS = {"_stream": ("wq", "uint32_t"), "_weights_q15": ("wq", "uint32_t"),
               "_multiplier": ("mult", "int32_t"), "_shift": ("shift", "int8_t"), "_addend_hi": ("rq_hi", "int32_t"),
               "_shift_less_1": ("rq_e1", "int8_t"), "_scale_f32_lanes": ("frq", "float"),
               "_rq_mul_lanes": ("rq_mul", "int32_t"), "_rq_add_lanes": ("rq_add", "int64_t"),
-              "_scale_lanes": ("scale", "double")}
+              "_scale_lanes": ("scale", "double"), "_scale_lanes_q32": ("scale_q32", "int32_t")}
 KERNEL_SIGNATURE = Code("(const int8_t *restrict src, const int8_t *restrict src2, int8_t *restrict dst, "
                         "const kernel_args_t *args, int32_t oc0)")
 
@@ -340,17 +340,17 @@ class _ArgSymbols:
     variant asks for becomes a pointer into the layer's arrays (its kernel_args_t), from the
     window's first output channel."""
 
-    def __init__(self, graph: Graph, per_group: dict[str, tuple[int, int]]):
-        self.graph, self.per_group, self.used = graph, per_group, {}
+    def __init__(self, graph: Graph, per_group: dict[str, tuple[int, int]], soft_double: bool = False):
+        self.graph, self.per_group, self.used, self.soft_double = graph, per_group, {}, soft_double
 
     def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
         field, _ = next(v for suffix, v in ARG_FIELDS.items() if name.endswith(suffix))
         self.used[field] = ctype
         return field
 
-    def double_scales(self, name: str, scales) -> None:
-        """A window's kernel requantizes in double (fx_rq_fc's estimates are not kernel arguments)."""
-        return None
+    def double_scales(self, name: str, scales) -> str | None:
+        """The layer's estimates of its double scales (fx_rq_fc), where the whole layer has them."""
+        return self.array(f"{name}_q32", "int32_t", None) if self.soft_double else None
 
     def prologue(self) -> Code:
         lines = []
@@ -400,19 +400,26 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
     for r in classes["rows"]:
         row = []
         for c in classes["cols"]:
-            row.append([kernel_function(env, window_kernel(kern, r, c, ch), k, variant, per_group, sym.graph)
-                        for ch in classes["chans"]])
+            row.append([kernel_function(env, window_kernel(kern, r, c, ch), k, variant, per_group, sym.graph,
+                                        soft_double=_estimates(L)) for ch in classes["chans"]])
         table.append(row)
     return dict(args=args, table=table, dims=[len(classes[a]) for a in ("rows", "cols", "chans")],
                 row_class=index["rows"], col_class=index["cols"], chan_class=index["chans"])
 
 
-def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, in_place: bool = False) -> dict:
+def _estimates(L: dict) -> bool:
+    """The layer's fully connected requantization has integer estimates of its double scales (a
+    core whose double arithmetic is software): its windows' kernels read them too."""
+    return isinstance(L["simd"], dict) and L["simd"].get("fc_est") is not None
+
+
+def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, in_place: bool = False,
+                    soft_double: bool = False) -> dict:
     """One window's kernel as a C function (the ``KERNEL_FN`` placeholder its name), and a name
     for it that says its variant and shape. ``in_place`` (a whole depthwise layer writing over its
     input): ``dst`` is the input it overwrites and ``src2`` its scratch plane."""
     bound = variant.for_window(variant, kern) if variant.for_window is not None else variant
-    syms = _ArgSymbols(graph, per_group)
+    syms = _ArgSymbols(graph, per_group, soft_double)
     ctx = bound.context(kern, k, syms, bound, in_place)
     F = dict(k=kern, simd=ctx, family=bound.template, func="KERNEL_FN", params=KERNEL_SIGNATURE, x="src", x2="src2", y="dst",
              in_place=in_place, scratch=Code("(int8_t *)src2"), reverse=False)
@@ -428,7 +435,7 @@ def _dsp_whole(L: dict, kern, k: int, variant, in_place: bool, graph: Graph, env
     """An untiled layer run by a DSP variant: its kernel as a function shared by every layer
     whose shape and literals are the same, called with the layer's buffers and arrays."""
     per_group = _window_steps(kern, variant)
-    fn = kernel_function(env, kern, k, variant, per_group, graph, in_place)
+    fn = kernel_function(env, kern, k, variant, per_group, graph, in_place, soft_double=_estimates(L))
     none = "(const int8_t *)0"
     if in_place:  # only dst (the input it overwrites) and the plane: no two restrict pointers alias
         src, src2 = none, f"(const int8_t *)({L['scratch']})"
@@ -444,7 +451,8 @@ def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env)
     per_group = _window_steps(kern, variant)
     windows = region_windows(kern, patch, k)
     table = [[kernel_function(env, replace(window_kernel(kern, rows, cols, kern.out_c), in_row=width * kern.in_c), k,
-                              variant, per_group, graph) for rows, cols, _, width in row] for row in windows]
+                              variant, per_group, graph, soft_double=_estimates(L)) for rows, cols, _, width in row]
+             for row in windows]
     offsets = [[offset * kern.in_c for _, _, offset, _ in row] for row in windows]
     return dict(args=_args_of(L["simd"]), table=table, offsets=offsets)
 
@@ -467,7 +475,8 @@ def _args_of(whole: dict) -> dict:
     """The layer's arrays (their .rodata names) by the kernel_args_t field each fills."""
     args = {field: whole.get(key) for field, key in (
         ("wq", "wq"), ("bias", "bias"), ("mult", "mult"), ("shift", "shift"), ("rq_hi", "rq_hi"),
-        ("rq_e1", "rq_e1"), ("frq", "float_rq"), ("scale", "scale")) if isinstance(whole.get(key), str)}
+        ("rq_e1", "rq_e1"), ("frq", "float_rq"), ("scale", "scale"), ("scale_q32", "fc_est"))
+        if isinstance(whole.get(key), str)}
     if isinstance(whole.get("int_rq"), dict):
         args.update(rq_mul=whole["int_rq"]["mul"], rq_add=whole["int_rq"]["add"])
     return args

@@ -141,7 +141,10 @@ def test_gptneo_engine_on_the_m7(which, tmp_path):
     ("mlperf_tiny/vww_96_int8.tflite", dict(target="cortex-m7", sram=32 * K)),  # needs the patch split
     ("mlperf_tiny/pretrainedResnet_quant.tflite", dict(target="stm32h743", l1=16 * K)),  # tiles in DTCM
     ("mlperf_tiny/vww_96_int8.tflite", dict(target="stm32h743", l1=32 * K, sram=32 * K)),  # both
-], ids=["patch-stage", "tiles", "tiles-and-patch-stage"])
+    # the fully connected layer tiled on a core whose double arithmetic is software: its tiles'
+    # kernels read the layer's integer estimates of the double scales too
+    ("mlperf_tiny/kws_ref_model.tflite", dict(target="cortex-m4", l1=32 * K, patch="off")),
+], ids=["patch-stage", "tiles", "tiles-and-patch-stage", "tiled-fc-soft-double"])
 def test_dsp_kernels_run_on_tiles_and_patch_regions(rel, options):
     """Tiled layers and the patch stage run the SMLAD variants (one static kernel per window shape,
     called through tables), not the portable kernels, and stay bit-exact on QEMU."""
