@@ -9,8 +9,11 @@ and requantizes each pixel's 4 sums as one vector (a fully connected layer's wit
 estimate of its double scale, the doubtful lanes in double). Depthwise layers run 16 channels per
 pass on int8 lanes from a line buffer of padded input rows, two taps' int16 products summed before
 they widen into int32 (one at a time where a weight is -128), right shifts only; the others (a
-left shift, a kernel beyond the asm's immediates) 4 channels per VMLA on int32 lanes. Everything
-here is done once, at generation time."""
+left shift, a kernel beyond the asm's immediates) 4 channels per VMLA on int32 lanes.
+Elementwise ADD, SUB and MUL run 4 elements per int32 vector, TFLite's rescalings lane by lane;
+average and max pooling 16 channels of an output pixel a pass (int16 sums, or int8 maxima), an
+average divided by its window's count through a 32-bit reciprocal. Everything here is done once,
+at generation time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -208,7 +211,72 @@ def _window(variant: Variant, kern) -> Variant:
     return replace(variant, layout=replace(variant.layout, pixels=s.pixels) if s is not None else variant.layout)
 
 
-RULES = (VariantRule("mve conv/fc", _conv_fc, (K.Conv, K.FullyConnected)),)
+# ---- elementwise ADD/SUB/MUL and pooling ------------------------------------------------------
+
+ELTWISE = 4  # elements per vector of the elementwise kernels (int32 lanes)
+POOL_AREA = 256  # the largest window whose sums int16 lanes hold (256 x -128 at least)
+CODE_BYTES_ELTWISE = 384
+CODE_BYTES_POOL = 768
+
+
+def _plain_binary(kern) -> bool:
+    """An int8 ADD, SUB or MUL whose operands walk the output's elements in order (no broadcast;
+    squared differences and 16-bit layers keep their portable kernels)."""
+    return K.activation_dtype(kern) == "int8" and kern.view.dense and not getattr(kern, "squared", False)
+
+
+def _eltwise(kern, weight_bytes: int, use: str) -> Variant | None:
+    """ADD/SUB and MUL on 4 int32 lanes, TFLite's rescalings lane by lane (any shift: no refusal for
+    a left shift), whole or over a tile's elements."""
+    if use not in ("whole", "tile") or not isinstance(kern, (K.Add, K.Mul)) or not _plain_binary(kern):
+        return None
+    shifts = (kern.out_shift,) + ((kern.a_shift, kern.b_shift) if isinstance(kern, K.Add) else ())
+    if any(not -32 <= sh <= 31 for sh in shifts):
+        return None  # beyond VRSHR's immediate (1..32) or a 32-bit left shift
+    if isinstance(kern, K.Mul):
+        name = "elementwise_mul_s8_mve"
+    else:
+        name = "elementwise_sub_s8_mve" if kern.subtract else "elementwise_add_s8_mve"
+    return Variant(name, KERNELS, "eltwise", 0, CODE_BYTES_ELTWISE, 1, True, False, 1, None, template_context, None)
+
+
+def pool_counts(kern) -> tuple[list[int], list[int]]:
+    """Per output row and per output column, the window's rows and columns inside the input."""
+    def axis(out, stride, pad, f, extent):
+        return [min(o * stride - pad + f, extent) - max(o * stride - pad, 0) for o in range(out)]
+    return (axis(kern.out_h, kern.stride_h, kern.pad_t, kern.f_h, kern.in_h),
+            axis(kern.out_w, kern.stride_w, kern.pad_l, kern.f_w, kern.in_w))
+
+
+def pool_reciprocal(count: int) -> tuple[int, int]:
+    """(m, bump) with (n + bump) * m >> 32 == (n + count // 2) // count for 0 <= n <= 128 * count:
+    m = ceil(2^32 / count) errs by e = m * count - 2^32 < count, which moves the quotient of
+    n' = n + count // 2 only if n' * e >= 2^32; n' * count < 2^32 holds up to count 5780 (POOL_AREA
+    is far below). A count of 1 takes m = 2^32 - 1 and bump 1: (n + 1) * (2^32 - 1) >> 32 == n. The
+    kernel computes both per pixel (one UDIV); tests/target/test_mve_kernels.py checks every count."""
+    if count == 1:
+        return 0xFFFFFFFF, 1
+    return 0xFFFFFFFF // count + 1, count // 2  # ceil(2^32 / count), as the kernel computes it
+
+
+def _pool(kern, weight_bytes: int, use: str) -> Variant | None:
+    """Average and max pooling of int8 (TFLite's: no integer graph's or QDQ graph's), 16 channels a
+    pass, pixel by pixel in row order (as the portable kernel, so an output may start inside its
+    input: the same walk), whole or tile by tile."""
+    if use not in ("whole", "tile") or not isinstance(kern, K.Pool) or K.activation_dtype(kern) != "int8":
+        return None
+    if kern.int_rq is not None or kern.float_avg is not None or kern.f_h * kern.f_w > POOL_AREA:
+        return None
+    rows, cols = pool_counts(kern)
+    if min(rows) <= 0 or min(cols) <= 0:
+        return None  # a window wholly in the padding: the portable kernel's special case
+    name = "avgpool_s8_mve" if kern.kind == "avg" else "max_pool_s8_mve"
+    return Variant(name, KERNELS, "pool", 0, CODE_BYTES_POOL, 1, True, False, 1, None, template_context, None,
+                   walk="pixels")
+
+
+RULES = (VariantRule("mve conv/fc", _conv_fc, (K.Conv, K.FullyConnected)),
+         VariantRule("mve add/sub/mul", _eltwise, (K.Add, K.Mul)), VariantRule("mve pool", _pool, (K.Pool,)))
 
 FAMILY = KernelFamily(
     name="mve", label="Helium",
@@ -217,16 +285,21 @@ FAMILY = KernelFamily(
     llm=True,  # templates/mve/llm.c.j2: the Q4_0 matvec, codes in the portable packing
     # first estimates from the kernels' inner loops (9 instructions per 64 MACs of a convolution,
     # 3 per 4 of a depthwise tap, 3 per output for the vector requantization); refit with
-    # bench/cost_model_bench.py --fit once per-layer counts of the M55 are in
+    # bench/cost_model_bench.py --fit once per-layer counts of the M55 are in. Elementwise and
+    # pooling from `deploy verify --qemu --per-layer` on the M55: resnet8's three ADDs 5.4
+    # instructions per element (88,090 for 16,384), the average pools of kws (125 taps x 64
+    # channels: 4,317), resnet8 (64 x 64: 2,209) and vww_96 (9 x 256: 2,169) about 0.55 per tap
+    # and channel and 2.5 per output (a pass's division and stores over 16 channels). Layers the
+    # Helium kernels leave (a broadcast operand, int16) cost more than this on their portable kernels.
     cost_model=(
         ("macs_per_cycle", 4.0),
         ("macs_per_cycle_depthwise", 1.2),
-        ("macs_per_cycle_pool", 0.1),
-        ("macs_per_cycle_eltwise", 0.04),
+        ("macs_per_cycle_pool", 1.8),
+        ("macs_per_cycle_eltwise", 0.18),
         ("cycles_per_output_conv", 12),
         ("cycles_per_output_depthwise", 8),
         ("cycles_per_output_fc", 40),
-        ("cycles_per_output_pool", 35),
+        ("cycles_per_output_pool", 2.5),
     ))
 
 
@@ -235,6 +308,10 @@ FAMILY = KernelFamily(
 def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False) -> dict:
     """What the variant's macro needs: the weights and per-channel arrays as .rodata arrays made
     through ``sym`` (the engine's constants), and the shape of its loops."""
+    if variant.macro == "eltwise":
+        return _eltwise_context(kern)
+    if variant.macro == "pool":
+        return _pool_context(kern)
     s = variant.layout
     graph = sym.graph
     fc = s.variant == "fc"
@@ -379,3 +456,31 @@ def depthwise16_step(kern, pairs: bool, lanes: int) -> list[str]:
     else:
         asm += [f"{store} q6, [%[po]]", f"add %[po], %[po], #{kern.out_c}"]
     return asm
+
+
+def _rq_steps(multiplier: int, shift: int) -> dict:
+    """One MultiplyByQuantizedMultiplier with literal operands: the left shift, the multiplier, the
+    right shift (0: none)."""
+    return dict(left=max(shift, 0), mult=multiplier, right=max(-shift, 0))
+
+
+def _eltwise_context(kern) -> dict:
+    """ADD/SUB (both operands rescaled, then the sum) or MUL (one rescaling of the product) over
+    ``count`` elements (a tile's, or the layer's)."""
+    count = int(np.prod(kern.view.shape, dtype=np.int64))
+    ctx = dict(macro="eltwise", count=count, blocks16=count // 16, blocks4=count % 16 // ELTWISE,
+               tail=count % ELTWISE, mul=isinstance(kern, K.Mul), out=_rq_steps(kern.out_multiplier, kern.out_shift))
+    if isinstance(kern, K.Add):
+        # (x + offset) << left as one VMLAS: x * 2^left + (offset << left), mod 2^32 as the reference's shift
+        def shifted(offset):
+            return int(np.int32(np.uint32((offset << kern.left_shift) & 0xFFFFFFFF)))
+        ctx.update(a=_rq_steps(kern.a_multiplier, kern.a_shift), b=_rq_steps(kern.b_multiplier, kern.b_shift),
+                   op="vsubq_s32" if kern.subtract else "vaddq_s32", a_add=shifted(kern.a_offset),
+                   b_add=shifted(kern.b_offset), scale=1 << kern.left_shift)
+    return ctx
+
+
+def _pool_context(kern) -> dict:
+    """Passes of 16 channels of an output pixel, a last one of ``tail`` channels predicated."""
+    groups, tail = divmod(kern.channels, DW16)
+    return dict(macro="pool", groups=groups, tail=tail, row=kern.in_w * kern.channels)

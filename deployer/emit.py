@@ -381,6 +381,9 @@ def window_kernel(kern, rows: tuple[int, int, int], cols: tuple[int, int, int], 
                        out_c=channels)
     if isinstance(kern, K.FullyConnected):
         return replace(kern, units=channels)
+    if isinstance(kern, K.Pool):  # the tile's channels are its input's (channels follow the output)
+        return replace(kern, out_h=rows[0], in_h=rows[1], pad_t=rows[2], out_w=cols[0], in_w=cols[1], pad_l=cols[2],
+                       channels=channels)
     n = rows[0] * cols[0] * channels  # an elementwise tile: its elements, dense
     return replace(kern, view=K.Broadcast((1, 1, 1, n), (n, n, n, 1), (n, n, n, 1)))
 
@@ -425,8 +428,10 @@ def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, i
              in_place=in_place, scratch=Code("(int8_t *)src2"), reverse=False)
     F["prologue"] = syms.prologue()
     text = env.get_template("kernel_function.c.j2").render(F=F)
-    shape = f"{kern.out_h}x{kern.out_w}x{kern.out_c}" if isinstance(kern, (K.Conv, K.TransposeConv)) else \
-        (f"{kern.units}" if isinstance(kern, K.FullyConnected) else f"{kern.view.shape[3]}")
+    if isinstance(kern, (K.Conv, K.TransposeConv, K.Pool)):
+        shape = f"{kern.out_h}x{kern.out_w}x{kern.channels if isinstance(kern, K.Pool) else kern.out_c}"
+    else:
+        shape = f"{kern.units}" if isinstance(kern, K.FullyConnected) else f"{kern.view.shape[3]}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:6]
     return dict(name=f"{variant.name}_{shape}{'_in_place' if in_place else ''}_{digest}", text=text)
 

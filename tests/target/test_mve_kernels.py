@@ -4,7 +4,10 @@ in place, tiled) and its fallbacks (a -128 weight: one tap at a time; a left shi
 kernel), the 4-channel x 2-pixel passes of pointwise, im2col and fully connected layers (an odd
 pixel count, channels not a multiple of 4, a row not a multiple of 16) with their
 requantizations (right shifts only, a left shift, a fully connected layer's estimate of its double
-scale with exact halves, and a scale it cannot estimate)."""
+scale with exact halves, and a scale it cannot estimate); elementwise ADD, SUB and MUL (rescaled
+operands, left shifts, counts not a multiple of the vector, tiles) and average and max pooling
+(SAME padding's smaller border windows, strides, a last pass of fewer channels, tiles), with the
+layers they leave (a broadcast operand, a squared difference) to the next family's kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -144,3 +147,115 @@ def test_fully_connected_exact_halves_and_double_scales(tmp_path):
     assert (0.25,) in [tuple(k.scale) for k in dep.kernels]
     text = engine(dep)
     assert "mve_rq_fc(" in text and "requantized in double" in text
+
+
+ELTWISE_POOL = ["elementwise_add_s8_mve", "elementwise_sub_s8_mve", "elementwise_mul_s8_mve", "elementwise_mul_s8_mve",
+                "avgpool_s8_mve", "max_pool_s8_mve", "avgpool_s8_mve"]
+
+
+@pytest.fixture(scope="module")
+def eltwise_pool(tmp_path_factory):
+    """ADD of operands of different scales and zero points, SUB, MUL, a MUL whose rescaling shifts
+    left (its output scale 1/512 of the calibrated one), then 3x3 stride-2 SAME average and max
+    pools (windows of 4, 6 and 9 taps) and a 2x2 stride-2 VALID one: 7x9x27 = 1701 elements (106
+    vectors of 16, one of 4 and a last one of 1), 27 channels (passes of 16 and of 11)."""
+    mb = ModelBuilder(11)
+    x = mb.input((1, 7, 9, 27), scale=0.03, zero_point=5)
+    y = mb.input((1, 7, 9, 27), scale=0.07, zero_point=-9)
+    s = mb.add(x, y)
+    d = mb.sub(s, y, activation="RELU6")
+    m = mb.mul(d, x)
+    scaled_output(mb, 1 / 512)
+    left = mb.mul(x, y)
+    mb.output(left, mb.avg_pool(m, (3, 3), (2, 2), "SAME"), mb.max_pool(m, (3, 3), (2, 2), "SAME"),
+              mb.avg_pool(s, (2, 2), (2, 2), "VALID"))
+    path = tmp_path_factory.mktemp("mve") / "eltwise_pool.tflite"
+    mb.save(path)
+    return path
+
+
+def test_eltwise_and_pools_whole(eltwise_pool):
+    dep = run(eltwise_pool)
+    assert sorted(names(dep)) == sorted(ELTWISE_POOL)
+    adds = [k for k in dep.kernels if type(k).__name__ == "Add"]
+    assert adds[0].a_multiplier != adds[0].b_multiplier  # each operand rescaled
+    assert any(k.out_shift > 0 for k in dep.kernels if type(k).__name__ == "Mul")  # a left shift
+    assert "vctp32q(1)" in engine(dep) and "vctp16q(3)" in engine(dep)
+
+
+def test_eltwise_and_pools_tiled(eltwise_pool):
+    dep = run(eltwise_pool, l1=1024)
+    tiled = {dep.layers[k].variant.name for k in dep.tilings if dep.tilings[k][1].tiles > 1}
+    assert {"elementwise_add_s8_mve", "elementwise_mul_s8_mve", "avgpool_s8_mve", "max_pool_s8_mve"} <= tiled, tiled
+
+
+def test_eltwise_exact_halves(tmp_path):
+    """Operands of scale 2^-6: ADD to an output of 2^-5 (each operand x 2^19 exactly, the sum / 2^20,
+    an exact half whenever it is odd), SUB likewise, MUL to 2^-10 (the product / 4, halves and
+    quarters): only TFLite's rounding of halves away from zero is bit-exact here."""
+    mb = ModelBuilder(14)
+    x = mb.input((1, 3, 5, 7), scale=2 ** -6, zero_point=3)
+    y = mb.input((1, 3, 5, 7), scale=2 ** -6, zero_point=-4)
+    plain = mb._range_quant
+    mb._range_quant = lambda v: (2.0 ** -5, 0)
+    s, d = mb.add(x, y), mb.sub(x, y)
+    mb._range_quant = lambda v: (2.0 ** -10, 1)
+    m = mb.mul(x, y)
+    mb._range_quant = plain
+    mb.output(s, d, m)
+    path = tmp_path / "halves.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert sorted(names(dep)) == ["elementwise_add_s8_mve", "elementwise_mul_s8_mve", "elementwise_sub_s8_mve"]
+    assert {(k.out_multiplier, k.out_shift) for k in dep.kernels} == {(2 ** 30, -19), (2 ** 30, -1)}
+
+
+def test_pools_of_few_channels_and_a_global_average(tmp_path):
+    """5 channels (one predicated pass of 5), a 5x3 stride-1 SAME max pool over a RELU's output and
+    a global 6x7 average (42 taps, one window)."""
+    mb = ModelBuilder(12)
+    x = mb.input((1, 6, 7, 5))
+    mb.output(mb.max_pool(x, (5, 3), (1, 1), "SAME", activation="RELU"), mb.avg_pool(x, (6, 7), (1, 1), "VALID"))
+    path = tmp_path / "pools.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert sorted(names(dep)) == ["avgpool_s8_mve", "max_pool_s8_mve"]
+
+
+@pytest.mark.parametrize("pool", ["avg_pool", "max_pool"])
+def test_pools_write_over_their_dying_input(tmp_path, pool):
+    """A 3x3 SAME pool between two pointwise layers: its output starts inside its input (the pixel
+    walk the portable kernel has, which the Helium kernel keeps)."""
+    from deployer.pipeline import shares_bytes
+    mb = ModelBuilder(20)
+    x = mb.input((1, 12, 12, 8))
+    p = getattr(mb, pool)(mb.conv2d(x, 16, (1, 1)), (3, 3), (1, 1), "SAME")
+    mb.output(mb.conv2d(p, 8, (1, 1)))
+    path = tmp_path / f"{pool}.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert names(dep)[1] == ("avgpool_s8_mve" if pool == "avg_pool" else "max_pool_s8_mve")
+    assert any(o.layer == 1 and shares_bytes(dep, o) for o in dep.overlaps)
+
+
+def test_broadcast_and_squared_difference_take_the_portable_kernels(tmp_path):
+    """A per-channel operand (a broadcast: neither family's kernels take it), a squared difference
+    and a same-shape ADD beside them (Helium's)."""
+    mb = ModelBuilder(13)
+    x = mb.input((1, 5, 6, 8))
+    c = mb.input((1, 1, 1, 8))
+    y = mb.input((1, 5, 6, 8))
+    mb.output(mb.add(x, c), mb.squared_difference(x, y), mb.add(x, y))
+    path = tmp_path / "broadcast.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert sorted(names(dep)) == ["elementwise_add_s8", "elementwise_add_s8_mve", "squared_difference_s8"]
+
+
+def test_pool_reciprocal_divides_as_the_reference():
+    """(n + bump) * m >> 32 is (n + count / 2) / count for every sum the pool kernel can see."""
+    for count in range(1, mve.POOL_AREA + 1):
+        m, bump = mve.pool_reciprocal(count)
+        n = np.arange(0, 128 * count + 1, dtype=np.uint64)
+        assert m < 2 ** 32
+        assert ((((n + np.uint64(bump)) * np.uint64(m)) >> np.uint64(32)) == (n + count // 2) // count).all(), count
