@@ -65,3 +65,7 @@ def choose_decoder(op, graph, family: KernelFamily | None, streamed: bool = Fals
         return Variant(f"{name}_{family.name}", family.llm_template, "matvec", dsp=True, layout=family)
     return Variant(name, ENGINE, type(op).__name__)
 
+
+def matrix_family(layers) -> KernelFamily | None:
+    """The family whose matvec the plan's layers chose for the matrices (None: the engine's own)."""
+    return next((lp.variant.layout for lp in layers if isinstance(lp.variant.layout, KernelFamily)), None)

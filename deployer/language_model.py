@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.decoder_kernels import choose_decoder, decoder_family
-from backends.family import KernelFamily
+from backends.decoder_kernels import choose_decoder, decoder_family, matrix_family
 from network_parser.errors import UsageError
 from network_parser.lifetimes import Lifetime
 from network_parser.side_files import TOKEN_IDS_BYTES, read_json, token_ids
@@ -84,9 +83,8 @@ def choose_kernels(plan):
     Q4_0 matrices the matvec of the target's family that --kernels allows (backends.decoder_kernels)."""
     graph = plan.graph
     family = decoder_family(plan.backend.families, plan.options.kernels, graph.weight_format)
-    return plan.but(layers=tuple(LayerPlan(k, op, variant=choose_decoder(op, graph, family, streamed(graph, op)),
-                                           l3_weights=streamed(graph, op))
-                                 for k, op in enumerate(graph.ops)))
+    return plan.but(layers=tuple(LayerPlan(k, op, variant=choose_decoder(op, graph, family, l3), l3_weights=l3)
+                                 for k, op in enumerate(graph.ops) for l3 in [streamed(graph, op)]))
 
 
 def streamed(graph: TransformerGraph, op) -> bool:
@@ -103,8 +101,8 @@ def plan_as(plan, flags, quantized: dict):
 
 def input_pairs(plan) -> bool:
     """The family running the plan's matrices reads their input as int16 pairs (a larger XQ)."""
-    return any(isinstance(lp.variant.layout, KernelFamily) and lp.variant.layout.llm_input_pairs
-               for lp in plan.layers)
+    family = matrix_family(plan.layers)
+    return family is not None and family.llm_input_pairs
 
 
 def buffer_lifetimes(graph: TransformerGraph, pairs: bool = False) -> list[Lifetime]:

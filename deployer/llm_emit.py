@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from backends.family import KernelFamily
+from backends.decoder_kernels import matrix_family
 from network_parser.transformer_ir import (Add, Attention, Embedding, Gelu, HeadSelect, LayerNorm, MatMul,
                                            PositionEmbedding, QuantizeInput, RmsNorm, Rope, SwiGlu, TransformerGraph, lifetimes, op_summary, padded)
 
 from . import decoder_quant as Q
-from . import llm_passes
+from . import language_model, llm_passes
 from .emit import (c_array, c_identifier, core_flags, environment, guard_bytes, guard_canaries, qemu_files,
                    stack_need, template_environment)
 from .llm_passes import KV_LEVELS
@@ -156,8 +156,8 @@ def render_engine(plan, tokens: bool = False) -> dict:
     guard = guard_bytes(options)
     offsets = {lt.name: plan.offsets[lt.tensor] for lt in plan.lives}  # arena buffer -> offset
     # the kernel family whose matvec runs the matrices (its templates' llm.c.j2), as the plan chose
-    family = next((lp.variant.layout for lp in plan.layers if isinstance(lp.variant.layout, KernelFamily)), None)
-    pairs = bool(family and family.llm_input_pairs)
+    family = matrix_family(plan.layers)
+    pairs = language_model.input_pairs(plan)
     lives = lifetimes(graph, pairs)
     c, kv = graph.config, graph.kv
     ident = c_identifier(graph.name)
