@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from backends import BACKENDS  # noqa: E402
+from backends import BACKENDS, cortexm_timing  # noqa: E402
 from deployer import cycles, qemu  # noqa: E402
 from deployer.decoder_executor import Session  # noqa: E402
 from deployer.generate import generate  # noqa: E402
@@ -293,7 +293,7 @@ def measure(model: Path, target: str, context: int) -> Measure:
     over positions 1 .. context-1 (the KV cache filled once)."""
     dep = deploy(model, Options(target=target, language=LanguageFlags(weights="q4_0", kv="int4", context=context)))
     elf = qemu.build_elf(dep)
-    estimator = cycles.Estimator.for_elf(elf.path, dep.backend.cpu)
+    estimator = cortexm_timing.Estimator.for_elf(elf.path, dep.backend.cpu)
     ids = np.random.default_rng(0).integers(3, dep.graph.config.vocab, context)
     return Measure(dep.backend.cpu, graph_macs(dep.graph), tokens_between(elf, estimator, ids, 1, 2),
                    tokens_between(elf, estimator, ids, 1, context), qemu.elf_memory(elf.path), context)
@@ -339,7 +339,7 @@ def qemu_section(models: dict[str, tuple[Path, int]], tecomp_macs: int) -> None:
     context_table(results)
     compare_published(results, tecomp_macs)
     for core in dict.fromkeys(m.core for m in results.values()):
-        t = cycles.load_table(core)
+        t = cortexm_timing.load_table(core)
         print(f"- cycle model {t.path.name} ({t.model}): leaves out {t.leaves_out}; {t.expected_error}.")
 
 

@@ -1,4 +1,4 @@
-"""The cycle estimate (deployer/cycles.py) on hand-written Thumb micro-kernels run on QEMU's
+"""The cycle estimate (backends/cortexm_timing.py, deployer/cycles.py) on hand-written Thumb micro-kernels run on QEMU's
 boards: for each kernel the estimator's cycles, from the instructions QEMU executed and the
 taken/fall-through counts our plugin records, equal a count made by hand from the core's timing
 table (backends/timing/*.toml). The hand counts are written out below as arithmetic, each term
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import cortexm_timing
 from deployer import cycles, qemu
 
 TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-nm", "arm-none-eabi-objdump", "qemu-system-arm")
@@ -121,7 +122,7 @@ def traced(tmp_path_factory):
                                   capture_output=True, timeout=60)
             assert proc.returncode == 0, proc.stderr.decode(errors="replace")
             blocks = cycles.parse_blocks((folder / "blocks.txt").read_text())
-            est = cycles.Estimator.for_elf(elf, core)
+            est = cortexm_timing.Estimator.for_elf(elf, core)
             per = qemu.per_function(est.by_address(cycles.block_runs(blocks)), qemu.functions(elf))
             assert not est.unknown, [est.op(a).text for a in est.unknown]
             done[core] = (elf, blocks, {k: v for k, v in per.items() if k.startswith("k_")})
@@ -133,7 +134,7 @@ def traced(tmp_path_factory):
 def test_hand_counts_use_the_tables_figures():
     for core, figures in (("cortex-m4", M4_FIGURES), ("cortex-m33", M4_FIGURES), ("cortex-m55", M4_FIGURES),
                           ("cortex-m7", M7_FIGURES), ("cortex-m55", M55_FIGURES)):
-        table = cycles.load_table(core)
+        table = cortexm_timing.load_table(core)
         assert {k: table[k] for k in figures} == figures, core
 
 
@@ -167,7 +168,7 @@ def test_the_plugin_counts_taken_and_untaken_branches(traced, core):
 def test_the_low_overhead_loop_is_counted(traced):
     elf, blocks, _ = traced("cortex-m55")
     start = symbol(elf, "k_mve_loop")
-    le = next(a for b in blocks.values() for a in b.addrs if cycles.Estimator.for_elf(elf, "cortex-m55").op(a).base
+    le = next(a for b in blocks.values() for a in b.addrs if cortexm_timing.Estimator.for_elf(elf, "cortex-m55").op(a).base
               == "le" and a > start)
     assert cycles.branch_counts(blocks, le) == (3, 1)
 

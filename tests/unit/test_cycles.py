@@ -1,6 +1,6 @@
-"""deployer/cycles.py without QEMU: the timing tables (every figure sourced), the disassembly
-reader and classifier, each core's rules on hand-made blocks (the Cortex-M4 manual's own
-examples among them), the plugin's files and the estimate's additivity over a fake trace."""
+"""The cycle estimate (backends/cortexm_timing.py, deployer/cycles.py) without QEMU: the timing
+tables (every figure sourced), the disassembly reader and classifier, each core's rules on
+hand-made blocks (the Cortex-M4 manual's own examples among them), the plugin's files and the estimate's additivity over a fake trace."""
 from __future__ import annotations
 
 import re
@@ -8,6 +8,7 @@ import re
 import pytest
 
 from backends import BACKENDS
+from backends import cortexm_timing as T
 from deployer import cycles as C
 from deployer import qemu
 from deployer.profile import LayerTime, per_layer_json, per_layer_table
@@ -16,7 +17,7 @@ CORES = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")
 DOCUMENT = re.compile(r"DDI 0439D|DDI 0489F|DDI 0553|Arm 1\d{5}|ARMSchedule|ARM\.td")
 
 
-def block(*lines: str, start: int = 0x100) -> list[C.Op]:
+def block(*lines: str, start: int = 0x100) -> list[T.Op]:
     """Ops from "mnemonic operands" lines, laid out as 32-bit instructions unless the mnemonic
     ends in .n or is a plain 16-bit-looking one given with a "/2" suffix."""
     ops, addr = [], start
@@ -24,28 +25,28 @@ def block(*lines: str, start: int = 0x100) -> list[C.Op]:
         size = 2 if line.endswith("/2") else 4
         line = line.removesuffix("/2")
         mnemonic, _, operands = line.partition(" ")
-        ops.append(C.classify(C.Insn(addr, size, mnemonic, operands.strip())))
+        ops.append(T.classify(T.Insn(addr, size, mnemonic, operands.strip())))
         addr += size
     return ops
 
 
-def m4(*lines: str, **kw) -> C.BlockCost:
-    return C.in_order_block(block(*lines, **kw), C.load_table("cortex-m4"))
+def m4(*lines: str, **kw) -> T.BlockCost:
+    return T.in_order_block(block(*lines, **kw), T.load_table("cortex-m4"))
 
 
-def m7(*lines: str, **kw) -> C.BlockCost:
-    return C.m7_block(block(*lines, **kw), C.load_table("cortex-m7"))
+def m7(*lines: str, **kw) -> T.BlockCost:
+    return T.m7_block(block(*lines, **kw), T.load_table("cortex-m7"))
 
 
-def m55(*lines: str, **kw) -> C.BlockCost:
-    return C.in_order_block(block(*lines, **kw), C.load_table("cortex-m55"))
+def m55(*lines: str, **kw) -> T.BlockCost:
+    return T.in_order_block(block(*lines, **kw), T.load_table("cortex-m55"))
 
 
 # ---------------------------------------------------------------- tables
 
 @pytest.mark.parametrize("core", CORES)
 def test_every_figure_names_its_source(core):
-    table = C.load_table(core)
+    table = T.load_table(core)
     assert table.core == core and table.figures and table.leaves_out and table.expected_error
     assert all(DOCUMENT.search(s) for s in table.sources), table.sources
     for key, figure in table.figures.items():
@@ -54,18 +55,18 @@ def test_every_figure_names_its_source(core):
 
 
 def test_tables_inherit_and_every_cortex_m_target_has_one():
-    m4, m33, m55 = (C.load_table(c) for c in ("cortex-m4", "cortex-m33", "cortex-m55"))
+    m4, m33, m55 = (T.load_table(c) for c in ("cortex-m4", "cortex-m33", "cortex-m55"))
     assert m33.figures == m4.figures  # Arm publishes no M33 table: the M4's, stated
     assert all(m55.figures[k] == f for k, f in m4.figures.items()) and m55["mve"] == 2
     for backend in BACKENDS.values():
         if backend.qemu_machine:
-            assert C.has_table(backend.cpu), backend.name
+            assert T.has_table(backend.cpu), backend.name
     with pytest.raises(KeyError, match="no timing table"):
-        C.load_table("cortex-m0")
+        T.load_table("cortex-m0")
 
 
 def test_the_m4_figures_are_the_manuals():
-    t = C.load_table("cortex-m4")
+    t = T.load_table("cortex-m4")
     # DDI 0439D Table 3-1 / 3.3.2 / Table 7-1
     assert (t["alu"], t["mul"], t["load"], t["store_imm"], t["load_store_double"], t["fp_mac"], t["fp_div"]) == \
         (1, 1, 2, 1, 3, 3, 14)
@@ -95,10 +96,10 @@ Disassembly of section .text:
 
 
 def test_objdump_is_read_and_classified():
-    insns = C.parse_objdump(OBJDUMP)
+    insns = T.parse_objdump(OBJDUMP)
     assert 0x3b8 not in insns and insns[0x3b4].size == 2 and insns[0x34c].size == 4
     assert insns[0x3b6].operands == "r4, [pc, #328]"
-    ops = {a: C.classify(i) for a, i in insns.items()}
+    ops = {a: T.classify(i) for a, i in insns.items()}
     assert ops[0x348].kind == "alu" and ops[0x348].writes == {"r9"}
     ldr = ops[0x34c]  # post-index: the base written back, not loaded
     assert ldr.kind == "load" and ldr.loaded == {"r14"} and ldr.address == {"r12"} and ldr.writes == {"r14", "r12"}
@@ -120,7 +121,7 @@ def test_objdump_is_read_and_classified():
     ("vldrb.u8", ("vldrb", False, False, "u8")), ("bkpt", ("bkpt", False, False, "")), ("le", ("le", False, False, "")),
 ])
 def test_mnemonics_split(mnemonic, expected):
-    assert C.split_mnemonic(mnemonic) == expected
+    assert T.split_mnemonic(mnemonic) == expected
 
 
 @pytest.mark.parametrize("line,kind,extra", [
@@ -180,11 +181,11 @@ def test_m4_stalls_folds_and_refills():
     assert m4("vadd.f32 s0, s1, s2", "vmla.f32 s0, s3, s4").per_insn == (1, 3)  # ... as a MAC's addend: no
     assert m4("movs r0, #1/2", "it eq/2", "moveq r0, #2/2").per_insn == (1, 0, 1)  # folded after 16-bit
     assert m4("mov.w r0, #1", "it eq/2", "moveq r0, #2/2").per_insn == (1, 1, 1)
-    assert m4("subs r0, #1/2", "bne.n 100 <f>/2") == C.BlockCost((1, 1), 2, 0)  # P = 2 when taken
-    assert m4("bx lr/2") == C.BlockCost((1,), 3, 0)
-    assert m4("pop {r4, pc}/2") == C.BlockCost((3,), 3, 0)  # 1 + N + P
-    assert m4("tbb [pc, r3]") == C.BlockCost((3,), 3, 0)  # at least six
-    assert m4("ldr.w pc, [sp], #4") == C.BlockCost((2,), 3, 0)  # at least five
+    assert m4("subs r0, #1/2", "bne.n 100 <f>/2") == T.BlockCost((1, 1), 2, 0)  # P = 2 when taken
+    assert m4("bx lr/2") == T.BlockCost((1,), 3, 0)
+    assert m4("pop {r4, pc}/2") == T.BlockCost((3,), 3, 0)  # 1 + N + P
+    assert m4("tbb [pc, r3]") == T.BlockCost((3,), 3, 0)  # at least six
+    assert m4("ldr.w pc, [sp], #4") == T.BlockCost((2,), 3, 0)  # at least five
     assert sum(m4("sdiv r0, r1, r2").per_insn) == 7
 
 
@@ -209,10 +210,10 @@ def test_m7_latencies_and_branches():
     assert m7("adds r1, #4", "ldr r0, [r1]").per_insn == (1, 2)  # addresses read a cycle early
     assert m7("smlad r0, r1, r2, r0", "smlad r0, r1, r2, r0").per_insn == (1, 1)  # accumulator forwarded
     assert m7("smlad r0, r1, r2, r0", "adds r3, r0, #1").per_insn == (1, 2)
-    assert m7("subs r0, #1", "bne.n 100 <f>", start=0x100) == C.BlockCost((1, 0), 0, 4)  # backward
-    assert m7("subs r0, #1", "bne.n 200 <f>", start=0x100) == C.BlockCost((1, 0), 4, 0)  # forward
-    assert m7("bl 400 <f>") == C.BlockCost((1,), 0, 0)
-    assert m7("bx lr") == C.BlockCost((1,), 4, 0)
+    assert m7("subs r0, #1", "bne.n 100 <f>", start=0x100) == T.BlockCost((1, 0), 0, 4)  # backward
+    assert m7("subs r0, #1", "bne.n 200 <f>", start=0x100) == T.BlockCost((1, 0), 4, 0)  # forward
+    assert m7("bl 400 <f>") == T.BlockCost((1,), 0, 0)
+    assert m7("bx lr") == T.BlockCost((1,), 4, 0)
 
 
 # ---------------------------------------------------------------- the Cortex-M55's beats
@@ -225,7 +226,7 @@ def test_m55_beats_overlap_on_different_pipes():
                    "vstrw.32 q1, [r1]").per_insn) == 6
     assert m55("adds r0, #1", "vldrb.u8 q0, [r0]").per_insn == (1, 2)  # after a scalar one: no overlap
     assert m55("vctp.8 r2", "vpst", "vldrbt.u8 q3, [r1]").per_insn == (1, 1, 2)
-    assert m55("vldrb.u8 q0, [r0], #16", "vmladava.s8 r2, q0, q0", "le lr, 100 <f>") == C.BlockCost((2, 1, 0), 0, 1)
+    assert m55("vldrb.u8 q0, [r0], #16", "vmladava.s8 r2, q0, q0", "le lr, 100 <f>") == T.BlockCost((2, 1, 0), 0, 1)
 
 
 # ---------------------------------------------------------------- traces
@@ -256,7 +257,7 @@ def test_blocks_and_segments_are_read_and_the_estimate_adds_up():
     blocks, segments = C.parse_blocks(BLOCKS), C.parse_segments(SEGMENTS)
     assert blocks[3] == C.Block(3, 0x108, 0x10c, (0x108, 0x10a), 5, 4, 1)
     assert len(segments) == 2 and segments[1][3] == (5, 4, 1)
-    est = C.Estimator(C.load_table("cortex-m4"), C.parse_objdump(INSNS))
+    est = T.Estimator(T.load_table("cortex-m4"), T.parse_objdump(INSNS))
     by_address = est.by_address(C.block_runs(blocks))
     # 10 x (MOVS 1 + LDR 2 + LDR 1 pipelined + ADDS 1); 5 x (SUBS 1 + BNE 1) + 4 taken x P 2; BX 1 + 3
     assert sum(by_address.values()) == 10 * 5 + 5 * 2 + 4 * 2 + (1 + 3)
@@ -271,7 +272,7 @@ def test_blocks_and_segments_are_read_and_the_estimate_adds_up():
 
 
 def test_unknown_addresses_are_counted_not_dropped():
-    est = C.Estimator(C.load_table("cortex-m4"), {})
+    est = T.Estimator(T.load_table("cortex-m4"), {})
     assert est.total([((0x10, 0x12), 3, 0, 3)]) == 6 and est.unknown == {0x10, 0x12}
 
 

@@ -1,0 +1,36 @@
+"""Kernel families live in their own rooms: their instructions, headers and template folders are
+named only under backends/ and their own templates/ folder, never by the shared code (the
+pipeline, the solver, the analyzer, the shared engine templates)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from backends import BACKENDS
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ("deployer", "solver", "layer_analyzer", "templates/host", "templates/llm")
+ISA_WORDS = re.compile(r"smlad|__ARM_FEATURE|arm_acle|arm_mve", re.IGNORECASE)
+
+
+def shared_files():
+    for folder in SHARED:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".j2"):
+                yield path
+
+
+def test_shared_code_names_no_instruction_set():
+    named = [f"{p.relative_to(ROOT)}:{n}" for p in shared_files()
+             for n, line in enumerate(p.read_text().splitlines(), 1) if ISA_WORDS.search(line)]
+    assert not named, "instruction-set knowledge outside a family's room:\n" + "\n".join(named)
+
+
+def test_each_family_template_folder_is_named_only_by_its_family():
+    families = {f.templates: f for b in BACKENDS.values() for f in b.families}
+    assert families, "no target lists a kernel family"
+    for folder in families:
+        assert (ROOT / "templates" / folder / "kernels.c.j2").is_file()
+        pattern = re.compile(rf"""["'/]{re.escape(folder)}/""")
+        named = [str(p.relative_to(ROOT)) for p in shared_files() if pattern.search(p.read_text())]
+        assert not named, f"templates/{folder}/ named outside its family: {named}"
