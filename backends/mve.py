@@ -337,24 +337,24 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     ctx = dict(macro=s.variant, out_c=channels, row=s.row, row_pad=s.row_pad, tail_c=channels % QUAD,
                steps=(s.row_pad if im2col else s.row) // VECTOR, rem=0 if im2col else s.row % VECTOR, pixels=s.pixels,
                stack_bytes=s.pixels * s.row_pad if im2col else 0,
-               wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_rows(w, s), aligned=True),
-               bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded))
+               wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_rows(w, s), aligned=True, arg="wq"),
+               bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded, arg="bias"))
     if im2col:
         oy0, oy1, ox0, ox1 = interior(kern)
         ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
     if fc:
         scales = np.broadcast_to(np.asarray(kern.scale, np.float64), (channels,))
         est = [scale_q32(float(v)) for v in scales]
-        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(scales, 0.0, np.float64))
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(scales, 0.0, np.float64), arg="scale")
         # fx_rq_fc's 32.32 estimate on 4 lanes, the doubtful ones in double; a scale it cannot
         # estimate (0.5 or more) keeps every unit in double
         ctx["fc_vector"] = all(est)
         if all(est):
-            ctx["mult"] = sym.array(f"op{k}_fc_multiplier", "int32_t", lambda: padded(est, 0, np.int32))
+            ctx["mult"] = sym.array(f"op{k}_fc_multiplier", "int32_t", lambda: padded(est, 0, np.int32), arg="mult")
     else:
         ctx["right_only"] = right_shifts_only(kern)
-        ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32))
-        ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", lambda: padded(kern.shift, -1, np.int8))
+        ctx["mult"] = sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32), arg="mult")
+        ctx["shift"] = sym.array(f"op{k}_shift", "int8_t", lambda: padded(kern.shift, -1, np.int8), arg="shift")
     return ctx
 
 
@@ -367,10 +367,10 @@ def _depthwise_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool) -
     oy0, oy1, ox0, ox1 = interior(kern)
     ctx = dict(macro="depthwise", interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1), borders=border_walks(kern),
                tap_guards=tap_guards(kern),
-               wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise(w), aligned=True),
-               bias=sym.array(f"op{k}_bias_lanes", "int32_t", lambda: per_channel(0 if bias is None else bias, np.int32)),
-               mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: per_channel(kern.multiplier, np.int32)),
-               shift=sym.array(f"op{k}_shift", "int8_t", lambda: per_channel(kern.shift, np.int8)))
+               wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise(w), aligned=True, arg="wq"),
+               bias=sym.array(f"op{k}_bias_lanes", "int32_t", lambda: per_channel(0 if bias is None else bias, np.int32), arg="bias"),
+               mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: per_channel(kern.multiplier, np.int32), arg="mult"),
+               shift=sym.array(f"op{k}_shift", "int8_t", lambda: per_channel(kern.shift, np.int8), arg="shift"))
     if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
         ctx.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
     else:
@@ -398,10 +398,10 @@ def _depthwise16_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool)
     tail = kern.in_c - (groups - 1) * DW16
     return dict(
         macro="depthwise16", groups=groups, tail=tail, line_w=line_width(kern), pairs=pairs,
-        wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise16(w), aligned=True),
-        bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded),
-        mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: permuted16(per_channel(kern.multiplier, np.int32), np.int32(0))),
-        shift=sym.array(f"op{k}_shift", "int8_t", lambda: permuted16(per_channel(kern.shift, np.int8), np.int8(-1))),
+        wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise16(w), aligned=True, arg="wq"),
+        bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded, arg="bias"),
+        mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: permuted16(per_channel(kern.multiplier, np.int32), np.int32(0)), arg="mult"),
+        shift=sym.array(f"op{k}_shift", "int8_t", lambda: permuted16(per_channel(kern.shift, np.int8), np.int8(-1)), arg="shift"),
         step=depthwise16_step(kern, pairs, DW16), tail_step=depthwise16_step(kern, pairs, tail), in_place=in_place,
         stack_bytes=kern.k_h * line_width(kern) * DW16)
 

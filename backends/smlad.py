@@ -442,33 +442,33 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None,
                stack_bytes=s.row if s.variant == "im2col" else 0)  # the im2col column, on the stack
     if stream:
-        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t", stream_words, aligned=True)
+        ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t", stream_words, aligned=True, arg="wq")
     else:
-        ctx["wq"] = sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True)
+        ctx["wq"] = sym.array(f"op{k}_weights_q15", "uint32_t", packed, aligned=True, arg="wq")
         if bias is not None:
-            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", lambda: padded(bias, 0, np.int32))
+            ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t", lambda: padded(bias, 0, np.int32), arg="bias")
     if s.variant in ("depthwise", "im2col"):
         oy0, oy1, ox0, ox1 = interior(kern)
         ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
     if s.variant == "depthwise":
         ctx.update(_depthwise_context(kern, in_place))
     if kern.float_rq is not None:  # onnxruntime's float requantization: per-lane scales
-        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", lambda: padded(kern.float_rq, 0.0, np.float32))
+        ctx["float_rq"] = sym.array(f"op{k}_scale_f32_lanes", "float", lambda: padded(kern.float_rq, 0.0, np.float32), arg="frq")
     elif kern.int_rq is not None:  # an integer graph's requantization: per-lane multipliers and addends
         rq_int = kern.int_rq
-        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", lambda: padded(rq_int.mul, 0, np.int64)),
-                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", lambda: padded(rq_int.add, 0, np.int64)),
+        ctx["int_rq"] = dict(mul=sym.array(f"op{k}_rq_mul_lanes", "int32_t", lambda: padded(rq_int.mul, 0, np.int64), arg="rq_mul"),
+                             add=sym.array(f"op{k}_rq_add_lanes", "int64_t", lambda: padded(rq_int.add, 0, np.int64), arg="rq_add"),
                              shift=rq_int.shift)
     elif fc:
-        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64))
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64), arg="scale")
         ctx["fc_est"] = sym.double_scales(f"op{k}_scale_lanes", padded(kern.scale, 0.0, np.float64))
     elif s.fast_requant and not stream:
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0]),
-                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1]),
-                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", lambda: rq()[2]))
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0], arg="mult"),
+                   rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1], arg="rq_hi"),
+                   rq_e1=sym.array(f"op{k}_shift_less_1", "int8_t", lambda: rq()[2], arg="rq_e1"))
     elif not s.fast_requant:
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32)),
-                   shift=sym.array(f"op{k}_shift", "int8_t", lambda: padded(kern.shift, -1, np.int8)))
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32), arg="mult"),
+                   shift=sym.array(f"op{k}_shift", "int8_t", lambda: padded(kern.shift, -1, np.int8), arg="shift"))
     return ctx
 
 

@@ -79,12 +79,16 @@ class _Symbols:
         self.base = base or {}  # tensor -> the buffer of the bank it lies in (default: the one arena)
         self.external = {t: i for i, t in enumerate(external)}  # inputs in the application's buffers
         self.constants: list[dict] = []
+        self.layer_args: dict[str, str] = {}  # the current layer's arrays by kernel_args_t field
         self._tensor_names: dict[int, str] = {}
         self.state = {t: f"S{t}_{_short(graph.tensors[t].name)}" for t in graph.state()}
 
-    def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
+    def array(self, name: str, ctype: str, values, aligned: bool = False, arg: str | None = None) -> str:
         """A .rodata array of ``values`` (or of what ``values()`` gives) named ``name``; a name
-        given again (a table every layer of a kind shares) is the one array."""
+        given again (a table every layer of a kind shares) is the one array. ``arg``: the
+        kernel_args_t field a window's kernel reads it from (a family's per-layer arrays)."""
+        if arg is not None:
+            self.layer_args[arg] = name
         arr = np.asarray(values() if callable(values) else values).reshape(-1)
         data = c_array(arr)
         same = next((c for c in self.constants if c["name"] == name), None)
@@ -117,7 +121,8 @@ class _Symbols:
         if not self.soft_double:
             return None
         return self.array(f"{name}_q32", "int32_t",
-                          np.array([scale_q32(float(v)) for v in np.asarray(scales, np.float64).reshape(-1)], np.int64))
+                          np.array([scale_q32(float(v)) for v in np.asarray(scales, np.float64).reshape(-1)], np.int64),
+                          arg="scale_q32")
 
     def at(self, key) -> str:
         """The address of an arena tensor or scratch buffer: its bank's buffer plus its offset."""
@@ -325,12 +330,6 @@ def _tiling_context(kern, g, t, l3=None, reverse: bool = False) -> dict:
 
 # ---- the target's variants on windows: L1 tiles and patch regions ------------------------------
 
-# a variant's per-layer arrays, by the name it gives them: (field of the engine's kernel_args_t, C type)
-ARG_FIELDS = {"_stream": ("wq", "uint32_t"), "_weights_q15": ("wq", "uint32_t"), "_weights_s8": ("wq", "uint32_t"), "_bias_lanes": ("bias", "int32_t"),
-              "_multiplier": ("mult", "int32_t"), "_shift": ("shift", "int8_t"), "_addend_hi": ("rq_hi", "int32_t"),
-              "_shift_less_1": ("rq_e1", "int8_t"), "_scale_f32_lanes": ("frq", "float"),
-              "_rq_mul_lanes": ("rq_mul", "int32_t"), "_rq_add_lanes": ("rq_add", "int64_t"),
-              "_scale_lanes": ("scale", "double"), "_scale_lanes_q32": ("scale_q32", "int32_t")}
 KERNEL_SIGNATURE = Code("(const int8_t *restrict src, const int8_t *restrict src2, int8_t *restrict dst, "
                         "const kernel_args_t *args, int32_t oc0)")
 
@@ -343,14 +342,16 @@ class _ArgSymbols:
     def __init__(self, graph: Graph, per_group: dict[str, tuple[int, int]], soft_double: bool = False):
         self.graph, self.per_group, self.used, self.soft_double = graph, per_group, {}, soft_double
 
-    def array(self, name: str, ctype: str, values, aligned: bool = False) -> str:
-        field, _ = next(v for suffix, v in ARG_FIELDS.items() if name.endswith(suffix))
-        self.used[field] = ctype
-        return field
+    def array(self, name: str, ctype: str, values, aligned: bool = False, arg: str | None = None) -> str:
+        if arg is None:
+            raise ValueError(f"{name}: a window's kernel reads only the layer's arrays a family names a "
+                             "kernel_args_t field for")
+        self.used[arg] = ctype
+        return arg
 
     def double_scales(self, name: str, scales) -> str | None:
         """The layer's estimates of its double scales (fx_rq_fc), where the whole layer has them."""
-        return self.array(f"{name}_q32", "int32_t", None) if self.soft_double else None
+        return self.array(f"{name}_q32", "int32_t", None, arg="scale_q32") if self.soft_double else None
 
     def prologue(self) -> Code:
         lines = []
@@ -392,7 +393,7 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
     """The kernels of a tiled layer run by a DSP variant: one function per distinct tile shape
     (a window of the layer, its own literal bounds and borders), called through a table indexed
     by the tile's row, column and channel classes, with the layer's arrays (kernel_args_t)."""
-    args = _args_of(L["simd"])  # the layer's packed arrays, in .rodata
+    args = L["args"]  # the layer's packed arrays, in .rodata
     per_group = _window_steps(kern, variant)
     w = tile_windows(g, t.tile_h, t.tile_w, t.tile_c)
     rows, cols, chans = w["rows"], w["cols"], w["chans"]
@@ -446,7 +447,7 @@ def _dsp_whole(L: dict, kern, k: int, variant, in_place: bool, graph: Graph, env
         src, src2 = none, f"(const int8_t *)({L['scratch']})"
     else:
         src, src2 = L["x"] or none, L["x2"] or none
-    return dict(fn=fn, args=_args_of(L["simd"]), src=Code(src), src2=Code(src2), dst=Code(L["y"]))
+    return dict(fn=fn, args=L["args"], src=Code(src), src2=Code(src2), dst=Code(L["y"]))
 
 
 def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env) -> dict:
@@ -459,7 +460,7 @@ def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env)
                               variant, per_group, graph, soft_double=_estimates(L)) for rows, cols, _, width in row]
              for row in windows]
     offsets = [[offset * kern.in_c for _, _, offset, _ in row] for row in windows]
-    return dict(args=_args_of(L["simd"]), table=table, offsets=offsets)
+    return dict(args=L["args"], table=table, offsets=offsets)
 
 
 def _keep_functions(functions: dict, fns, noinline: bool = False) -> None:
@@ -474,17 +475,6 @@ def _keep_functions(functions: dict, fns, noinline: bool = False) -> None:
             text = text.replace(f"static void {name}(", f"static __attribute__((noinline)) void {name}(", 1)
         if noinline or name not in functions:
             functions[name] = Code(text)
-
-
-def _args_of(whole: dict) -> dict:
-    """The layer's arrays (their .rodata names) by the kernel_args_t field each fills."""
-    args = {field: whole.get(key) for field, key in (
-        ("wq", "wq"), ("bias", "bias"), ("mult", "mult"), ("shift", "shift"), ("rq_hi", "rq_hi"),
-        ("rq_e1", "rq_e1"), ("frq", "float_rq"), ("scale", "scale"), ("scale_q32", "fc_est"))
-        if isinstance(whole.get(key), str)}
-    if isinstance(whole.get("int_rq"), dict):
-        args.update(rq_mul=whole["int_rq"]["mul"], rq_add=whole["int_rq"]["add"])
-    return args
 
 
 def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict, variant=None, env=None) -> dict:
@@ -610,7 +600,9 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
         L["whole_dsp"] = None
         L["family"] = variant.template  # the templates' module of its macro
         if variant.context is not None:
+            sym.layer_args = {}
             L["simd"] = variant.context(kern, k, sym, variant, k in in_place)
+            L["args"] = sym.layer_args
             if L["simd"].get("portable_values"):  # it reads the layer's arrays as the portable kernel lays them out
                 L.update(_extra_context(kern, k, sym, data, lp.l3_weights, layer.inputs))
             if variant.shares_whole and k not in tilings and not lp.in_stage and not lp.l3_weights:
