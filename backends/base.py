@@ -90,6 +90,9 @@ class Backend:
     # estimate first, falling back to double only within the estimate's error of a rounding boundary
     soft_double: bool = False
     bank_sections: bool = False  # a bank's buffer goes to the bank's linker section (a part's image; not the host's)
+    # its vector unit's float instructions flush denormals to zero where its scalar FPU and the
+    # reference keep them: float loops of the language-model engine must not become vector code
+    vector_float_flushes: bool = False
     clock_mhz: float | None = None  # the part's core clock (a preset's; --clock gives another): milliseconds from cycles
 
     @property

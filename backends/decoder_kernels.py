@@ -3,9 +3,9 @@
 
 The engine's own functions (templates/llm/engine.c.j2: norms, rotary embeddings, attention over
 the KV cache, the portable matvecs) run every op; a kernel family with a language-model matvec
-(``KernelFamily.llm``: its templates' llm.c.j2) takes the Q4_0 matrices (the matvecs, streamed
-or not, and the head's running selection), whose codes it lays out its own way
-(``llm_q4_pack``). One family lays out every matrix: the codes are packed once for the engine.
+(``KernelFamily.llm_formats``: its templates' llm.c.j2) takes the matrices of the formats it
+knows (the matvecs, streamed or not, and the head's running selection), Q4_0 codes laid out its
+own way (``llm_q4_pack``). One family lays out every matrix: the codes are packed once for the engine.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ ENGINE = "llm/engine.c.j2"  # the engine's own functions
 
 
 def decoder_family(families: tuple[KernelFamily, ...], kernels: str, weight_format: str) -> KernelFamily | None:
-    """The family whose matvec runs the matrices: the first of the target's with one ("auto"),
-    the one --kernels names if it has one, none for "plain" or other formats than Q4_0."""
-    if weight_format != "q4_0" or kernels == "plain":
+    """The family whose matvec runs the matrices: the first of the target's with one for the
+    weights' format ("auto"), the one --kernels names if it has one, none for "plain"."""
+    if kernels == "plain":
         return None
     chosen = [f for f in families if kernels in ("auto", f.name)]
-    return next((f for f in chosen if f.llm), None)
+    return next((f for f in chosen if weight_format in f.llm_formats), None)
 
 
 def _portable_name(op, graph, streamed: bool) -> str:

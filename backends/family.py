@@ -19,9 +19,10 @@ class KernelFamily:
     rules: tuple = ()  # its VariantRules, in order of preference
     # its folder under templates/: kernels.c.j2 holds preamble(core_flags) (the headers and the
     # check that the core has its instructions), helpers() and one macro per variant; llm.c.j2,
-    # when present, the language-model engine's matvec
+    # when present, the language-model engine's matvec(rows, cols, max_blocks, weights)
     templates: str = ""
-    llm: bool = False  # it has a language-model matvec (templates/<templates>/llm.c.j2)
+    # the weight formats ("q4_0", "int8") its language-model matvec takes (templates/<templates>/llm.c.j2)
+    llm_formats: tuple[str, ...] = ()
     # how its matvec wants Q4_0 codes packed ([rows, cols] codes 0..15 -> bytes); None: two per
     # byte, element j low and j + 16 high in each block of 32 (the portable kernels' order)
     llm_q4_pack: object = None

@@ -282,7 +282,7 @@ FAMILY = KernelFamily(
     name="mve", label="Helium",
     description="Armv8.1-M M-profile Vector Extension: 16 int8 MACs per VMLADAVA",
     rules=RULES, templates=TEMPLATES,
-    llm=True,  # templates/mve/llm.c.j2: the Q4_0 matvec, codes in the portable packing
+    llm_formats=("q4_0", "int8"),  # templates/mve/llm.c.j2: Q4_0 codes in the portable packing
     # first estimates from the kernels' inner loops (9 instructions per 64 MACs of a convolution,
     # 3 per 4 of a depthwise tap, 3 per output for the vector requantization); refit with
     # bench/cost_model_bench.py --fit once per-layer counts of the M55 are in. Elementwise and

@@ -376,7 +376,7 @@ def pack_q4(codes: np.ndarray) -> np.ndarray:
 FAMILY = KernelFamily(
     name="smlad", label="SMLAD",
     description="Armv7E-M DSP extension: SXTAB16 + SMLAD, two int8 MACs per instruction",
-    rules=RULES, templates=TEMPLATES, llm=True, llm_q4_pack=pack_q4, llm_input_pairs=True,
+    rules=RULES, templates=TEMPLATES, llm_formats=("q4_0",), llm_q4_pack=pack_q4, llm_input_pairs=True,
     # fitted by least squares to the per-layer counts of `deploy verify --qemu --per-layer` (kws,
     # vww_96 and resnet8 on the M7, untiled and tiled at 64K/32K/16K by both tilers: 378 layers,
     # median error 5%): about one MAC per instruction on convolutions and fully connected

@@ -198,6 +198,7 @@ def render_engine(plan, tokens: bool = False) -> dict:
                calls=[dict(index=k, comment=op_summary(op), fn=fn, args=args)
                       for k, op in enumerate(graph.ops) for fn, args in [_call(graph, op)]],
                family=family.llm_template if family else None, input_pairs=pairs,
+               scalar_float=backend.vector_float_flushes,
                matvec_shapes=sorted(shapes), stream_shapes=stream_shapes,
                l3=None if l3 is None else dict(bytes=l3.bytes, streams=_streams(graph),
                                                embedding=l3.get("wte") is not None),
