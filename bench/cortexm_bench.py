@@ -3,7 +3,7 @@ the plain C kernels), against TFLite Micro with CMSIS-NN; code size without weig
 ELF's memory against the budgets; estimated milliseconds beside published figures.
 
     python bench/cortexm_bench.py [--models NAME,...] [--cores cortex-m4,cortex-m7,cortex-m33,cortex-m55]
-        [--kernels auto,plain[,smlad,mve]]   (a family a core lacks is reported and skipped)
+        [--kernels auto,plain[,smlad,mve]] [--l1 32K|off]   (a family a core lacks is reported and skipped)
 
 For kws_ref_model, vww_96_int8, pretrainedResnet_quant and ad01_int8 (``--models`` adds others from
 shared/models/tflite, by file name), on every core and kernel family: deploy with --sram 256K
@@ -24,6 +24,8 @@ row "other". Tables:
   not the QEMU harness's) and .rodata less the weights, beside TFLite Micro + CMSIS-NN's runtime
   code on the same part;
 * the ELF's flash and SRAM (the harness and its stack included) against --flash and --sram;
+* tiled: the target's kernels with every layer cut into tiles of an --l1 scratchpad (32K by
+  default; the tiles' copies are the core's) against the same engine untiled;
 * estimated milliseconds (deployer/cycles.py: the executed instructions priced by the core's
   timing table, backends/timing) of the four MLPerf Tiny models on an STM32L4R5-class M4 at
   120 MHz and an STM32H7A3-class M7 at 280 MHz, beside MLPerf Tiny's published latencies on
@@ -47,7 +49,8 @@ if str(ROOT) not in sys.path:
 
 from backends import BACKENDS  # noqa: E402
 from deployer import cycles, qemu  # noqa: E402
-from deployer.pipeline import Options, deploy
+from deployer.flag_values import parse_size  # noqa: E402
+from deployer.pipeline import Options, deploy  # noqa: E402
 from solver.plan import Plan  # noqa: E402
 from deployer.verify import random_inputs, samples_payload  # noqa: E402
 from layer_analyzer import kernels as K  # noqa: E402
@@ -114,8 +117,8 @@ def by_layer(per_function: dict[str, int]) -> tuple[dict[int, int], int]:
     return layers, other
 
 
-def measure(path: Path, core: str, kernels: str) -> Measure:
-    dep = deploy(path, Options(target=core, kernels=kernels, sram=SRAM, flash=FLASH, patch="off"))
+def measure(path: Path, core: str, kernels: str, l1: int | None = None) -> Measure:
+    dep = deploy(path, Options(target=core, kernels=kernels, sram=SRAM, flash=FLASH, patch="off", l1=l1))
     elf = qemu.build_elf(dep)
     payload = samples_payload(dep.graph, [random_inputs(dep.graph, 0)])
     if cycles.available(dep.backend):
@@ -259,6 +262,20 @@ def mlperf_table(results: dict, models: list[str], cores: list[str]) -> None:
           "caches, their own kernels); ours are estimates for our engines at zero wait states.")
 
 
+def tiled_table(results: dict, tiled: dict, models: list[str], cores: list[str], l1: int) -> None:
+    """The target's kernels tile by tile in an --l1 scratchpad against the same engine untiled."""
+    rows = [(m, c) for m in models for c in cores if (m, c) in tiled and (m, c, "auto") in results]
+    if not rows:
+        return
+    print(f"\ntiled: --l1 {size(l1)} against untiled (the target's kernels; instructions, and estimated cycles)")
+    print(f"{'model':<24} {'core':<10} {'untiled':>11} {'tiled':>11} {'tiled/untiled':>13} {'cycles ratio':>12}")
+    for model, core in rows:
+        u, t = results[(model, core, "auto")], tiled[(model, core)]
+        cyc = f"{t.cycles / u.cycles:>12.2f}" if t.cycles and u.cycles else f"{'-':>12}"
+        print(f"{model[:24]:<24} {core:<10} {u.instructions:>11,} {t.instructions:>11,} "
+              f"{t.instructions / u.instructions:>13.2f} {cyc}")
+
+
 def helium_table(results: dict, models: list[str]) -> None:
     """The M55's estimated milliseconds at its part's clock beside TFLite Micro + CMSIS-NN's
     published figures on an M85 (a faster clock and a wider core: the ratio says what the
@@ -288,6 +305,7 @@ def main(argv=None) -> int:
                     help="cores, comma-separated (cortex-m4, cortex-m7, cortex-m33, cortex-m55)")
     ap.add_argument("--kernels", default="auto,plain",
                     help="kernel choices, comma-separated: auto (the core's families), plain, or a family")
+    ap.add_argument("--l1", default="32K", help="the scratchpad of the tiled column (e.g. 32K), or off")
     args = ap.parse_args(argv)
     missing = qemu.missing_tools()
     if missing:
@@ -296,9 +314,10 @@ def main(argv=None) -> int:
     names = list(dict.fromkeys([*DEFAULT_MODELS, *(Path(n).stem for n in args.models.split(",") if n)]))
     cores = [c for c in args.cores.split(",") if c]
     kernels = [k for k in args.kernels.split(",") if k]
+    l1 = None if args.l1 == "off" else parse_size(args.l1)
     print(f"Cortex-M instructions per inference on QEMU (one seeded random input); deploy --sram {size(SRAM)} "
           f"--flash {size(FLASH)} --patch off\n")
-    results, models = {}, []
+    results, tiled, models = {}, {}, []
     for name in names:
         path = find_model(name)
         if path is None:
@@ -311,6 +330,11 @@ def main(argv=None) -> int:
                     results[(name, core, k)] = measure(path, core, k)
                 except DeployError as e:
                     print(f"{name} {core} {k}: {e}")  # reported, not fatal
+            if l1 and "auto" in kernels:
+                try:
+                    tiled[(name, core)] = measure(path, core, "auto", l1)
+                except DeployError as e:
+                    print(f"{name} {core} --l1 {size(l1)}: {e}")
     model_table(results, models, cores, kernels)
     for model in models:
         for core in cores:
@@ -321,6 +345,7 @@ def main(argv=None) -> int:
         kind_table(results, core, kernels)
     code_table(results)
     memory_table(results)
+    tiled_table(results, tiled, models, cores, l1 or 0)
     mlperf_table(results, models, cores)
     helium_table(results, models)
     return 0
