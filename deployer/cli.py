@@ -332,7 +332,7 @@ def build_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, output
     language = frontend_for(model, "build").kind == "language_model"
     _refuse_flags_of_the_other_kind(language)
     if language:
-        return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, llm_weights, llm_kv,
+        return _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, kernels, llm_weights, llm_kv,
                           llm_context, llm_tokenizer, llm_prune, rtos, debug_guards, dump_ir, dump_plan, quiet,
                           input_memory, llm_logits, l3, llm_rope, as_json)
     start = time.perf_counter()
@@ -400,17 +400,16 @@ def _refuse_flags_of_the_other_kind(language: bool, extra: frozenset = frozenset
             raise UsageError(f"{', '.join(p.opts[0] for p in wrong)}: only for language models (.safetensors)")
 
 
-def _language_model_options(target, sram, flash, l3, planner, time_limit, language, **rest) -> Options:
+def _language_model_options(target, sram, flash, l3, planner, time_limit, kernels, language, **rest) -> Options:
     """The options of a language model's command: its budgets parsed, its --logits checked before
     anything is read, ``rest`` (rtos, debug_guards, input_memory) as given."""
     logits_k(language.logits)
-    kernels = click.get_current_context().params.get("kernels") or "auto"  # every such command has --kernels
     return Options(target=target, sram=parse_size(sram, "--sram"), flash=parse_size(flash, "--flash"),
                    l3=parse_size(l3, "--l3"), planner=planner, time_limit_s=check_time_limit(time_limit),
                    kernels=kernels, language=language, **rest)
 
 
-def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, weights, kv, context, tokenizer,
+def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, kernels, weights, kv, context, tokenizer,
                prune, rtos, debug_guards, dump_ir, dump_plan, quiet, input_memory="arena", logits="full",
                l3=None, rope="auto", as_json=False) -> None:
     """A .safetensors decoder (GPT-Neo, LLaMA family): its C engine, manifest and tokenizer files."""
@@ -418,7 +417,7 @@ def _build_llm(model, out_dir, force, target, sram, flash, planner, time_limit, 
 
     language = LanguageFlags(weights=weights, kv=kv, context=context, tokenizer=tokenizer, prune_vocab=prune,
                              logits=logits, rope=rope)
-    options = _language_model_options(target, sram, flash, l3, planner, time_limit, language, rtos=rtos,
+    options = _language_model_options(target, sram, flash, l3, planner, time_limit, kernels, language, rtos=rtos,
                                       debug_guards=debug_guards, input_memory=input_memory)
     start = time.perf_counter()
     with _progress(quiet):
@@ -517,7 +516,7 @@ def suggest_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outp
 
         if llm_tokenizer is not None:
             raise UsageError("--tokenizer: deploy suggest writes no files (the tokenizer is copied by deploy MODEL -o DIR)")
-        options = _language_model_options(target, sram, flash, l3, planner, time_limit, LanguageFlags(
+        options = _language_model_options(target, sram, flash, l3, planner, time_limit, kernels, LanguageFlags(
             weights=llm_weights, kv=llm_kv, context=llm_context, prune_vocab=llm_prune, logits=llm_logits,
             rope=llm_rope), input_memory=input_memory)
         with _progress(quiet):
@@ -645,7 +644,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
     language = frontend_for(model, "verify").kind == "language_model"  # a kind it does not take: a usage error
     _refuse_flags_of_the_other_kind(language, extra=VERIFY_LANGUAGE_FLAGS)
     if language:
-        return _verify_llm(model, target, sram, flash, l3, planner, time_limit, debug_guards, seeds, as_json, sanitize,
+        return _verify_llm(model, target, sram, flash, l3, planner, time_limit, kernels, debug_guards, seeds, as_json, sanitize,
                            on_qemu, clock_mhz, LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
                                                              tokenizer=llm_tokenizer, prune_vocab=llm_prune,
                                                              logits=llm_logits, rope=llm_rope))
@@ -724,7 +723,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
     sys.exit(0 if exact else 1)
 
 
-def _verify_llm(model, target, sram, flash, l3, planner, time_limit, debug_guards, seeds, as_json, sanitize, on_qemu,
+def _verify_llm(model, target, sram, flash, l3, planner, time_limit, kernels, debug_guards, seeds, as_json, sanitize, on_qemu,
                 clock_mhz, language) -> None:
     """deploy verify of a language model: its engine against the executor, byte for byte."""
     from .verify_llm import verify_language_model
@@ -732,7 +731,8 @@ def _verify_llm(model, target, sram, flash, l3, planner, time_limit, debug_guard
     _check_verify_target(target, on_qemu, sanitize)
     if clock_mhz is not None and not on_qemu:
         raise UsageError("--clock needs --qemu: milliseconds come from the cycles estimated on QEMU")
-    options = _language_model_options(target, sram, flash, l3, planner, time_limit, language, debug_guards=debug_guards)
+    options = _language_model_options(target, sram, flash, l3, planner, time_limit, kernels, language,
+                                      debug_guards=debug_guards)
     with _progress(False):
         dep = deploy(model, options)
     result = verify_language_model(dep, seeds, sanitize=sanitize, on_qemu=on_qemu, clock_mhz=clock_mhz)
@@ -800,7 +800,7 @@ def compare_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outp
 
         if llm_tokenizer is not None:
             raise UsageError("--tokenizer: deploy compare writes no engine (the tokenizer is copied by deploy MODEL -o DIR)")
-        options = _language_model_options(target, sram, flash, l3, planner, time_limit, LanguageFlags(
+        options = _language_model_options(target, sram, flash, l3, planner, time_limit, kernels, LanguageFlags(
             weights=llm_weights, kv=llm_kv, context=llm_context, prune_vocab=llm_prune, logits=llm_logits,
             rope=llm_rope), input_memory=input_memory)
         check_report(report, "--report", [("the model", model)])
