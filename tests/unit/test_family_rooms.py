@@ -10,7 +10,7 @@ from backends import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ("deployer", "solver", "layer_analyzer", "templates/host", "templates/llm")
-ISA_WORDS = re.compile(r"smlad|__ARM_FEATURE|arm_acle|arm_mve", re.IGNORECASE)
+ISA_WORDS = re.compile(r"smlad|__ARM_FEATURE|arm_acle|arm_mve|helium|\bmve\b", re.IGNORECASE)
 
 
 def shared_files():
