@@ -124,6 +124,17 @@ STM32U585 = replace(
     banks=(MemoryBank("SRAM123", 768 * K, ".sram123", 1.0, "sram", ("cpu", "dma"), True, 0x20000000),
            MemoryBank("SRAM4", 16 * K, ".sram4", 1.5, "sram", ("cpu", "lpdma"), True, 0x28000000)))
 
+NRF5340 = replace(CORTEX_M33, name="nrf5340", part=True, clock_mhz=128, sram_bytes=512 * K, flash_bytes=1024 * K,
+                  description="Nordic nRF5340 application core (Cortex-M33, 128 MHz): 512 KiB RAM, 1 MiB flash")
+RP2350 = replace(
+    CORTEX_M33, name="rp2350", part=True, clock_mhz=150, sram_bytes=512 * K, flash_bytes=4096 * K,
+    description="Raspberry Pi RP2350 (Cortex-M33, 150 MHz): 520 KiB SRAM, 4 MiB QSPI flash (Pico 2)",
+    # RP2350 datasheet, 2.2: SRAM0-7 (eight striped 64 KiB banks, one region to a linker) from
+    # 0x20000000, SRAM8 and SRAM9 (4 KiB each, non-striped) from 0x20080000; no flash on the chip,
+    # code and weights run in place from the board's QSPI flash (the Pico 2's 4 MiB)
+    banks=(MemoryBank("SRAM0_7", 512 * K, ".sram0_7", 1.0, "sram", ("cpu", "dma"), True, 0x20000000),
+           MemoryBank("SRAM8_9", 8 * K, ".sram8_9", 1.0, "sram", ("cpu", "dma"), True, 0x20080000)))
+
 STM32F446 = replace(CORTEX_M4, name="stm32f446", part=True, clock_mhz=180, sram_bytes=128 * K, flash_bytes=512 * K,
                     description="ST STM32F446 (Cortex-M4F, 180 MHz): 128 KiB SRAM, 512 KiB flash")
 NRF52840 = replace(CORTEX_M4, name="nrf52840", part=True, clock_mhz=64, sram_bytes=256 * K, flash_bytes=1024 * K,
@@ -140,4 +151,5 @@ STM32H743 = replace(
            MemoryBank("SRAM123", 288 * K, ".sram123", 1.5, "sram", ("cpu", "dma"), True, 0x30000000),
            MemoryBank("SRAM4", 64 * K, ".sram4", 1.5, "sram", ("cpu", "dma"), True, 0x38000000)))
 
-CORTEX_M = (CORTEX_M4, CORTEX_M7, CORTEX_M33, CORTEX_M55, STM32F446, STM32H743, NRF52840, STM32U585, ALIF_E7_HP)
+CORTEX_M = (CORTEX_M4, CORTEX_M7, CORTEX_M33, CORTEX_M55, STM32F446, STM32H743, NRF52840, STM32U585, NRF5340,
+            RP2350, ALIF_E7_HP)

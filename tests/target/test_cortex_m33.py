@@ -32,3 +32,18 @@ def test_m33_runs_the_m4s_kernels(rel):
 def test_ad01_on_the_m4_is_near_the_m7():
     rel = "mlperf_tiny/ad01_int8.tflite"
     assert instructions(rel, "cortex-m4") <= 1.10 * instructions(rel, "cortex-m7")  # was 2.9x: software doubles
+
+
+@pytest.mark.parametrize("part", ["stm32u585", "nrf5340", "rp2350"])
+def test_m33_parts_on_qemu(part, tmp_path):
+    """The parts' presets on the M33's board: their SRAM and flash are the budgets (rp2350's
+    arena in its SRAM0-7 bank's linker section), a clock for milliseconds, bit-exact."""
+    from backends import BACKENDS
+    rel = "mlperf_tiny/vww_96_int8.tflite" if part == "rp2350" else "mlperf_tiny/kws_ref_model.tflite"
+    model = shared_model(rel)
+    backend = BACKENDS[part]
+    assert backend.cpu == "cortex-m33" and backend.part and backend.clock_mhz
+    dep = deploy(model, Options(target=part))
+    assert dep.memory.sram_bytes <= backend.sram_bytes and dep.memory.flash_bytes <= backend.flash_bytes
+    result = qemu.verify_on_qemu(dep, model, [random_inputs(dep.graph, 0)])
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
