@@ -12,8 +12,9 @@ they widen into int32 (one at a time where a weight is -128), right shifts only;
 left shift, a kernel beyond the asm's immediates) 4 channels per VMLA on int32 lanes.
 Elementwise ADD, SUB and MUL run 4 elements per int32 vector, TFLite's rescalings lane by lane;
 average and max pooling 16 channels of an output pixel a pass (int16 sums, or int8 maxima), an
-average divided by its window's count through a 32-bit reciprocal. Everything here is done once,
-at generation time."""
+average divided by its window's count through a 32-bit reciprocal; both whole, tile by tile and
+region by region in patch stages (an elementwise region row by row, each operand at its buffer's
+row stride). Everything here is done once, at generation time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -227,8 +228,8 @@ def _plain_binary(kern) -> bool:
 
 def _eltwise(kern, weight_bytes: int, use: str) -> Variant | None:
     """ADD/SUB and MUL on 4 int32 lanes, TFLite's rescalings lane by lane (any shift: no refusal for
-    a left shift), whole or over a tile's elements."""
-    if use not in ("whole", "tile") or not isinstance(kern, (K.Add, K.Mul)) or not _plain_binary(kern):
+    a left shift), whole, over a tile's elements or row by row over a patch region."""
+    if use not in ("whole", "tile", "region") or not isinstance(kern, (K.Add, K.Mul)) or not _plain_binary(kern):
         return None
     shifts = (kern.out_shift,) + ((kern.a_shift, kern.b_shift) if isinstance(kern, K.Add) else ())
     if any(not -32 <= sh <= 31 for sh in shifts):
@@ -262,8 +263,8 @@ def pool_reciprocal(count: int) -> tuple[int, int]:
 def _pool(kern, weight_bytes: int, use: str) -> Variant | None:
     """Average and max pooling of int8 (TFLite's: no integer graph's or QDQ graph's), 16 channels a
     pass, pixel by pixel in row order (as the portable kernel, so an output may start inside its
-    input: the same walk), whole or tile by tile."""
-    if use not in ("whole", "tile") or not isinstance(kern, K.Pool) or K.activation_dtype(kern) != "int8":
+    input: the same walk), whole, tile by tile or region by region."""
+    if use not in ("whole", "tile", "region") or not isinstance(kern, K.Pool) or K.activation_dtype(kern) != "int8":
         return None
     if kern.int_rq is not None or kern.float_avg is not None or kern.f_h * kern.f_w > POOL_AREA:
         return None
@@ -464,11 +465,23 @@ def _rq_steps(multiplier: int, shift: int) -> dict:
     return dict(left=max(shift, 0), mult=multiplier, right=max(-shift, 0))
 
 
+def eltwise_rows(view) -> tuple[int, int, int, int]:
+    """(rows, elements a row, a's and b's elements from one row to the next) of a view whose
+    operands walk its rows in order, each row a run of elements (a patch region: each operand a
+    window of its buffer; the output dense); a dense view is one row."""
+    if view.dense:
+        n = int(np.prod(view.shape, dtype=np.int64))
+        return 1, n, n, n
+    (_, _, rows, n), (_, _, a_row, a1), (_, _, b_row, b1) = view.shape, view.a_strides, view.b_strides
+    assert view.shape[:2] == (1, 1) and a1 == b1 == 1, view
+    return rows, n, a_row, b_row
+
+
 def _eltwise_context(kern) -> dict:
     """ADD/SUB (both operands rescaled, then the sum) or MUL (one rescaling of the product) over
-    ``count`` elements (a tile's, or the layer's)."""
-    count = int(np.prod(kern.view.shape, dtype=np.int64))
-    ctx = dict(macro="eltwise", count=count, blocks16=count // 16, blocks4=count % 16 // ELTWISE,
+    ``count`` elements a row (a tile's, the layer's, or a patch region's rows)."""
+    rows, count, a_row, b_row = eltwise_rows(kern.view)
+    ctx = dict(macro="eltwise", count=count, rows=rows, a_row=a_row, b_row=b_row, blocks16=count // 16, blocks4=count % 16 // ELTWISE,
                tail=count % ELTWISE, mul=isinstance(kern, K.Mul), out=_rq_steps(kern.out_multiplier, kern.out_shift))
     if isinstance(kern, K.Add):
         # (x + offset) << left as one VMLAS: x * 2^left + (offset << left), mod 2^32 as the reference's shift
@@ -483,4 +496,4 @@ def _eltwise_context(kern) -> dict:
 def _pool_context(kern) -> dict:
     """Passes of 16 channels of an output pixel, a last one of ``tail`` channels predicated."""
     groups, tail = divmod(kern.channels, DW16)
-    return dict(macro="pool", groups=groups, tail=tail, row=kern.in_w * kern.channels)
+    return dict(macro="pool", groups=groups, tail=tail, row=kern.row_bytes)

@@ -238,6 +238,30 @@ def test_pools_write_over_their_dying_input(tmp_path, pool):
     assert any(o.layer == 1 and shares_bytes(dep, o) for o in dep.overlaps)
 
 
+def test_eltwise_and_pools_region_by_region_in_a_patch_stage(tmp_path):
+    """A patch stage (2 x 3 patches) holding a residual ADD (one operand a wider patch buffer: it
+    also feeds the 3x3 depthwise, which reads a halo), a MUL, a 3x3 stride-2 SAME average pool, a
+    SUB of one operand with itself and a 2x2 SAME max pool: each runs its Helium kernel region by
+    region, the operands read row by row at their buffers' strides."""
+    mb = ModelBuilder(21)
+    x = mb.input((1, 20, 22, 8))
+    c = mb.conv2d(x, 24, (3, 3))
+    s = mb.add(c, mb.conv2d(mb.depthwise_conv2d(c), 24, (1, 1)))
+    a = mb.avg_pool(mb.mul(s, c), (3, 3), (2, 2), "SAME")
+    q = mb.max_pool(mb.sub(a, a), (2, 2), (1, 1), "SAME")
+    mb.output(mb.conv2d(q, 8, (3, 3)))
+    path = tmp_path / "stage.tflite"
+    mb.save(path)
+    dep = run(path, patch="2x3@7")
+    assert [(p.stage.start, p.stage.end, p.grid) for p in dep.patches] == [(0, 7, (2, 3))]
+    assert names(dep)[3:8] == ["elementwise_add_s8_mve", "elementwise_mul_s8_mve", "avgpool_s8_mve",
+                               "elementwise_sub_s8_mve", "max_pool_s8_mve"]
+    text = engine(dep)
+    assert "op3_add_window2" in text and "13 rows of 264 elements" in text  # the wider operand's rows
+    for f in ("op3_add", "op4_mul", "op5_average_pool_2d", "op6_sub", "op7_max_pool_2d"):
+        assert f"{f}_kernels[r][c](" in text, f  # each region through its window's kernel
+
+
 def test_broadcast_and_squared_difference_take_the_portable_kernels(tmp_path):
     """A per-channel operand (a broadcast: neither family's kernels take it), a squared difference
     and a same-shape ADD beside them (Helium's)."""
