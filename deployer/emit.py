@@ -614,8 +614,9 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  external_in=any(t in sym.external for t in data[:2]),  # a pointer known only at run time
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None,
                  reverse=lp.overlap is not None and lp.overlap.reverse and lp.overlap.order != "patches")
-        if k in in_place:
-            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)({sym.at(scratch_key(k))})")
+        if k in in_place:  # a kernel that writes over its input itself has no plane
+            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)({sym.at(scratch_key(k))})"
+                     if in_place[k].scratch_bytes else f"({CTYPES[out_t.dtype]} *)0")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
         L["whole_dsp"] = None

@@ -79,6 +79,63 @@ def test_depthwise16_tiled(mixed):
     assert any(dep.layers[k].variant.name == DW16 for k in dep.tilings), dep.tilings
 
 
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory):
+    """Depthwise layers of fewer than 16 channels: 8 channels 3x3 RELU6 over 13 columns (6 passes of
+    2 pixels and a last one of 1), 4 channels 3x2 VALID (4 pixels a pass; its input an output too,
+    so not in place), 8 channels 2x3 stride 2 down (2 pixels a pass), 8 channels stride 2 across (a
+    pixel a pass) and 2 channels (8 pixels a pass)."""
+    mb = ModelBuilder(31)
+    x = mb.input((1, 9, 13, 8))
+    b = mb.conv2d(mb.depthwise_conv2d(x, kernel=(3, 3), activation="RELU6"), 4, (1, 1))
+    c = mb.depthwise_conv2d(b, kernel=(3, 2), padding="VALID")
+    e = mb.depthwise_conv2d(mb.conv2d(c, 8, (1, 1)), kernel=(2, 3), stride=(2, 1))
+    f = mb.depthwise_conv2d(e, kernel=(3, 3), stride=(2, 2))
+    mb.output(f, mb.depthwise_conv2d(mb.conv2d(x, 2, (1, 1)), kernel=(3, 3)), b)
+    path = tmp_path_factory.mktemp("mve") / "narrow.tflite"
+    mb.save(path)
+    return path
+
+
+def dw16_pixels(dep) -> list[int]:
+    return [lp.variant.layout.pixels for lp in dep.layers if lp.variant.name == DW16]
+
+
+def test_depthwise16_passes_of_several_pixels_whole(narrow):
+    dep = run(narrow)
+    assert sorted(dw16_pixels(dep)) == [1, 2, 2, 4, 8]
+    in_place = {r.layer for r in dep.reuses if r.rule == "depthwise-in-place"}
+    packed = [k for k, lp in enumerate(dep.layers) if lp.variant.name == DW16 and lp.variant.layout.pixels > 1]
+    assert set(packed) - in_place and set(packed) & in_place  # written over the input and not
+    text = engine(dep)
+    assert "2 pixels of 8 channels a pass" in text and "8 pixels of 2 channels a pass" in text
+
+
+def test_depthwise16_passes_of_several_pixels_tiled_and_in_a_patch_stage(narrow, tmp_path):
+    dep = run(narrow, l1=1024)
+    assert {dep.layers[k].variant.layout.pixels for k in dep.tilings if dep.layers[k].variant.name == DW16} >= {2, 4}
+    mb = ModelBuilder(32)  # 8 then 4 channels in 2 x 3 patches (regions of 5 and 6 columns)
+    d = mb.depthwise_conv2d(mb.conv2d(mb.input((1, 12, 17, 3)), 8, (3, 3)))
+    mb.output(mb.conv2d(mb.depthwise_conv2d(mb.conv2d(d, 4, (1, 1)), kernel=(3, 3)), 8, (3, 3)))
+    path = tmp_path / "stage.tflite"
+    mb.save(path)
+    dep = run(path, patch="2x3@3")
+    assert [dep.layers[k].variant.layout.pixels for k in dep.patches[0].layers
+            if dep.layers[k].variant.name == DW16] == [2, 4]
+
+
+def test_depthwise16_in_place_takes_no_scratch_plane(tmp_path):
+    """The 16-lane kernel writes over its input row by row itself: the arena holds the input alone."""
+    mb = ModelBuilder(33)
+    mb.output(mb.depthwise_conv2d(mb.input((1, 16, 16, 32)), kernel=(3, 3)))
+    path = tmp_path / "in_place.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert names(dep) == [DW16]
+    assert [(r.rule, r.scratch_bytes) for r in dep.reuses] == [("depthwise-in-place", 0)]
+    assert dep.arena.peak == 16 * 16 * 32  # a plane of 256 B beside it before
+
+
 def test_depthwise16_weights_of_minus_128_run_one_tap_at_a_time(tmp_path):
     """Two taps' products of -128 x -128 overflow int16: the kernel must not pair them. Weights of
     -128 at the first two taps of one channel and at every tap of another, inputs of -128."""
