@@ -7,13 +7,14 @@ weights stay int8, each row zero-padded to whole vectors, 4 channels' rows inter
 step); a pass computes 4 output channels of 2 output pixels (batch rows), 8 VMLADAVAs per 6 loads,
 and requantizes each pixel's 4 sums as one vector (a fully connected layer's with the 32.32
 estimate of its double scale, the doubtful lanes in double). Depthwise layers run 16 channels per
-pass on int8 lanes from a line buffer of padded input rows, two taps' int16 products summed before
-they widen into int32 (one at a time where a weight is -128), right shifts only; the others (a
+pass on int8 lanes from a line buffer of padded input rows (a layer of C < 16 channels, stride 1
+across: 16 / C output pixels a pass), two taps' int16 products summed before they widen into int32 (one at a time where a weight is -128), right shifts only; the others (a
 left shift, a kernel beyond the asm's immediates) 4 channels per VMLA on int32 lanes.
 Elementwise ADD, SUB and MUL run 4 elements per int32 vector, TFLite's rescalings lane by lane;
 average and max pooling 16 channels of an output pixel a pass (int16 sums, or int8 maxima), an
-average divided by its window's count through a 32-bit reciprocal. Everything here is done once,
-at generation time."""
+average divided by its window's count through a 32-bit reciprocal; both whole, tile by tile and
+region by region in patch stages (an elementwise region row by row, each operand at its buffer's
+row stride). Everything here is done once, at generation time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -72,6 +73,15 @@ def depthwise16_fits(kern) -> bool:
                for oy in range(kern.out_h) if oy * kern.stride_h - kern.pad_t + kern.k_h < kern.in_h)
 
 
+def depthwise16_pixels(kern) -> int:
+    """Output pixels a pass of the 16-lane depthwise kernel computes: 16 / C for a layer of C < 16
+    channels (C dividing 16) and stride 1 across, whose line buffer holds a row's pixels C bytes apart,
+    so that one 16-byte load reads a tap's inputs of 16 / C neighbouring output pixels and one store
+    writes their outputs (the weights and per-channel values repeated in each pixel's lanes); else 1."""
+    c = kern.in_c
+    return DW16 // c if c < DW16 and DW16 % c == 0 and kern.stride_w == 1 else 1
+
+
 def line_width(kern) -> int:
     """Pixels of a line buffer row: the input row with its padding on both sides."""
     right = max(0, (kern.out_w - 1) * kern.stride_w + kern.k_w - kern.pad_l - kern.in_w)
@@ -88,7 +98,7 @@ def layout_for(kern) -> MveLayout | None:
         if kern.depth_multiplier != 1 or kern.batch != 1:
             return None
         if _plain_rq(kern) and depthwise16_fits(kern):
-            return MveLayout("depthwise16", 0, 0, 1)
+            return MveLayout("depthwise16", 0, 0, depthwise16_pixels(kern))
         if kern.in_c % DW_LANES:
             return None
         return MveLayout("depthwise", 0, 0, 1)
@@ -121,10 +131,11 @@ def pack_depthwise(weights: np.ndarray) -> np.ndarray:
     return np.frombuffer(np.ascontiguousarray(g).tobytes(), np.uint32)
 
 
-def pack_depthwise16(weights: np.ndarray) -> np.ndarray:
+def pack_depthwise16(weights: np.ndarray, pixels: int = 1) -> np.ndarray:
     """1 x KH x KW x C int8 weights -> [group of 16 channels][tap][16 channels] (the last group
-    zero-padded), as words."""
-    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int8)  # T, C
+    zero-padded), as words; ``pixels`` > 1 (depthwise16_pixels): each tap's C weights once per pixel
+    of a pass, 16 lanes."""
+    taps = np.tile(weights.reshape(-1, weights.shape[-1]).astype(np.int8), (1, pixels))  # T, C x pixels
     t, c = taps.shape
     g = -(-c // DW16)
     taps = np.pad(taps, ((0, 0), (0, g * DW16 - c)))
@@ -181,10 +192,9 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
         return None
     dw = s.variant in ("depthwise", "depthwise16")
     channels = {"depthwise": DW_LANES, "depthwise16": DW16}.get(s.variant, QUAD)
-    # lanes: the 16-lane kernel writes over its input row by row itself (its scratch plane, one
-    # channel's, goes unused)
-    return Variant(NAMES[s.variant], KERNELS, s.variant, packed_bytes(kern, s), CODE_BYTES[s.variant],
-                   DW_LANES if s.variant == "depthwise" else 1, True, False, channels, s, template_context, _window,
+    # lanes: the 16-lane kernel writes over its input row by row itself (no scratch plane: 0)
+    lanes = {"depthwise": DW_LANES, "depthwise16": 0}.get(s.variant, 1)
+    return Variant(NAMES[s.variant], KERNELS, s.variant, packed_bytes(kern, s), CODE_BYTES[s.variant], lanes, True, False, channels, s, template_context, _window,
                    shares_whole=dw and use == "whole",
                    lane_bytes=_lane_bytes(kern, s),
                    window_steps=window_steps)
@@ -206,7 +216,10 @@ def _lane_bytes(kern, s: MveLayout) -> tuple[int, int]:
 
 
 def _window(variant: Variant, kern) -> Variant:
-    """The variant for a window of its layer: the same weights, walked for the window's shape."""
+    """The variant for a window of its layer: the same weights, walked for the window's shape (a
+    16-lane depthwise layer's pixels a pass are the layer's: its arrays are laid out for them)."""
+    if variant.layout.variant == "depthwise16":
+        return variant
     s = layout_for(kern)
     return replace(variant, layout=replace(variant.layout, pixels=s.pixels) if s is not None else variant.layout)
 
@@ -227,8 +240,8 @@ def _plain_binary(kern) -> bool:
 
 def _eltwise(kern, weight_bytes: int, use: str) -> Variant | None:
     """ADD/SUB and MUL on 4 int32 lanes, TFLite's rescalings lane by lane (any shift: no refusal for
-    a left shift), whole or over a tile's elements."""
-    if use not in ("whole", "tile") or not isinstance(kern, (K.Add, K.Mul)) or not _plain_binary(kern):
+    a left shift), whole, over a tile's elements or row by row over a patch region."""
+    if use not in ("whole", "tile", "region") or not isinstance(kern, (K.Add, K.Mul)) or not _plain_binary(kern):
         return None
     shifts = (kern.out_shift,) + ((kern.a_shift, kern.b_shift) if isinstance(kern, K.Add) else ())
     if any(not -32 <= sh <= 31 for sh in shifts):
@@ -262,8 +275,8 @@ def pool_reciprocal(count: int) -> tuple[int, int]:
 def _pool(kern, weight_bytes: int, use: str) -> Variant | None:
     """Average and max pooling of int8 (TFLite's: no integer graph's or QDQ graph's), 16 channels a
     pass, pixel by pixel in row order (as the portable kernel, so an output may start inside its
-    input: the same walk), whole or tile by tile."""
-    if use not in ("whole", "tile") or not isinstance(kern, K.Pool) or K.activation_dtype(kern) != "int8":
+    input: the same walk), whole, tile by tile or region by region."""
+    if use not in ("whole", "tile", "region") or not isinstance(kern, K.Pool) or K.activation_dtype(kern) != "int8":
         return None
     if kern.int_rq is not None or kern.float_avg is not None or kern.f_h * kern.f_w > POOL_AREA:
         return None
@@ -322,7 +335,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     w = graph.tensors[kern.weights].data
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
     if s.variant == "depthwise16":
-        return _depthwise16_context(kern, k, sym, w, bias, in_place)
+        return _depthwise16_context(kern, k, sym, w, bias, in_place, s.pixels)
     if s.variant == "depthwise":
         return _depthwise_context(kern, k, sym, w, bias, in_place)
     quads = -(-channels // QUAD) * QUAD
@@ -382,41 +395,57 @@ def _depthwise_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool) -
     return ctx
 
 
-def _depthwise16_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool) -> dict:
+def _depthwise16_context(kern, k: int, sym, w: np.ndarray, bias, in_place: bool, pixels: int = 1) -> dict:
     """The 16-lane depthwise kernel's arrays (weights per group of 16 channels; bias with the input
-    offset's share folded in, multipliers and shifts in PERM16's lane order) and its asm step."""
+    offset's share folded in, multipliers and shifts in PERM16's lane order) and its asm step.
+    ``pixels`` > 1 (depthwise16_pixels): one group whose 16 lanes are the C channels of that many
+    neighbouring output pixels, every per-channel value repeated per pixel; the line buffer holds a
+    row C bytes a pixel, a row's last pass stores the pixels left (``rest``) predicated."""
     taps = w.reshape(-1, w.shape[-1])
+
+    def lanes(values):  # per channel -> per lane of a pass
+        return np.tile(values, pixels)
 
     def folded():  # every tap: a padding pixel holds the input zero point, whose (x + offset) * w is 0
         f = (0 if bias is None else bias.astype(np.int64)) + kern.input_offset * taps.astype(np.int64).sum(0)
-        return permuted16(((f + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32), np.int32(0))
+        return permuted16(lanes(((f + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)), np.int32(0))
 
     def per_channel(values, dtype):
-        return np.broadcast_to(np.asarray(values, dtype), (kern.out_c,)).copy()
+        return lanes(np.broadcast_to(np.asarray(values, dtype), (kern.out_c,)).copy())
 
     # two taps' int16 products summed before widening: exact unless a weight is -128 (2 x 128 x 128
     # overflows int16; weights in [-127, 127] reach 2 x 128 x 127 at most), else one tap at a time
     pairs = not (taps == -128).any()
     groups = -(-kern.in_c // DW16)
-    tail = kern.in_c - (groups - 1) * DW16
+    tail = kern.in_c * pixels - (groups - 1) * DW16
+    slot = kern.in_c if pixels > 1 else DW16  # line buffer bytes a pixel
+    line_w = line_width(kern)
+    passes, rest = divmod(kern.out_w, pixels)
+    if pixels > 1:  # a last pass's 16-byte loads reach its phantom pixels' taps
+        line_w = max(line_w, -(-kern.out_w // pixels) * pixels + kern.k_w - 1)
     return dict(
-        macro="depthwise16", groups=groups, tail=tail, line_w=line_width(kern), pairs=pairs,
-        wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise16(w), aligned=True, arg="wq"),
+        macro="depthwise16", groups=groups, tail=tail, line_w=line_w, pairs=pairs, pixels=pixels, slot=slot,
+        passes=passes, rest=rest,
+        wq=sym.array(f"op{k}_weights_s8", "uint32_t", lambda: pack_depthwise16(w, pixels), aligned=True, arg="wq"),
         bias=sym.array(f"op{k}_bias_lanes", "int32_t", folded, arg="bias"),
         mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: permuted16(per_channel(kern.multiplier, np.int32), np.int32(0)), arg="mult"),
         shift=sym.array(f"op{k}_shift", "int8_t", lambda: permuted16(per_channel(kern.shift, np.int8), np.int8(-1)), arg="shift"),
-        step=depthwise16_step(kern, pairs, DW16), tail_step=depthwise16_step(kern, pairs, tail), in_place=in_place,
-        stack_bytes=kern.k_h * line_width(kern) * DW16)
+        step=depthwise16_step(kern, pairs, DW16, pixels), tail_step=depthwise16_step(kern, pairs, tail, pixels),
+        rest_step=depthwise16_step(kern, pairs, rest * kern.in_c, pixels) if pixels > 1 and rest else None,
+        in_place=in_place, stack_bytes=kern.k_h * line_w * slot)
 
 
-def depthwise16_step(kern, pairs: bool, lanes: int) -> list[str]:
-    """The asm of one output pixel of 16 channels, ``lanes`` of them stored (the kernel's row loop
-    runs it out_w times).
-    Registers: x0.. the line buffer rows (16 bytes a pixel, moved on by the stride at each row's
-    first tap), w the group's weights [tap][16], pb/pm/pn the group's permuted bias, multipliers
-    and shifts, po the output (moved on by out_c), zp the output zero point; q0-q3 the int32
-    accumulators, q4 inputs, q5 weights, q6/q7 the int16 products of the even/odd channels."""
-    step = kern.stride_w * DW16
+def depthwise16_step(kern, pairs: bool, lanes: int, pixels: int = 1) -> list[str]:
+    """The asm of one output pixel of 16 channels (or of ``pixels`` neighbouring output pixels of
+    16 / pixels channels), ``lanes`` of them stored (the kernel's row loop runs it out_w / pixels
+    times).
+    Registers: x0.. the line buffer rows (16 bytes a pixel, or C bytes when a pass computes several
+    pixels; moved on by the stride at each row's first tap), w the group's weights [tap][16],
+    pb/pm/pn the group's permuted bias, multipliers and shifts, po the output (moved on by out_c a
+    pixel), zp the output zero point; q0-q3 the int32 accumulators, q4 inputs, q5 weights, q6/q7
+    the int16 products of the even/odd channels."""
+    slot = DW16 // pixels  # line buffer bytes a pixel
+    step = kern.stride_w * slot * pixels
     bumped = [False] * kern.k_h
 
     def x(t: int, again: bool = False) -> str:  # tap t's 16 inputs
@@ -424,7 +453,7 @@ def depthwise16_step(kern, pairs: bool, lanes: int) -> list[str]:
         if kx == 0 and not again and not bumped[ky]:
             bumped[ky] = True
             return f"[%[x{ky}]], #{step}"
-        off = kx * DW16 - (step if bumped[ky] else 0)
+        off = kx * slot - (step if bumped[ky] else 0)
         return f"[%[x{ky}], #{off}]" if off else f"[%[x{ky}]]"
 
     asm = [f"vldrw.u32 q{i}, [%[pb], #{16 * i}]" for i in range(4)]
@@ -454,8 +483,8 @@ def depthwise16_step(kern, pairs: bool, lanes: int) -> list[str]:
     store = "vstrbt.8" if lanes < DW16 else "vstrb.8"
     if lanes < DW16:  # a last group of fewer channels: the loop's P0 holds them (no register is free)
         asm.append("vpst")
-    if kern.out_c <= 127:
-        asm.append(f"{store} q6, [%[po]], #{kern.out_c}")
+    if kern.out_c * pixels <= 127:
+        asm.append(f"{store} q6, [%[po]], #{kern.out_c * pixels}")
     else:
         asm += [f"{store} q6, [%[po]]", f"add %[po], %[po], #{kern.out_c}"]
     return asm
@@ -467,11 +496,23 @@ def _rq_steps(multiplier: int, shift: int) -> dict:
     return dict(left=max(shift, 0), mult=multiplier, right=max(-shift, 0))
 
 
+def eltwise_rows(view) -> tuple[int, int, int, int]:
+    """(rows, elements a row, a's and b's elements from one row to the next) of a view whose
+    operands walk its rows in order, each row a run of elements (a patch region: each operand a
+    window of its buffer; the output dense); a dense view is one row."""
+    if view.dense:
+        n = int(np.prod(view.shape, dtype=np.int64))
+        return 1, n, n, n
+    (_, _, rows, n), (_, _, a_row, a1), (_, _, b_row, b1) = view.shape, view.a_strides, view.b_strides
+    assert view.shape[:2] == (1, 1) and a1 == b1 == 1, view
+    return rows, n, a_row, b_row
+
+
 def _eltwise_context(kern) -> dict:
     """ADD/SUB (both operands rescaled, then the sum) or MUL (one rescaling of the product) over
-    ``count`` elements (a tile's, or the layer's)."""
-    count = int(np.prod(kern.view.shape, dtype=np.int64))
-    ctx = dict(macro="eltwise", count=count, blocks16=count // 16, blocks4=count % 16 // ELTWISE,
+    ``count`` elements a row (a tile's, the layer's, or a patch region's rows)."""
+    rows, count, a_row, b_row = eltwise_rows(kern.view)
+    ctx = dict(macro="eltwise", count=count, rows=rows, a_row=a_row, b_row=b_row, blocks16=count // 16, blocks4=count % 16 // ELTWISE,
                tail=count % ELTWISE, mul=isinstance(kern, K.Mul), out=_rq_steps(kern.out_multiplier, kern.out_shift))
     if isinstance(kern, K.Add):
         # (x + offset) << left as one VMLAS: x * 2^left + (offset << left), mod 2^32 as the reference's shift
@@ -486,4 +527,4 @@ def _eltwise_context(kern) -> dict:
 def _pool_context(kern) -> dict:
     """Passes of 16 channels of an output pixel, a last one of ``tail`` channels predicated."""
     groups, tail = divmod(kern.channels, DW16)
-    return dict(macro="pool", groups=groups, tail=tail, row=kern.in_w * kern.channels)
+    return dict(macro="pool", groups=groups, tail=tail, row=kern.row_bytes)

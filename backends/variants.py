@@ -31,7 +31,7 @@ class Variant:
     macro: str  # the macro that writes its C
     weight_bytes: int = 0  # .rodata its weights take in its layout
     code_bytes: int = CODE_BYTES_PORTABLE
-    lanes: int = 1  # output channels computed at once (an in-place depthwise plane holds that many)
+    lanes: int = 1  # output channels computed at once (an in-place depthwise plane holds that many; 0: no plane)
     dsp: bool = False
     stages_weights: bool = True  # a tile's weights are moved into L1 with it (else read where they are)
     channel_quantum: int = 1  # a tile's output channels: a multiple of this (or all of them)

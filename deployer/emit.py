@@ -17,7 +17,7 @@ from network_parser.lifetimes import Lifetime, owner_groups, scratch_key
 from solver.arena_types import align
 from solver.tiling import LayerTiling
 
-from solver.patch_split import region_windows, stage_of
+from solver.patch_split import binary_windows, region_windows, stage_of
 from .fixedpoint import scale_q32
 from .render import (Code, c_array, c_comment_lines, c_identifier, c_int,
                      c_int64)
@@ -456,11 +456,30 @@ def _dsp_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env)
     its own, shared where windows and literals agree; the byte offset of that window in its buffer."""
     per_group = _window_steps(kern, variant)
     windows = region_windows(kern, patch, k)
-    table = [[kernel_function(env, replace(window_kernel(kern, rows, cols, kern.out_c), in_row=width * kern.in_c), k,
+    channels = kern.channels if isinstance(kern, K.Pool) else kern.out_c
+    pixel = kern.channels if isinstance(kern, K.Pool) else kern.in_c  # input elements a pixel
+    table = [[kernel_function(env, replace(window_kernel(kern, rows, cols, channels), in_row=width * pixel), k,
                               variant, per_group, graph, soft_double=_estimates(L)) for rows, cols, _, width in row]
              for row in windows]
-    offsets = [[offset * kern.in_c for _, _, offset, _ in row] for row in windows]
-    return dict(args=L["args"], table=table, offsets=offsets)
+    offsets = [[offset * pixel for _, _, offset, _ in row] for row in windows]
+    return dict(args=L["args"], table=table, offsets=offsets, offsets2=None)
+
+
+def _dsp_binary_regions(L: dict, kern, k: int, variant, patch, view, graph: Graph, env) -> dict:
+    """The kernels of a patch-stage elementwise op run by a family's variant: per patch (row,
+    column) its output region's rows, each a run of its pixels' channels read from each operand's
+    buffer (a patch buffer, or the whole tensor) at that operand's row stride, as a kernel of its
+    own; the element offsets of the region's first pixel in each operand's buffer."""
+    widths = {t: graph.tensors[t].shape[2] if len(graph.tensors[t].shape) == 4 else 1 for t in view.inputs}
+    windows = binary_windows(patch, k, widths)
+    c = view.channels
+
+    def window(rows, cols, ins):
+        (_, aw), (_, bw) = ins
+        return replace(kern, view=K.Broadcast((1, 1, rows, cols * c), (0, 0, aw * c, 1), (0, 0, bw * c, 1)))
+    table = [[kernel_function(env, window(*w), k, variant, {}, graph) for w in row] for row in windows]
+    offsets = [[[ins[i][0] * c for _, _, ins in row] for row in windows] for i in range(2)]
+    return dict(args=L["args"], table=table, offsets=offsets[0], offsets2=offsets[1])
 
 
 def _keep_functions(functions: dict, fns, noinline: bool = False) -> None:
@@ -502,6 +521,8 @@ def _patch_context(L: dict, kern, k: int, patch, graph: Graph, sym, macro: dict,
         ctx["view"] = dict(L, tiling=_tiling_context(kern, g, whole))
         if variant is not None and variant.dsp:
             ctx["dsp"] = _dsp_regions(L, kern, k, variant, patch, view, graph, env)
+    if kind == "binary" and variant is not None and variant.dsp:
+        ctx["dsp"] = _dsp_binary_regions(L, kern, k, variant, patch, view, graph, env)
     if kind == "transpose":
         ctx.update(in_h=kern.in_shape[2], in_w=kern.in_shape[3])
     return ctx
@@ -593,8 +614,9 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  external_in=any(t in sym.external for t in data[:2]),  # a pointer known only at run time
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None,
                  reverse=lp.overlap is not None and lp.overlap.reverse and lp.overlap.order != "patches")
-        if k in in_place:
-            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)({sym.at(scratch_key(k))})")
+        if k in in_place:  # a kernel that writes over its input itself has no plane
+            L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)({sym.at(scratch_key(k))})"
+                     if in_place[k].scratch_bytes else f"({CTYPES[out_t.dtype]} *)0")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
             L["alias"] = f"`{out_t.name}` shares the bytes of `{graph.tensors[data[0]].name}`"
         L["whole_dsp"] = None

@@ -309,12 +309,21 @@ def code_estimate(layers, patches=()) -> int:
             shape = (k.out_h, k.out_w, k.out_c, k.in_h, k.in_w, k.pad_t, k.pad_l, lp.reuse is not None)
             windows.add((literals, v.code_bytes, shape))
             total += CODE_BYTES_CALL
-        elif lp.in_stage and v.dsp and stage_of(patches, lp.index) is not None and isinstance(k, K.Conv):
+        elif lp.in_stage and v.dsp and stage_of(patches, lp.index) is not None and isinstance(k, (K.Conv, K.Pool)):
             # as emit runs regions: a region kernel computes all the layer's channels (their count is
             # one of its literals)
-            windows |= {((*literals, k.out_c), v.code_bytes, (rows, cols, width))
+            channels = k.channels if isinstance(k, K.Pool) else k.out_c
+            windows |= {((*literals, channels), v.code_bytes, (rows, cols, width))
                         for row in region_windows(k, stage_of(patches, lp.index), lp.index)
                         for rows, cols, _, width in row}
+            total += CODE_BYTES_PORTABLE  # its region loop
+        elif lp.in_stage and v.dsp and stage_of(patches, lp.index) is not None:
+            # an elementwise op: a kernel per shape of its output region (its rows, and its operands'
+            # row strides, one of a few per stage)
+            patch = stage_of(patches, lp.index)
+            out = next(view.output for view in patch.stage.layers if view.layer == lp.index)
+            windows |= {((*literals, lp.index), v.code_bytes, (r[out][1] - r[out][0], c[out][1] - c[out][0]))
+                        for r in patch.rows.intervals for c in patch.cols.intervals}
             total += CODE_BYTES_PORTABLE  # its region loop
         else:
             total += v.code_bytes

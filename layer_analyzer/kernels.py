@@ -250,6 +250,12 @@ class Pool:
     # output's model zero point, the stored-to-model offset); a float32 sum of dequantized values
     float_avg: tuple[float, float, int, int, int] | None = None
     dtype: str = "int8"  # the activations' type
+    in_row: int = 0  # elements from one input row to the next when the input is a window of a wider buffer
+
+    @property
+    def row_bytes(self) -> int:
+        """Elements from one input row to the next."""
+        return self.in_row or self.in_w * self.channels
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,8 @@ def elementwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reu
 def depthwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse | None:
     """Depthwise conv over an input that dies here (MCUNetV2, any stride): each channel (or group
     of ``lanes`` channels, for kernels computing that many at once when the channels divide
-    evenly) is computed into a scratch plane, then written over those channels of the input
+    evenly; none for a kernel that writes over its input row by row itself: ``lanes`` 0) is
+    computed into a scratch plane, then written over those channels of the input
     (output pixel p, channel c sits at byte p*C + c, which held input channel c: already
     consumed, and no other output channel reads it). The output must not outgrow the input."""
     layer = graph.layers[k]
@@ -69,7 +70,7 @@ def depthwise_in_place(graph: Graph, k: int, dies_here, lanes: int = 1) -> Reuse
     if (a.depth_multiplier != 1 or len(x.shape) != 4 or x.shape[0] != 1 or x.shape[3] < 2
             or y.shape[3] != x.shape[3] or y.nbytes > x.nbytes or not dies_here(src)):
         return None
-    group = lanes if y.shape[3] % lanes == 0 else 1
+    group = 0 if lanes == 0 else lanes if y.shape[3] % lanes == 0 else 1  # 0: the kernel needs no plane
     return Reuse("depthwise-in-place", k, layer.outputs[0], src,
                  scratch_bytes=y.shape[1] * y.shape[2] * group * DTYPE_BYTES[y.dtype])
 

@@ -171,3 +171,27 @@ def region_windows(kern, patch: PatchPlan, k: int) -> list[list[tuple]]:
             row.append((rows, cols, dy * width + dx, width))
         table.append(row)
     return table
+
+
+def binary_windows(patch: PatchPlan, k: int, widths: dict[int, int]) -> list[list[tuple]]:
+    """Per patch (row, column) of the stage, what elementwise op ``k`` reads: (rows, columns, and
+    per input its (offset, buffer width)): the offset in pixels of the output region's first pixel in
+    that input's buffer (its patch buffer, or the whole tensor, ``widths[t]`` pixels wide), whose
+    rows are ``buffer width`` pixels wide."""
+    view = next(v for v in patch.stage.layers if v.layer == k)
+    table = []
+    for r in range(patch.rows.parts):
+        o0, o1 = patch.rows.intervals[r][view.output]
+        row = []
+        for c in range(patch.cols.parts):
+            p0, p1 = patch.cols.intervals[c][view.output]
+            ins = []
+            for t in view.inputs:
+                if t in patch.buffers:
+                    (b0, _), (x0, x1) = patch.rows.intervals[r][t], patch.cols.intervals[c][t]
+                    ins.append(((o0 - b0) * (x1 - x0) + p0 - x0, x1 - x0))
+                else:
+                    ins.append((o0 * widths[t] + p0, widths[t]))
+            row.append((o1 - o0, p1 - p0, ins))
+        table.append(row)
+    return table

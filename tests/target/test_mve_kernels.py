@@ -79,6 +79,63 @@ def test_depthwise16_tiled(mixed):
     assert any(dep.layers[k].variant.name == DW16 for k in dep.tilings), dep.tilings
 
 
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory):
+    """Depthwise layers of fewer than 16 channels: 8 channels 3x3 RELU6 over 13 columns (6 passes of
+    2 pixels and a last one of 1), 4 channels 3x2 VALID (4 pixels a pass; its input an output too,
+    so not in place), 8 channels 2x3 stride 2 down (2 pixels a pass), 8 channels stride 2 across (a
+    pixel a pass) and 2 channels (8 pixels a pass)."""
+    mb = ModelBuilder(31)
+    x = mb.input((1, 9, 13, 8))
+    b = mb.conv2d(mb.depthwise_conv2d(x, kernel=(3, 3), activation="RELU6"), 4, (1, 1))
+    c = mb.depthwise_conv2d(b, kernel=(3, 2), padding="VALID")
+    e = mb.depthwise_conv2d(mb.conv2d(c, 8, (1, 1)), kernel=(2, 3), stride=(2, 1))
+    f = mb.depthwise_conv2d(e, kernel=(3, 3), stride=(2, 2))
+    mb.output(f, mb.depthwise_conv2d(mb.conv2d(x, 2, (1, 1)), kernel=(3, 3)), b)
+    path = tmp_path_factory.mktemp("mve") / "narrow.tflite"
+    mb.save(path)
+    return path
+
+
+def dw16_pixels(dep) -> list[int]:
+    return [lp.variant.layout.pixels for lp in dep.layers if lp.variant.name == DW16]
+
+
+def test_depthwise16_passes_of_several_pixels_whole(narrow):
+    dep = run(narrow)
+    assert sorted(dw16_pixels(dep)) == [1, 2, 2, 4, 8]
+    in_place = {r.layer for r in dep.reuses if r.rule == "depthwise-in-place"}
+    packed = [k for k, lp in enumerate(dep.layers) if lp.variant.name == DW16 and lp.variant.layout.pixels > 1]
+    assert set(packed) - in_place and set(packed) & in_place  # written over the input and not
+    text = engine(dep)
+    assert "2 pixels of 8 channels a pass" in text and "8 pixels of 2 channels a pass" in text
+
+
+def test_depthwise16_passes_of_several_pixels_tiled_and_in_a_patch_stage(narrow, tmp_path):
+    dep = run(narrow, l1=1024)
+    assert {dep.layers[k].variant.layout.pixels for k in dep.tilings if dep.layers[k].variant.name == DW16} >= {2, 4}
+    mb = ModelBuilder(32)  # 8 then 4 channels in 2 x 3 patches (regions of 5 and 6 columns)
+    d = mb.depthwise_conv2d(mb.conv2d(mb.input((1, 12, 17, 3)), 8, (3, 3)))
+    mb.output(mb.conv2d(mb.depthwise_conv2d(mb.conv2d(d, 4, (1, 1)), kernel=(3, 3)), 8, (3, 3)))
+    path = tmp_path / "stage.tflite"
+    mb.save(path)
+    dep = run(path, patch="2x3@3")
+    assert [dep.layers[k].variant.layout.pixels for k in dep.patches[0].layers
+            if dep.layers[k].variant.name == DW16] == [2, 4]
+
+
+def test_depthwise16_in_place_takes_no_scratch_plane(tmp_path):
+    """The 16-lane kernel writes over its input row by row itself: the arena holds the input alone."""
+    mb = ModelBuilder(33)
+    mb.output(mb.depthwise_conv2d(mb.input((1, 16, 16, 32)), kernel=(3, 3)))
+    path = tmp_path / "in_place.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert names(dep) == [DW16]
+    assert [(r.rule, r.scratch_bytes) for r in dep.reuses] == [("depthwise-in-place", 0)]
+    assert dep.arena.peak == 16 * 16 * 32  # a plane of 256 B beside it before
+
+
 def test_depthwise16_weights_of_minus_128_run_one_tap_at_a_time(tmp_path):
     """Two taps' products of -128 x -128 overflow int16: the kernel must not pair them. Weights of
     -128 at the first two taps of one channel and at every tap of another, inputs of -128."""
@@ -236,6 +293,30 @@ def test_pools_write_over_their_dying_input(tmp_path, pool):
     dep = run(path)
     assert names(dep)[1] == ("avgpool_s8_mve" if pool == "avg_pool" else "max_pool_s8_mve")
     assert any(o.layer == 1 and shares_bytes(dep, o) for o in dep.overlaps)
+
+
+def test_eltwise_and_pools_region_by_region_in_a_patch_stage(tmp_path):
+    """A patch stage (2 x 3 patches) holding a residual ADD (one operand a wider patch buffer: it
+    also feeds the 3x3 depthwise, which reads a halo), a MUL, a 3x3 stride-2 SAME average pool, a
+    SUB of one operand with itself and a 2x2 SAME max pool: each runs its Helium kernel region by
+    region, the operands read row by row at their buffers' strides."""
+    mb = ModelBuilder(21)
+    x = mb.input((1, 20, 22, 8))
+    c = mb.conv2d(x, 24, (3, 3))
+    s = mb.add(c, mb.conv2d(mb.depthwise_conv2d(c), 24, (1, 1)))
+    a = mb.avg_pool(mb.mul(s, c), (3, 3), (2, 2), "SAME")
+    q = mb.max_pool(mb.sub(a, a), (2, 2), (1, 1), "SAME")
+    mb.output(mb.conv2d(q, 8, (3, 3)))
+    path = tmp_path / "stage.tflite"
+    mb.save(path)
+    dep = run(path, patch="2x3@7")
+    assert [(p.stage.start, p.stage.end, p.grid) for p in dep.patches] == [(0, 7, (2, 3))]
+    assert names(dep)[3:8] == ["elementwise_add_s8_mve", "elementwise_mul_s8_mve", "avgpool_s8_mve",
+                               "elementwise_sub_s8_mve", "max_pool_s8_mve"]
+    text = engine(dep)
+    assert "op3_add_window2" in text and "13 rows of 264 elements" in text  # the wider operand's rows
+    for f in ("op3_add", "op4_mul", "op5_average_pool_2d", "op6_sub", "op7_max_pool_2d"):
+        assert f"{f}_kernels[r][c](" in text, f  # each region through its window's kernel
 
 
 def test_broadcast_and_squared_difference_take_the_portable_kernels(tmp_path):
