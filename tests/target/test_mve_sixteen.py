@@ -1,0 +1,70 @@
+"""The Helium 16x8 kernels (int16 activations, int8 weights, int64 sums: VMLALDAVA) on QEMU's
+mps3-an547, bit-exact against LiteRT: a regular convolution through its flattened windows
+(padding, stride 2; a window not a multiple of 8 values), a pointwise one (a row of 13 inputs:
+a predicated last step), channel counts not a multiple of 4, a fully connected layer's double
+scale, and the three forms of the activation clamp; tiled, the 16-bit layers keep the portable
+kernels; with the SMLAD family alone they run SMLALD."""
+from __future__ import annotations
+
+import pytest
+
+from deployer import qemu
+from deployer.pipeline import Options, deploy
+from deployer.verify import random_inputs
+from layer_analyzer import kernels as K
+from tests.tflite_builder import ModelBuilder
+
+pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
+                                reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
+
+
+def build(folder, batch: int, h: int = 9, w: int = 11):
+    """h x w x 5 int16 -> 3x3 SAME stride 2 conv RELU (13 channels, windows of 45 values) -> 1x1 conv
+    (13 inputs, 11 channels) -> 3x3 VALID conv RELU6 (6 channels) -> fully connected (-> 7 units),
+    and a 1x1 stride 2 conv (5 channels) of the 1x1's output."""
+    mb = ModelBuilder(5, activations="int16")
+    x = mb.input((batch, h, w, 5))
+    x = mb.conv2d(x, 13, (3, 3), (2, 2), activation="RELU")
+    x = mb.conv2d(x, 11, (1, 1))
+    y = mb.conv2d(x, 5, (1, 1), (2, 2))
+    x = mb.conv2d(x, 6, (3, 3), (1, 1), padding="VALID", activation="RELU6")
+    oh, ow = (h + 1) // 2 - 2, (w + 1) // 2 - 2
+    mb.output(mb.fully_connected(mb.reshape(x, (batch, oh * ow * 6)), 7))
+    mb.output(y)
+    path = folder / f"m16_{batch}_{h}x{w}.tflite"
+    mb.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model16(tmp_path_factory):
+    """The model above in batches of 2."""
+    return build(tmp_path_factory.mktemp("mve16"), 2)
+
+
+def run(model, **options):
+    dep = deploy(model, Options(target="cortex-m55", **options))
+    samples = [random_inputs(dep.graph, s) for s in range(3)]
+    result = qemu.verify_on_qemu(dep, model, samples)
+    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
+    return dep
+
+
+def weighted(dep):
+    return [lp.variant.name for lp in dep.layers if isinstance(lp.kernel, (K.Conv, K.FullyConnected))]
+
+
+def test_helium_16x8_conv_and_fc_bit_exact(model16):
+    dep = run(model16)
+    assert weighted(dep) == ["convolve_s16_mve", "convolve_1x1_s16_mve", "convolve_1x1_s16_mve", "convolve_s16_mve",
+                             "fully_connected_s16_mve"]
+    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+    assert "vmlaldava.s16" in engine and "__ssat(" in engine and "__usat(" in engine and "fx_clamp(" in engine
+
+
+def test_16x8_tiles_keep_the_portable_kernels_and_smlad_alone_runs_smlald(model16, tmp_path):
+    dep = run(build(tmp_path, 1, 19, 21), l1=2048)
+    assert all(lp.tiling is not None for lp in dep.layers if isinstance(lp.kernel, (K.Conv, K.FullyConnected)))
+    assert weighted(dep) == ["conv_s16"] * 4 + ["fully_connected_s16"]
+    dep = deploy(model16, Options(target="cortex-m55", kernels="smlad"))
+    assert set(weighted(dep)) == {"convolve_s16_smlald", "fully_connected_s16_smlald"}
