@@ -362,7 +362,7 @@ def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False)
     im2col = s.variant == "im2col16"
     steps = (s.row_pad if im2col else s.row) // LANES16
     ctx = dict(macro="conv_fc_s16", kind=s.variant, out_c=channels, row=s.row, row_pad=s.row_pad,
-               steps=steps, rem=0 if im2col else s.row % LANES16, tail_c=channels % QUAD,
+               steps=steps, rem=0 if im2col else s.row % LANES16, tail_c=channels % QUAD, narrow=False,
                stack_bytes=2 * s.row_pad if im2col else 0,
                wq=sym.array(f"op{k}_weights_s8x8", "uint32_t", lambda: pack_rows16(w, s), aligned=True, arg="wq"),
                bias=sym.array(f"op{k}_bias64_lanes", "int64_t",
@@ -372,14 +372,33 @@ def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False)
     else:
         terms = [mbqm64_terms(m, sh) for m, sh in zip(np.broadcast_to(kern.multiplier, (channels,)),
                                                      np.broadcast_to(kern.shift, (channels,)))]
+        ctx["narrow"] = narrow16(w, bias, terms)
+        if ctx["narrow"]:  # VRMULH by reduced * 2^(32 - total): (s * reduced + 2^(total - 1)) >> total exactly
+            ctx["mult"] = sym.array(f"op{k}_rq16_mult", "int32_t",
+                                    lambda: padded([r << (32 - t) for r, _, t in terms], 0, np.int32), aligned=True)
+            return _im2col_interior(kern, ctx) if im2col else ctx
         ctx["reduced"] = sym.array(f"op{k}_rq64_mult", "uint16_t", lambda: padded([t[0] for t in terms], 0, np.uint16))
         ctx["addend"] = sym.array(f"op{k}_rq64_addend", "int64_t", lambda: padded([t[1] for t in terms], 0, np.int64),
                                   aligned=True)
         ctx["total"] = sym.array(f"op{k}_rq64_shift", "int8_t", lambda: padded([t[2] for t in terms], 0, np.int8))
-    if im2col:
-        oy0, oy1, ox0, ox1 = interior(kern)
-        ctx["interior"] = dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1)
-    return ctx
+    return _im2col_interior(kern, ctx) if im2col else ctx
+
+
+def _im2col_interior(kern, ctx: dict) -> dict:
+    oy0, oy1, ox0, ox1 = interior(kern)
+    return dict(ctx, interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1))
+
+
+def narrow16(w: np.ndarray, bias, terms) -> bool:
+    """Can a convolution requantize its sums on 32-bit lanes? Where every channel's sum provably
+    fits int32 (its bias's magnitude and 32768 times its weights' cannot reach 2^31: the low words
+    of the 64-bit sums are the sums) and shifts right by 16 to 32 bits (reduced * 2^(32 - total)
+    is then an int32, and VRMULH's (s * m + 2^31) >> 32 is fx_mbqm64's rounding)."""
+    rows = np.abs(w.reshape(w.shape[0], -1).astype(np.int64)).sum(axis=1)
+    b = [0] * len(rows) if bias is None else [abs(int(v)) for v in bias.reshape(-1)]
+    if any(bb + (int(r) << 15) >= 2 ** 31 for bb, r in zip(b, rows)):
+        return False
+    return all(16 <= t <= 32 for _, _, t in terms)
 
 
 RULES = (VariantRule("mve conv/fc", _conv_fc, (K.Conv, K.FullyConnected)),

@@ -2,7 +2,8 @@
 mps3-an547, bit-exact against LiteRT: a regular convolution through its flattened windows
 (padding, stride 2; a window not a multiple of 8 values), a pointwise one (a row of 13 inputs:
 a predicated last step), channel counts not a multiple of 4, a fully connected layer's double
-scale, and the three forms of the activation clamp; tiled, the 16-bit layers keep the portable
+scale, sums that fit int32 (requantized 4 lanes at once) and sums that may not (64 bits each, the
+three forms of the activation clamp); tiled, the 16-bit layers keep the portable
 kernels; with the SMLAD family alone they run SMLALD."""
 from __future__ import annotations
 
@@ -54,12 +55,34 @@ def weighted(dep):
     return [lp.variant.name for lp in dep.layers if isinstance(lp.kernel, (K.Conv, K.FullyConnected))]
 
 
+def engine(dep) -> str:
+    return next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+
+
 def test_helium_16x8_conv_and_fc_bit_exact(model16):
+    """Sums that provably fit int32: the convolutions requantize 4 lanes at once (VRMULH)."""
     dep = run(model16)
     assert weighted(dep) == ["convolve_s16_mve", "convolve_1x1_s16_mve", "convolve_1x1_s16_mve", "convolve_s16_mve",
                              "fully_connected_s16_mve"]
-    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
-    assert "vmlaldava.s16" in engine and "__ssat(" in engine and "__usat(" in engine and "fx_clamp(" in engine
+    text = engine(dep)
+    assert "vmlaldava.s16" in text and text.count("vrmulhq_s32(") >= 4 and "fx_rq_double(" in text
+
+
+def test_helium_16x8_wide_sums_bit_exact(tmp_path):
+    """Sums that may pass int32 (1152 and 1200 values a row): the 64-bit requantization of each,
+    its clamp as SSAT (no activation), USAT (RELU) or both bounds (RELU6)."""
+    mb = ModelBuilder(7, activations="int16")
+    a = mb.conv2d(mb.input((1, 4, 5, 128)), 6, (3, 3), (2, 2), activation="RELU6")
+    b = mb.input((1, 2, 2, 1200))
+    mb.output(a)
+    mb.output(mb.conv2d(b, 5, (1, 1)))
+    mb.output(mb.conv2d(b, 3, (1, 1), activation="RELU"))
+    path = tmp_path / "wide16.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert weighted(dep) == ["convolve_s16_mve", "convolve_1x1_s16_mve", "convolve_1x1_s16_mve"]
+    text = engine(dep)
+    assert "vrmulhq_s32(" not in text and "__ssat(" in text and "__usat(" in text and "fx_clamp(" in text
 
 
 def test_16x8_tiles_keep_the_portable_kernels_and_smlad_alone_runs_smlald(model16, tmp_path):
