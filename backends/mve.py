@@ -321,12 +321,14 @@ def mbqm64_terms(multiplier: int, shift: int) -> tuple[int, int, int]:
 
 def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
     """16x8 convolutions (not depthwise, dilation 1) and fully connected layers with int64
-    accumulators, whole from the arena: 8 int16 inputs against 8 int8 weights widened on load
+    accumulators, whole from the arena or tile by tile in L1: 8 int16 inputs against 8 int8 weights widened on load
     (VLDRB.S16) per VMLALDAVA into a 64-bit sum, 4 output channels per pass reusing each input
     vector (their weights interleaved per step of 8), the row's last step predicated (VCTP) or,
     in a convolution's flattened window, zero-padded; requantized as the portable kernels do
     (fx_mbqm64's terms precomputed per channel; a fully connected layer's double scale)."""
-    if use != "whole" or not isinstance(kern, (K.Conv, K.FullyConnected)) or not kern.acc64 or kern.input_offset:
+    if use not in ("whole", "tile") or not isinstance(kern, (K.Conv, K.FullyConnected)) or not kern.acc64:
+        return None
+    if kern.input_offset:
         return None  # (16-bit inputs are symmetric: the kernel adds no offset)
     if kern.int_rq is not None or kern.float_rq is not None:
         return None
@@ -340,7 +342,8 @@ def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
     # lanes: int64 biases; per channel a 16-bit multiplier, an int64 addend and a shift byte (or a double scale)
     return Variant(NAMES16[s.variant], KERNELS16, "conv_fc_s16", quads * s.row_pad, CODE_BYTES16[s.variant], 1, True,
                    False, QUAD, s, sixteen_context, None, walk="pixels",
-                   lane_bytes=(8 * quads, (8 if s.variant == "fc16" else 11) * quads))
+                   lane_bytes=(8 * quads, (8 if s.variant == "fc16" else 11) * quads),
+                   window_steps=lambda kern, layout: {"wq": (QUAD, layout.row_pad)})
 
 
 def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False) -> dict:
@@ -366,21 +369,25 @@ def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False)
                stack_bytes=2 * s.row_pad if im2col else 0,
                wq=sym.array(f"op{k}_weights_s8x8", "uint32_t", lambda: pack_rows16(w, s), aligned=True, arg="wq"),
                bias=sym.array(f"op{k}_bias64_lanes", "int64_t",
-                              lambda: padded(0 if bias is None else bias.astype(np.int64), 0, np.int64), aligned=True))
+                              lambda: padded(0 if bias is None else bias.astype(np.int64), 0, np.int64), aligned=True,
+                              arg="bias64"))
     if fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64), arg="scale")
     else:
-        terms = [mbqm64_terms(m, sh) for m, sh in zip(np.broadcast_to(kern.multiplier, (channels,)),
-                                                     np.broadcast_to(kern.shift, (channels,)))]
+        n = max(len(kern.multiplier), len(kern.shift))  # (a window's kernel: the layer's channels)
+        terms = [mbqm64_terms(m, sh) for m, sh in zip(np.broadcast_to(kern.multiplier, (n,)), np.broadcast_to(kern.shift, (n,)))]
         ctx["narrow"] = narrow16(w, bias, terms)
         if ctx["narrow"]:  # VRMULH by reduced * 2^(32 - total): (s * reduced + 2^(total - 1)) >> total exactly
             ctx["mult"] = sym.array(f"op{k}_rq16_mult", "int32_t",
-                                    lambda: padded([r << (32 - t) for r, _, t in terms], 0, np.int32), aligned=True)
+                                    lambda: padded([r << (32 - t) for r, _, t in terms], 0, np.int32), aligned=True,
+                                    arg="mult")
             return _im2col_interior(kern, ctx) if im2col else ctx
-        ctx["reduced"] = sym.array(f"op{k}_rq64_mult", "uint16_t", lambda: padded([t[0] for t in terms], 0, np.uint16))
+        ctx["reduced"] = sym.array(f"op{k}_rq64_mult", "uint16_t", lambda: padded([t[0] for t in terms], 0, np.uint16),
+                                   arg="rq64_mult")
         ctx["addend"] = sym.array(f"op{k}_rq64_addend", "int64_t", lambda: padded([t[1] for t in terms], 0, np.int64),
-                                  aligned=True)
-        ctx["total"] = sym.array(f"op{k}_rq64_shift", "int8_t", lambda: padded([t[2] for t in terms], 0, np.int8))
+                                  aligned=True, arg="rq_add")
+        ctx["total"] = sym.array(f"op{k}_rq64_shift", "int8_t", lambda: padded([t[2] for t in terms], 0, np.int8),
+                                 arg="rq64_shift")
     return _im2col_interior(kern, ctx) if im2col else ctx
 
 

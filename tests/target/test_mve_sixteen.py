@@ -3,8 +3,9 @@ mps3-an547, bit-exact against LiteRT: a regular convolution through its flattene
 (padding, stride 2; a window not a multiple of 8 values), a pointwise one (a row of 13 inputs:
 a predicated last step), channel counts not a multiple of 4, a fully connected layer's double
 scale, sums that fit int32 (requantized 4 lanes at once) and sums that may not (64 bits each, the
-three forms of the activation clamp); tiled, the 16-bit layers keep the portable
-kernels; with the SMLAD family alone they run SMLALD."""
+three forms of the activation clamp); whole and tile by tile in L1 (tiles of fewer output channels
+than the layer's); in patch stages the 16-bit layers keep the portable kernels, with the SMLAD
+family alone they run SMLALD."""
 from __future__ import annotations
 
 import pytest
@@ -68,9 +69,14 @@ def test_helium_16x8_conv_and_fc_bit_exact(model16):
     assert "vmlaldava.s16" in text and text.count("vrmulhq_s32(") >= 4 and "fx_rq_double(" in text
 
 
-def test_helium_16x8_wide_sums_bit_exact(tmp_path):
+MVE3 = ["convolve_s16_mve", "convolve_1x1_s16_mve", "convolve_1x1_s16_mve"]
+
+
+@pytest.mark.parametrize("l1,names", [(None, MVE3), (6144, MVE3), (4096, ["conv_s16"] * 3)])
+def test_helium_16x8_wide_sums_bit_exact(tmp_path, l1, names):
     """Sums that may pass int32 (1152 and 1200 values a row): the 64-bit requantization of each,
-    its clamp as SSAT (no activation), USAT (RELU) or both bounds (RELU6)."""
+    its clamp as SSAT (no activation), USAT (RELU) or both bounds (RELU6); whole and tiled (at 4K
+    the rows fit only split, which the Helium tiles do not do: the portable kernels' tiles)."""
     mb = ModelBuilder(7, activations="int16")
     a = mb.conv2d(mb.input((1, 4, 5, 128)), 6, (3, 3), (2, 2), activation="RELU6")
     b = mb.input((1, 2, 2, 1200))
@@ -79,15 +85,37 @@ def test_helium_16x8_wide_sums_bit_exact(tmp_path):
     mb.output(mb.conv2d(b, 3, (1, 1), activation="RELU"))
     path = tmp_path / "wide16.tflite"
     mb.save(path)
-    dep = run(path)
-    assert weighted(dep) == ["convolve_s16_mve", "convolve_1x1_s16_mve", "convolve_1x1_s16_mve"]
+    dep = run(path, l1=l1)
+    assert weighted(dep) == names
+    assert (l1 is None) == (not dep.tilings)
     text = engine(dep)
-    assert "vrmulhq_s32(" not in text and "__ssat(" in text and "__usat(" in text and "fx_clamp(" in text
+    if names == MVE3:
+        assert "vrmulhq_s32(" not in text and "__ssat(" in text and "__usat(" in text and "fx_clamp(" in text
 
 
-def test_16x8_tiles_keep_the_portable_kernels_and_smlad_alone_runs_smlald(model16, tmp_path):
+def test_helium_16x8_tiled(tmp_path):
+    """Tile by tile in L1: pixel tiles of every layer, then tiles of fewer output channels than
+    the layer's (a window's kernel starts the weights, biases and multipliers at its first)."""
     dep = run(build(tmp_path, 1, 19, 21), l1=2048)
     assert all(lp.tiling is not None for lp in dep.layers if isinstance(lp.kernel, (K.Conv, K.FullyConnected)))
-    assert weighted(dep) == ["conv_s16"] * 4 + ["fully_connected_s16"]
+    assert weighted(dep) == ["convolve_s16_mve", "convolve_1x1_s16_mve", "convolve_1x1_s16_mve", "convolve_s16_mve",
+                             "fully_connected_s16_mve"]
+    mb = ModelBuilder(9, activations="int16")
+    x = mb.input((1, 3, 4, 24))
+    mb.output(mb.conv2d(x, 302, (1, 1)))
+    mb.output(mb.conv2d(x, 150, (3, 3), (1, 1), activation="RELU"))
+    path = tmp_path / "channels16.tflite"
+    mb.save(path)
+    dep = run(path, l1=1024)
+    split = [k for k, (g, t) in dep.tilings.items() if t.tile_c < dep.kernels[k].out_c]
+    assert len(split) == 2 and all(dep.layers[k].variant.name.endswith("_s16_mve") for k in split)
+
+
+def test_16x8_patch_regions_keep_the_portable_kernels_and_smlad_alone_runs_smlald(model16, tmp_path):
+    from tests.host.test_sixteen_bit import audio_front_end_model
+    dep = run(audio_front_end_model(tmp_path), patch="3x2@4")
+    staged = [lp for lp in dep.layers if lp.in_stage and K.activation_dtype(lp.kernel) == "int16"
+              and isinstance(lp.kernel, K.Conv) and not lp.kernel.depthwise]
+    assert staged and all(lp.variant.name == "conv_s16" for lp in staged)
     dep = deploy(model16, Options(target="cortex-m55", kernels="smlad"))
     assert set(weighted(dep)) == {"convolve_s16_smlald", "fully_connected_s16_smlald"}
