@@ -119,3 +119,19 @@ def test_16x8_patch_regions_keep_the_portable_kernels_and_smlad_alone_runs_smlal
     assert staged and all(lp.variant.name == "conv_s16" for lp in staged)
     dep = deploy(model16, Options(target="cortex-m55", kernels="smlad"))
     assert set(weighted(dep)) == {"convolve_s16_smlald", "fully_connected_s16_smlald"}
+
+
+def test_helium_16x8_outputs_over_their_inputs(tmp_path):
+    """Growing channels: each layer's output planned over its dying input, walked pixel by pixel
+    (the 3x3 convolution's last pixel first: its output starts above its input), and a fully
+    connected layer of 6 batch rows row by row."""
+    mb = ModelBuilder(4, activations="int16")
+    x = mb.input((1, 6, 7, 8))
+    x = mb.conv2d(mb.conv2d(x, 12, (1, 1)), 16, (1, 1))
+    x = mb.conv2d(x, 24, (3, 3), activation="RELU")
+    mb.output(mb.fully_connected(mb.reshape(x, (6, 7 * 24)), 30))
+    path = tmp_path / "grow16.tflite"
+    mb.save(path)
+    dep = run(path)
+    assert weighted(dep) == ["convolve_1x1_s16_mve", "convolve_1x1_s16_mve", "convolve_s16_mve", "fully_connected_s16_mve"]
+    assert {o.layer for o in dep.overlaps} >= {0, 1, 2, 4} and any(o.reverse for o in dep.overlaps if o.layer == 2)
