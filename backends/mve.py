@@ -367,6 +367,8 @@ def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False)
     ctx = dict(macro="conv_fc_s16", kind=s.variant, out_c=channels, row=s.row, row_pad=s.row_pad,
                steps=steps, rem=0 if im2col else s.row % LANES16, tail_c=channels % QUAD, narrow=False,
                stack_bytes=2 * s.row_pad if im2col else 0,
+               # a window's rows of whole steps: read where they are inside the input (no copy)
+               run_steps=kern.k_w * kern.in_c // LANES16 if im2col and kern.k_w * kern.in_c % LANES16 == 0 else 0,
                wq=sym.array(f"op{k}_weights_s8x8", "uint32_t", lambda: pack_rows16(w, s), aligned=True, arg="wq"),
                bias=sym.array(f"op{k}_bias64_lanes", "int64_t",
                               lambda: padded(0 if bias is None else bias.astype(np.int64), 0, np.int64), aligned=True,

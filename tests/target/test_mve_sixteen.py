@@ -1,6 +1,7 @@
 """The Helium 16x8 kernels (int16 activations, int8 weights, int64 sums: VMLALDAVA) on QEMU's
 mps3-an547, bit-exact against LiteRT: a regular convolution through its flattened windows
-(padding, stride 2; a window not a multiple of 8 values), a pointwise one (a row of 13 inputs:
+(padding, stride 2; a window not a multiple of 8 values) or, rows of whole vectors, reading the
+rows in place inside the input, a pointwise one (a row of 13 inputs:
 a predicated last step), channel counts not a multiple of 4, a fully connected layer's double
 scale, sums that fit int32 (requantized 4 lanes at once) and sums that may not (64 bits each, the
 three forms of the activation clamp); whole and tile by tile in L1 (tiles of fewer output channels
@@ -91,6 +92,7 @@ def test_helium_16x8_wide_sums_bit_exact(tmp_path, l1, names):
     text = engine(dep)
     if names == MVE3:
         assert "vrmulhq_s32(" not in text and "__ssat(" in text and "__usat(" in text and "fx_clamp(" in text
+        assert "xstride" in text  # the 3x3 window's rows (384 values) read in place inside the input
 
 
 def test_helium_16x8_tiled(tmp_path):
