@@ -288,8 +288,144 @@ def _pool(kern, weight_bytes: int, use: str) -> Variant | None:
                    walk="pixels")
 
 
+# ---- 16x8 convolutions and fully connected layers -------------------------------------------
+
+LANES16 = 8  # int16 lanes of one vector (and int8 weights widened by VLDRB.S16)
+KERNELS16 = f"{TEMPLATES}/sixteen.c.j2"
+NAMES16 = {"fc16": "fully_connected_s16_mve", "pointwise16": "convolve_1x1_s16_mve", "im2col16": "convolve_s16_mve"}
+CODE_BYTES16 = {"fc16": 768, "pointwise16": 1024, "im2col16": 1536}
+
+
+def layout16_for(kern) -> MveLayout | None:
+    """A 16x8 layer's rows: a fully connected layer's inputs, a pointwise pixel's channels, or a
+    regular convolution's window flattened (int16, whole vectors) on the stack."""
+    if isinstance(kern, K.FullyConnected):
+        n = kern.in_features
+        return MveLayout("fc16", n, -(-n // LANES16) * LANES16, 1)
+    if not isinstance(kern, K.Conv) or kern.depthwise or kern.dil_h != 1 or kern.dil_w != 1:
+        return None
+    if kern.k_h == kern.k_w == 1 and kern.pad_t == kern.pad_l == 0:
+        return MveLayout("pointwise16", kern.in_c, -(-kern.in_c // LANES16) * LANES16, 1)
+    row = kern.k_h * kern.k_w * kern.in_c
+    pad = -(-row // LANES16) * LANES16
+    if 2 * pad > STACK_COLUMNS:
+        return None  # a window too large for the stack: the next family's kernels
+    return MveLayout("im2col16", row, pad, 1)
+
+
+def pack_rows16(weights: np.ndarray, s: MveLayout) -> np.ndarray:
+    """OHWI (or units x features) int8 weights -> per group of 4 channels (the last one padded with
+    zero rows), per step of 8 values, the 4 channels' 8 weights (zeros past ``row``), as words."""
+    w = weights.reshape(weights.shape[0], -1).astype(np.int8)
+    groups = -(-w.shape[0] // QUAD)
+    w = np.pad(w, ((0, groups * QUAD - w.shape[0]), (0, s.row_pad - w.shape[1])))
+    w = w.reshape(groups, QUAD, s.row_pad // LANES16, LANES16).transpose(0, 2, 1, 3)
+    return np.frombuffer(np.ascontiguousarray(w).tobytes(), np.uint32)
+
+
+def mbqm64_terms(multiplier: int, shift: int) -> tuple[int, int, int]:
+    """LiteRT's 64-bit MultiplyByQuantizedMultiplier (fx_mbqm64) as its three per-channel terms:
+    the multiplier rounded to 16 bits, the rounding addend and the right shift:
+    y = (acc * reduced + addend) >> total."""
+    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+    total = 15 - shift
+    return reduced, 1 << (total - 1), total
+
+
+def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:
+    """16x8 convolutions (not depthwise, dilation 1) and fully connected layers with int64
+    accumulators, whole from the arena or tile by tile in L1: 8 int16 inputs against 8 int8 weights widened on load
+    (VLDRB.S16) per VMLALDAVA into a 64-bit sum, 4 output channels per pass reusing each input
+    vector (their weights interleaved per step of 8), the row's last step predicated (VCTP) or,
+    in a convolution's flattened window, zero-padded; requantized as the portable kernels do
+    (fx_mbqm64's terms precomputed per channel; a fully connected layer's double scale)."""
+    if use not in ("whole", "tile") or not isinstance(kern, (K.Conv, K.FullyConnected)) or not kern.acc64:
+        return None
+    if kern.input_offset:
+        return None  # (16-bit inputs are symmetric: the kernel adds no offset)
+    if kern.int_rq is not None or kern.float_rq is not None:
+        return None
+    s = layout16_for(kern)
+    if s is None:
+        return None
+    if s.variant != "fc16" and not (all(1 <= 15 - sh <= 62 for sh in kern.shift) and min(kern.multiplier) >= 0):
+        return None  # (TFLite's multipliers and shifts: a 16-bit multiplier, a right shift of 1 to 62 bits)
+    channels = kern.units if s.variant == "fc16" else kern.out_c
+    quads = -(-channels // QUAD) * QUAD
+    # lanes: int64 biases; per channel a 16-bit multiplier, an int64 addend and a shift byte (or a double scale)
+    return Variant(NAMES16[s.variant], KERNELS16, "conv_fc_s16", quads * s.row_pad, CODE_BYTES16[s.variant], 1, True,
+                   False, QUAD, s, sixteen_context, None, walk="pixels",
+                   lane_bytes=(8 * quads, (8 if s.variant == "fc16" else 11) * quads),
+                   window_steps=lambda kern, layout: {"wq": (QUAD, layout.row_pad)})
+
+
+def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False) -> dict:
+    """The 16x8 kernel's arrays (interleaved weights, int64 biases and the requantization terms
+    padded to whole passes of 4 channels) and the shape of its loops."""
+    s = variant.layout
+    fc = s.variant == "fc16"
+    channels = kern.units if fc else kern.out_c
+    quads = -(-channels // QUAD) * QUAD
+    graph = sym.graph
+    w = graph.tensors[kern.weights].data
+    bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
+
+    def padded(values, fill, dtype):
+        v = np.full(quads, fill, dtype)
+        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
+        return v
+
+    im2col = s.variant == "im2col16"
+    steps = (s.row_pad if im2col else s.row) // LANES16
+    ctx = dict(macro="conv_fc_s16", kind=s.variant, out_c=channels, row=s.row, row_pad=s.row_pad,
+               steps=steps, rem=0 if im2col else s.row % LANES16, tail_c=channels % QUAD, narrow=False,
+               stack_bytes=2 * s.row_pad if im2col else 0,
+               # a window's rows of whole steps: read where they are inside the input (no copy)
+               run_steps=kern.k_w * kern.in_c // LANES16 if im2col and kern.k_w * kern.in_c % LANES16 == 0 else 0,
+               wq=sym.array(f"op{k}_weights_s8x8", "uint32_t", lambda: pack_rows16(w, s), aligned=True, arg="wq"),
+               bias=sym.array(f"op{k}_bias64_lanes", "int64_t",
+                              lambda: padded(0 if bias is None else bias.astype(np.int64), 0, np.int64), aligned=True,
+                              arg="bias64"))
+    if fc:
+        ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64), arg="scale")
+    else:
+        n = max(len(kern.multiplier), len(kern.shift))  # (a window's kernel: the layer's channels)
+        terms = [mbqm64_terms(m, sh) for m, sh in zip(np.broadcast_to(kern.multiplier, (n,)), np.broadcast_to(kern.shift, (n,)))]
+        ctx["narrow"] = narrow16(w, bias, terms)
+        if ctx["narrow"]:  # VRMULH by reduced * 2^(32 - total): (s * reduced + 2^(total - 1)) >> total exactly
+            ctx["mult"] = sym.array(f"op{k}_rq16_mult", "int32_t",
+                                    lambda: padded([r << (32 - t) for r, _, t in terms], 0, np.int32), aligned=True,
+                                    arg="mult")
+            return _im2col_interior(kern, ctx) if im2col else ctx
+        ctx["reduced"] = sym.array(f"op{k}_rq64_mult", "uint16_t", lambda: padded([t[0] for t in terms], 0, np.uint16),
+                                   arg="rq64_mult")
+        ctx["addend"] = sym.array(f"op{k}_rq64_addend", "int64_t", lambda: padded([t[1] for t in terms], 0, np.int64),
+                                  aligned=True, arg="rq_add")
+        ctx["total"] = sym.array(f"op{k}_rq64_shift", "int8_t", lambda: padded([t[2] for t in terms], 0, np.int8),
+                                 arg="rq64_shift")
+    return _im2col_interior(kern, ctx) if im2col else ctx
+
+
+def _im2col_interior(kern, ctx: dict) -> dict:
+    oy0, oy1, ox0, ox1 = interior(kern)
+    return dict(ctx, interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1))
+
+
+def narrow16(w: np.ndarray, bias, terms) -> bool:
+    """Can a convolution requantize its sums on 32-bit lanes? Where every channel's sum provably
+    fits int32 (its bias's magnitude and 32768 times its weights' cannot reach 2^31: the low words
+    of the 64-bit sums are the sums) and shifts right by 16 to 32 bits (reduced * 2^(32 - total)
+    is then an int32, and VRMULH's (s * m + 2^31) >> 32 is fx_mbqm64's rounding)."""
+    rows = np.abs(w.reshape(w.shape[0], -1).astype(np.int64)).sum(axis=1)
+    b = [0] * len(rows) if bias is None else [abs(int(v)) for v in bias.reshape(-1)]
+    if any(bb + (int(r) << 15) >= 2 ** 31 for bb, r in zip(b, rows)):
+        return False
+    return all(16 <= t <= 32 for _, _, t in terms)
+
+
 RULES = (VariantRule("mve conv/fc", _conv_fc, (K.Conv, K.FullyConnected)),
-         VariantRule("mve add/sub/mul", _eltwise, (K.Add, K.Mul)), VariantRule("mve pool", _pool, (K.Pool,)))
+         VariantRule("mve add/sub/mul", _eltwise, (K.Add, K.Mul)), VariantRule("mve pool", _pool, (K.Pool,)),
+         VariantRule("mve 16x8 conv/fc", _sixteen_by_eight, (K.Conv, K.FullyConnected), dtypes=("int16",)))
 
 FAMILY = KernelFamily(
     name="mve", label="Helium",
