@@ -26,9 +26,9 @@ class KernelFamily:
     # how its matvec wants Q4_0 codes packed ([rows, cols] codes 0..15 -> bytes); None: two per
     # byte, element j low and j + 16 high in each block of 32 (the portable kernels' order)
     llm_q4_pack: object = None
-    # its matvec reads the quantized input (the scratch XQ) as int16 pairs in SXTB16 order, 8
-    # elements e0..e7 stored e0 e2 e1 e3 e4 e6 e5 e7 (twice the bytes of int8 codes): the inner
-    # loop loads them as they are instead of extending bytes for every block of rows
+    # its matvec reads the quantized input (the scratch XQ) as int16 pairs in the order its
+    # llm.c.j2's input_pair_index() defines (twice the bytes of int8 codes): the inner loop loads
+    # them as they are instead of extending bytes for every block of rows
     llm_input_pairs: bool = False
     # the cost model of its kernels (solver.tiling_cost.DEFAULTS keys): MACs per cycle by kind and
     # a per-output cost; a target's own entries (its copies and DMA) complete it

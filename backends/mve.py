@@ -14,7 +14,9 @@ Elementwise ADD, SUB and MUL run 4 elements per int32 vector, TFLite's rescaling
 average and max pooling 16 channels of an output pixel a pass (int16 sums, or int8 maxima), an
 average divided by its window's count through a 32-bit reciprocal; both whole, tile by tile and
 region by region in patch stages (an elementwise region row by row, each operand at its buffer's
-row stride). Everything here is done once, at generation time."""
+row stride). 16x8 convolutions and fully connected layers (int16 activations) widen 8 int8 weights
+to int16 as they load and sum 8 products into 64 bits per VMLALDAVA, 4 channels sharing each input
+vector (templates/mve/sixteen.c.j2). Everything here is done once, at generation time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

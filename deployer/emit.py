@@ -80,6 +80,7 @@ class _Symbols:
         self.external = {t: i for i, t in enumerate(external)}  # inputs in the application's buffers
         self.constants: list[dict] = []
         self.layer_args: dict[str, str] = {}  # the current layer's arrays by kernel_args_t field
+        self.arg_types: dict[str, str] = {}  # every field the families named, with its C type
         self._tensor_names: dict[int, str] = {}
         self.state = {t: f"S{t}_{_short(graph.tensors[t].name)}" for t in graph.state()}
 
@@ -88,6 +89,7 @@ class _Symbols:
         given again (a table every layer of a kind shares) is the one array. ``arg``: the
         kernel_args_t field a window's kernel reads it from (a family's per-layer arrays)."""
         if arg is not None:
+            assert self.arg_types.setdefault(arg, ctype) == ctype, f"kernel_args_t.{arg}: two C types"
             self.layer_args[arg] = name
         arr = np.asarray(values() if callable(values) else values).reshape(-1)
         data = c_array(arr)
@@ -615,6 +617,8 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                  alias=None, in_place=False, params=Code("(void)"), prologue="", tile_dsp=None,
                  reverse=lp.overlap is not None and lp.overlap.reverse and lp.overlap.order != "patches")
         if k in in_place:  # a kernel that writes over its input itself has no plane
+            # (a plane planned for another kernel than the one bound would be written at address 0)
+            assert in_place[k].scratch_bytes or variant.lanes == 0, f"op {k}: {variant.name} needs a scratch plane"
             L.update(in_place=True, scratch=f"({CTYPES[out_t.dtype]} *)({sym.at(scratch_key(k))})"
                      if in_place[k].scratch_bytes else f"({CTYPES[out_t.dtype]} *)0")
         if isinstance(kern, K.Copy) and life[layer.outputs[0]].alias_of is not None:
@@ -689,7 +693,7 @@ def render(plan, guard: int = 0) -> dict[str, str | bytes]:
                # the kernel families whose variants run layers: their headers, checks and helpers
                families=list(dict.fromkeys(L["family"] for L in layers if L["simd"])),
                soft_double=backend.soft_double,
-               kernel_functions=list(functions.values()),
+               kernel_functions=list(functions.values()), kernel_args=list(sym.arg_types.items()),
                sixteen_bit=any(K.activation_dtype(lp.kernel) == "int16" for lp in plan.layers),
                stack=network_stack_need(layers), core_flags=core_flags(backend),
                stages={p.stage.end: _stage_context(p, layers, plan.macs, plan.layers[p.stage.end].overlap is not None

@@ -80,7 +80,8 @@ def lower_as(plan, flags, quantized: dict):
 
 def choose_kernels(plan):
     """Each op as a layer of the plan, with the kernel that runs it: the engine's own, or for the
-    Q4_0 matrices the matvec of the target's family that --kernels allows (backends.decoder_kernels)."""
+    quantized matrices the matvec of the target's family that --kernels allows and that takes
+    their format (backends.decoder_kernels)."""
     graph = plan.graph
     family = decoder_family(plan.backend.families, plan.options.kernels, graph.weight_format)
     return plan.but(layers=tuple(LayerPlan(k, op, variant=choose_decoder(op, graph, family, l3), l3_weights=l3)

@@ -65,8 +65,8 @@ def ops_text() -> str:
     head = ("operator", "types", "tiled", "patches", "in place", "DSP kernels (targets)")
     widths = [max(len(row[i]) for row in (head, *table)) for i in range(len(head) - 1)]
     lines = [f"TFLite operators: {len(rows)} (every target runs every one with its portable C kernels; tiles and "
-             f"patches take 16-bit convolutions, pooling, ADD/SUB/MUL and FC too, the DSP kernels 16-bit whole "
-             f"convolutions and FC)", ""]
+             f"patches take 16-bit convolutions, pooling, ADD/SUB/MUL and FC too, the DSP kernels 16-bit "
+             f"convolutions and FC: whole, and on some targets tile by tile)", ""]
     for row in (head, *table):
         lines.append("  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths)) + "  " + row[-1])
     lines += ["", "TFLite operators refused on purpose:"]

@@ -948,7 +948,9 @@ def fit_flash(plan: Plan) -> Plan:
             f"op{'s' if n > 1 else ''} {', '.join(map(str, sorted(plain)))}")
     relaxed = plan.with_layers(lambda lp: replace(lp, keep_portable=lp.keep_portable or lp.index in plain))
     relaxed = relaxed.but(notes=(*plan.notes, note))
-    if any(plan.layers[k].tiling is not None for k in plain):  # their tiles now move int8 weights too
+    # replanned: their tiles now move int8 weights too; an in-place depthwise planned without a
+    # scratch plane (its family's kernel writes over its input itself) needs one on the portable kernel
+    if any(plan.layers[k].tiling is not None or plan.layers[k].reuse is not None for k in plain):
         return bind_variants(plan_memory(choose_variants(relaxed.but(patches=(), fusion=None, l3=None, arena=None))))
     return bind_variants(relaxed)
 

@@ -36,8 +36,8 @@ def test_ad01_on_the_m4_is_near_the_m7():
 
 @pytest.mark.parametrize("part", ["stm32u585", "nrf5340", "rp2350"])
 def test_m33_parts_on_qemu(part, tmp_path):
-    """The parts' presets on the M33's board: their SRAM and flash are the budgets (rp2350's
-    arena in its SRAM0-7 bank's linker section), a clock for milliseconds, bit-exact."""
+    """The parts' presets on the M33's board: their SRAM and flash are the budgets, each has a
+    clock for milliseconds, and the engines are bit-exact."""
     from backends import BACKENDS
     rel = "mlperf_tiny/vww_96_int8.tflite" if part == "rp2350" else "mlperf_tiny/kws_ref_model.tflite"
     model = shared_model(rel)

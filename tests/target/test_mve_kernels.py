@@ -340,3 +340,19 @@ def test_pool_reciprocal_divides_as_the_reference():
         n = np.arange(0, 128 * count + 1, dtype=np.uint64)
         assert m < 2 ** 32
         assert ((((n + np.uint64(bump)) * np.uint64(m)) >> np.uint64(32)) == (n + count // 2) // count).all(), count
+
+
+def test_a_planeless_in_place_depthwise_sent_back_to_portable_gets_its_plane(tmp_path):
+    """The 16-lane depthwise writes over its input with no scratch plane; when --flash sends it
+    back to the portable kernel (which needs one), the memory is planned again with the plane."""
+    mb = ModelBuilder(33)
+    x = mb.input((1, 16, 16, 32))
+    mb.output(mb.conv2d(mb.depthwise_conv2d(x, kernel=(3, 3)), 32, (1, 1)))
+    path = tmp_path / "dw.tflite"
+    mb.save(path)
+    whole = deploy(path, Options(target="cortex-m55"))
+    assert names(whole)[0] == DW16 and [(r.layer, r.scratch_bytes) for r in whole.reuses] == [(0, 0)]
+    dep = run(path, flash=whole.memory.flash_bytes - 1)
+    assert names(dep)[0] == "depthwise_conv_s8" and dep.memory.flash_bytes < whole.memory.flash_bytes
+    assert [(r.layer, r.scratch_bytes) for r in dep.reuses] == [(0, 16 * 16)]
+    assert "plane = (int8_t *)0" not in engine(dep)

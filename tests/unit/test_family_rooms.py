@@ -9,8 +9,11 @@ from pathlib import Path
 from backends import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ("deployer", "solver", "layer_analyzer", "templates/host", "templates/llm")
-ISA_WORDS = re.compile(r"smlad|__ARM_FEATURE|arm_acle|arm_mve|helium|\bmve\b", re.IGNORECASE)
+SHARED = ("deployer", "solver", "layer_analyzer", "network_parser", "templates/host", "templates/llm")
+# the families' headers, feature macros and names, and the instructions their kernels are made of
+ISA_WORDS = re.compile(r"__ARM_FEATURE|arm_acle|arm_mve|helium|\bmve\b|\b_*(smla\w*|smul\w*|smmla\w*|sxta?b16|"
+                       r"uxta?b16|ssat16|pkhbt|pkhtb|vmladav\w*|vmlaldav\w*|vctp\w*|vldr[bhw]\w*|vstr[bhw]\w*|"
+                       r"vqrdmulh\w*|vrmulh\w*|vmulh\w*|vqmovn\w*|vdupq\w*|vaddq\w*|vmlaq?\w*)\b", re.IGNORECASE)
 
 
 def shared_files():
