@@ -61,7 +61,9 @@ class Variant:
 class VariantRule:
     """A variant as a target lists it: ``bind(kernel, weight_bytes, use)`` gives the variant
     for a layer, or None where it does not apply; ``kernels``: the kernel records it may take
-    (what ``deploy ops`` lists; ``bind`` decides per layer)."""
+    (what ``deploy ops`` lists; ``bind`` decides per layer). ``use`` is "whole", "tile",
+    "region" (a patch stage's) or "streamed"; an elementwise kernel bound for "region" gets a
+    view whose rows are strided (each operand at its buffer's row stride) and must honour it."""
     name: str
     bind: Callable[[Any, int, str], Variant | None]
     kernels: tuple[type, ...] = ()
