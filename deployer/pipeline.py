@@ -950,8 +950,12 @@ def fit_flash(plan: Plan) -> Plan:
     relaxed = relaxed.but(notes=(*plan.notes, note))
     # replanned: their tiles now move int8 weights too; an in-place depthwise planned without a
     # scratch plane (its family's kernel writes over its input itself) needs one on the portable kernel
-    if any(plan.layers[k].tiling is not None or plan.layers[k].reuse is not None for k in plain):
-        return bind_variants(plan_memory(choose_variants(relaxed.but(patches=(), fusion=None, l3=None, arena=None))))
+    planeless = {k for k in plain if plan.layers[k].reuse is not None and plan.layers[k].reuse.rule == "depthwise-in-place"
+                 and not plan.layers[k].reuse.scratch_bytes}
+    if planeless or any(plan.layers[k].tiling is not None for k in plain):
+        fresh = relaxed.with_layers(lambda lp: replace(lp, tiling=None, in_stage=False, reuse=None, overlap=None,
+                                                       l3_weights=False))
+        return bind_variants(plan_memory(choose_variants(fresh.but(patches=(), fusion=None, l3=None, arena=None))))
     return bind_variants(relaxed)
 
 
