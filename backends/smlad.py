@@ -472,9 +472,34 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     return ctx
 
 
+PLANE_LIMIT = 1024  # bytes of stack a depthwise pass's padded plane may take
+
+
+def depthwise_plane(kern) -> dict | None:
+    """The zero-point-padded plane of one pass's 4 channels (a word a pixel, on the stack) of a
+    depthwise layer whose windows cross the input's border, when it takes at most PLANE_LIMIT
+    bytes: its rows and columns, and the input rows and columns copied into it (those some
+    window reads)."""
+    oy0, oy1, ox0, ox1 = interior(kern)
+    if (oy0, oy1, ox0, ox1) == (0, kern.out_h, 0, kern.out_w):
+        return None  # every window whole already
+    h = (kern.out_h - 1) * kern.stride_h + kern.k_h
+    w = (kern.out_w - 1) * kern.stride_w + kern.k_w
+    h, w = max(h, kern.pad_t + 1), max(w, kern.pad_l + 1)
+    if 4 * h * w > PLANE_LIMIT:
+        return None
+    zp = -kern.input_offset & 0xFF
+    return dict(h=h, w=w, bytes=4 * h * w, rows=min(kern.in_h, h - kern.pad_t), cols=min(kern.in_w, w - kern.pad_l),
+                fill=f"0x{zp * 0x01010101:08x}")
+
+
 def _depthwise_context(kern, in_place: bool) -> dict:
     """Where a depthwise layer's passes write, and the shapes of its border windows."""
-    ctx = dict(tap_guards=tap_guards(kern), borders=border_walks(kern))
+    plane = depthwise_plane(kern)
+    if plane is not None:  # written straight to the output (in place: over the copied input)
+        plane.update(out_row=f"{'in' if in_place else 'out'} + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c)
+    ctx = dict(tap_guards=tap_guards(kern), borders=border_walks(kern), plane=plane,
+               stack_bytes=0 if plane is None else plane["bytes"])
     if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
         return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
                     out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")
