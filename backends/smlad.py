@@ -137,11 +137,25 @@ def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: DspLayout) -> np.nd
     return np.concatenate(parts, 1).reshape(-1)
 
 
-def pack_depthwise(weights: np.ndarray, s: DspLayout) -> np.ndarray:
-    """1 x KH x KW x C int8 weights -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
-    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T  # C, T
+def pack_depthwise(weights: np.ndarray, s: DspLayout, scale: int = 1) -> np.ndarray:
+    """1 x KH x KW x C int8 weights (times ``scale``: 2 for the doubled accumulators of
+    depthwise_doubles) -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
+    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T * np.int16(scale)  # C, T
     g = _lanes(taps, s.groups)  # G, 4, T
     return np.stack([_pair(g[:, 0], g[:, 2]), _pair(g[:, 1], g[:, 3])], -1).reshape(-1)
+
+
+def depthwise_doubles(kern, s: DspLayout, weights: np.ndarray, bias: np.ndarray | None) -> bool:
+    """Whether a depthwise layer's kernel sums twice each product (its weights and bias packed
+    doubled) for the short requantization of doubled accumulators (dsp_rq2: SMMLAR, one add and
+    a shift): when fx_rq applies and every partial sum, the input offset's share folded in or
+    not, stays below 2^30 (|x| and |offset| at most 128 and 255 together, so 256 per weight unit
+    bounds both), so that doubled it fits an int32."""
+    if s.variant != "depthwise" or not s.fast_requant:
+        return False
+    w = np.abs(weights.reshape(-1, weights.shape[-1]).astype(np.int64)).sum(0)  # per channel
+    b = np.zeros_like(w) if bias is None else np.abs(bias.astype(np.int64))
+    return int((b + 256 * w).max(initial=0)) < 2 ** 30
 
 
 def packed_bytes(kern, s: DspLayout | None, weight_bytes: int) -> int:
@@ -415,8 +429,10 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     w = graph.tensors[kern.weights].data
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
 
+    dbl = depthwise_doubles(kern, s, w, bias)
+
     def packed():
-        return pack_depthwise(w, s) if s.variant == "depthwise" else pack_rows(w, s)
+        return pack_depthwise(w, s, 2 if dbl else 1) if s.variant == "depthwise" else pack_rows(w, s)
 
     def rq():  # fx_rq's per-lane multipliers, addend high words and shifts less one
         e = right_shifts(kern)
@@ -439,7 +455,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                off2=_offset_pair(kern.input_offset),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None,
+               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None, dbl=dbl,
                stack_bytes=s.row if s.variant == "im2col" else 0)  # the im2col column, on the stack
     if stream:
         ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t", stream_words, aligned=True, arg="wq")
@@ -462,6 +478,14 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     elif fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64), arg="scale")
         ctx["fc_est"] = sym.double_scales(f"op{k}_scale_lanes", padded(kern.scale, 0.0, np.float64))
+    elif dbl:  # dsp_rq2's per-lane multipliers, addends 2^(e - 1) (+ zp * 2^e) and right shifts e
+        def rq2():
+            e = right_shifts(kern)
+            zp = kern.output_offset if s.fold_zp else 0
+            return (padded([(1 << (v - 1)) + zp * (1 << v) for v in e], 1, np.int32), padded(e, 1, np.int8))
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32), arg="mult"),
+                   rq_hi=sym.array(f"op{k}_addend", "int32_t", lambda: rq2()[0], arg="rq_hi"),
+                   rq_e1=sym.array(f"op{k}_shift_right", "int8_t", lambda: rq2()[1], arg="rq_e1"))
     elif s.fast_requant and not stream:
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0], arg="mult"),
                    rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1], arg="rq_hi"),
