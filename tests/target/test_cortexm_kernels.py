@@ -140,7 +140,7 @@ def test_depthwise_paths(tmp_path, monkeypatch, case, doubled):
     engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
     assert in_place == ("per tap, in place" in engine)
     assert ("padded by the zero point" in engine) == (case.startswith("plane") or l1 is not None)  # tiles: small
-    assert ("dsp_rq2(a0" in engine) == doubled
+    assert ("= dsp_rq2(" in engine) == doubled
     dw = [lp for lp in dep.layers if lp.variant.layout is not None and lp.variant.layout.variant == "depthwise"]
     assert dw and (l1 is None) == all(lp.tiling is None for lp in dw)
     samples = [random_inputs(dep.graph, seed) for seed in range(2)]
