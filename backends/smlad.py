@@ -105,10 +105,11 @@ def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
     return w.reshape(groups, LANES, *w.shape[1:])
 
 
-def pack_rows(weights: np.ndarray, s: DspLayout) -> np.ndarray:
-    """OHWI (or units x features) int8 weights -> words [group][ky][chunk][lane][2] then, for the
-    row's last ``row % 4`` values, [group][ky][value][2] (lanes 0|1 and 2|3)."""
-    w = weights.reshape(weights.shape[0], -1).astype(np.int16)
+def pack_rows(weights: np.ndarray, s: DspLayout, scale: int = 1) -> np.ndarray:
+    """OHWI (or units x features) int8 weights (times ``scale``: 2 for doubled accumulators, see
+    doubles) -> words [group][ky][chunk][lane][2] then, for the row's last ``row % 4`` values,
+    [group][ky][value][2] (lanes 0|1 and 2|3)."""
+    w = weights.reshape(weights.shape[0], -1).astype(np.int16) * np.int16(scale)
     if s.variant == "im2col":  # one row: the whole window, zero-padded to whole steps
         w = np.pad(w, ((0, 0), (0, s.row - w.shape[1])))
     w = w.reshape(w.shape[0], -1, s.row)  # O, KH (1 but for "rows"), row
@@ -139,21 +140,22 @@ def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: DspLayout) -> np.nd
 
 def pack_depthwise(weights: np.ndarray, s: DspLayout, scale: int = 1) -> np.ndarray:
     """1 x KH x KW x C int8 weights (times ``scale``: 2 for the doubled accumulators of
-    depthwise_doubles) -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
+    doubles) -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
     taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T * np.int16(scale)  # C, T
     g = _lanes(taps, s.groups)  # G, 4, T
     return np.stack([_pair(g[:, 0], g[:, 2]), _pair(g[:, 1], g[:, 3])], -1).reshape(-1)
 
 
-def depthwise_doubles(kern, s: DspLayout, weights: np.ndarray, bias: np.ndarray | None) -> bool:
-    """Whether a depthwise layer's kernel sums twice each product (its weights and bias packed
-    doubled) for the short requantization of doubled accumulators (dsp_rq2: SMMLAR, one add and
-    a shift): when fx_rq applies and every partial sum, the input offset's share folded in or
-    not, stays below 2^30 (|x| and |offset| at most 128 and 255 together, so 256 per weight unit
-    bounds both), so that doubled it fits an int32."""
-    if s.variant != "depthwise" or not s.fast_requant:
+def doubles(kern, s: DspLayout, weights: np.ndarray, bias: np.ndarray | None) -> bool:
+    """Whether a depthwise, pointwise or im2col convolution's kernel sums twice each product (its
+    weights and bias packed doubled) for the short requantization of doubled accumulators
+    (dsp_rq2: SMMLAR, one add and a shift): when fx_rq applies and every partial sum, the input
+    offset's share folded into the bias or not, stays below 2^30 (|x| at most 128 and |offset|
+    at most 128: 256 per weight unit bounds both), so that doubled it fits an int32."""
+    if s.variant not in ("depthwise", "pointwise", "im2col") or not s.fast_requant or not isinstance(kern, K.Conv):
         return False
-    w = np.abs(weights.reshape(-1, weights.shape[-1]).astype(np.int64)).sum(0)  # per channel
+    w = np.abs(weights.astype(np.int64))
+    w = w.reshape(-1, w.shape[-1]).sum(0) if s.variant == "depthwise" else w.reshape(w.shape[0], -1).sum(1)  # per channel
     b = np.zeros_like(w) if bias is None else np.abs(bias.astype(np.int64))
     return int((b + 256 * w).max(initial=0)) < 2 ** 30
 
@@ -429,10 +431,11 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     w = graph.tensors[kern.weights].data
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
 
-    dbl = depthwise_doubles(kern, s, w, bias)
+    dbl = doubles(kern, s, w, bias)
+    scale = 2 if dbl else 1
 
     def packed():
-        return pack_depthwise(w, s, 2 if dbl else 1) if s.variant == "depthwise" else pack_rows(w, s)
+        return pack_depthwise(w, s, scale) if s.variant == "depthwise" else pack_rows(w, s, scale)
 
     def rq():  # fx_rq's per-lane multipliers, addend high words and shifts less one
         e = right_shifts(kern)
@@ -441,10 +444,16 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                 padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
                 padded([v - 1 for v in e], 1, np.int8))
 
+    def rq2():  # dsp_rq2's per-lane multipliers, addends 2^(e - 1) (+ zp * 2^e) and right shifts e
+        e = right_shifts(kern)
+        zp = kern.output_offset if s.fold_zp else 0
+        return (padded(kern.multiplier, 0, np.int32), padded([(1 << (v - 1)) + zp * (1 << v) for v in e], 1, np.int32),
+                padded(e, 1, np.int8))
+
     def stream_words():  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
-        folded = folded_bias(kern, bias, w)
+        folded = scale * folded_bias(kern, bias, w)
         folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
-        return pack_stream(packed(), padded(folded, 0, np.int32), rq() if s.fast_requant else None, s)
+        return pack_stream(packed(), padded(folded, 0, np.int32), (rq2() if dbl else rq()) if s.fast_requant else None, s)
 
     stream = s.variant in ("pointwise", "im2col")
     ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
@@ -478,14 +487,10 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     elif fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64), arg="scale")
         ctx["fc_est"] = sym.double_scales(f"op{k}_scale_lanes", padded(kern.scale, 0.0, np.float64))
-    elif dbl:  # dsp_rq2's per-lane multipliers, addends 2^(e - 1) (+ zp * 2^e) and right shifts e
-        def rq2():
-            e = right_shifts(kern)
-            zp = kern.output_offset if s.fold_zp else 0
-            return (padded([(1 << (v - 1)) + zp * (1 << v) for v in e], 1, np.int32), padded(e, 1, np.int8))
-        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: padded(kern.multiplier, 0, np.int32), arg="mult"),
-                   rq_hi=sym.array(f"op{k}_addend", "int32_t", lambda: rq2()[0], arg="rq_hi"),
-                   rq_e1=sym.array(f"op{k}_shift_right", "int8_t", lambda: rq2()[1], arg="rq_e1"))
+    elif dbl and not stream:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq2()[0], arg="mult"),
+                   rq_hi=sym.array(f"op{k}_addend", "int32_t", lambda: rq2()[1], arg="rq_hi"),
+                   rq_e1=sym.array(f"op{k}_shift_right", "int8_t", lambda: rq2()[2], arg="rq_e1"))
     elif s.fast_requant and not stream:
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0], arg="mult"),
                    rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1], arg="rq_hi"),

@@ -127,7 +127,7 @@ DW_CASES = {  # name: (h, w, groups, kernel, stride, padding, act, in_place, l1)
 def test_depthwise_paths(tmp_path, monkeypatch, case, doubled):
     from backends import smlad
     if not doubled:  # the accumulators as summed (fx_rq), as when a layer's bound forbids doubling
-        monkeypatch.setattr(smlad, "depthwise_doubles", lambda *a: False)
+        monkeypatch.setattr(smlad, "doubles", lambda *a: False)
     h, w, groups, k, stride, padding, act, in_place, l1 = DW_CASES[case]
     mb = ModelBuilder(sum(map(ord, case)))
     x = mb.conv2d(mb.input((1, h, w, 4 * groups)), 4 * groups, kernel=(1, 1))
@@ -148,3 +148,27 @@ def test_depthwise_paths(tmp_path, monkeypatch, case, doubled):
         ref, _ = golden.run(dep.graph, sample, dep.kernels)
         for a, b in zip(ours, ref):
             assert np.array_equal(a, b.reshape(a.shape)), f"{case}: {int((a != b.reshape(a.shape)).sum())} elements differ"
+
+
+@pytest.mark.parametrize("doubled", [True, False], ids=["doubled", "fx_rq"])
+@pytest.mark.parametrize("variant", ["pointwise", "im2col"])
+def test_stream_requantizations(tmp_path, monkeypatch, variant, doubled):
+    """The pointwise and im2col kernels with doubled accumulators (dsp_rq2) and as summed (fx_rq),
+    with 4, 8 and 12 steps per pass (fours, a pair, a last step)."""
+    from backends import smlad
+    if not doubled:
+        monkeypatch.setattr(smlad, "doubles", lambda *a: False)
+    mb = ModelBuilder(7 if doubled else 8)
+    x = mb.input((1, 5, 6, 52 if variant == "pointwise" else 3))
+    kernel = (1, 1) if variant == "pointwise" else (3, 3)
+    mb.output(mb.conv2d(x, 10, kernel=kernel, padding="SAME", activation="RELU"))
+    path = tmp_path / "model.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target="cortex-m4", patch="off"))
+    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+    assert ("= dsp_rq2(" in engine) == doubled and variant in variants(dep)
+    samples = [random_inputs(dep.graph, seed) for seed in range(2)]
+    for sample, ours in zip(samples, run_on_qemu(dep, samples)):
+        ref, _ = golden.run(dep.graph, sample, dep.kernels)
+        for a, b in zip(ours, ref):
+            assert np.array_equal(a, b.reshape(a.shape))
