@@ -503,31 +503,42 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
 
 
 PLANE_LIMIT = 1024  # bytes of stack a depthwise pass's padded plane may take
+STRIP_COPIES = 2  # input words a plane in strips may copy per output pixel (stride 1: 1 + (k_h - 1) / strip)
 
 
 def depthwise_plane(kern) -> dict | None:
     """The zero-point-padded plane of one pass's 4 channels (a word a pixel, on the stack) of a
-    depthwise layer whose windows cross the input's border, when it takes at most PLANE_LIMIT
-    bytes: its rows and columns, and the input rows and columns copied into it (those some
-    window reads)."""
+    depthwise layer whose windows cross the input's border, of at most PLANE_LIMIT bytes: its
+    rows and columns, the input rows and columns copied into it (those some window reads), and
+    the output rows it serves at a time (``strip``: all of them, or strips of at least 2 whose
+    input rows it holds in turn; None when not even 2 fit, or when the strips would copy more
+    than STRIP_COPIES input words per output pixel, as a stride of 2 does)."""
     oy0, oy1, ox0, ox1 = interior(kern)
     if (oy0, oy1, ox0, ox1) == (0, kern.out_h, 0, kern.out_w):
         return None  # every window whole already
     h = (kern.out_h - 1) * kern.stride_h + kern.k_h
     w = (kern.out_w - 1) * kern.stride_w + kern.k_w
     h, w = max(h, kern.pad_t + 1), max(w, kern.pad_l + 1)
-    if 4 * h * w > PLANE_LIMIT:
-        return None
+    strip = kern.out_h
+    if 4 * h * w > PLANE_LIMIT:  # strips of output rows, each copying the input rows it reads
+        strip = (PLANE_LIMIT // (4 * w) - kern.k_h) // kern.stride_h + 1
+        h = (strip - 1) * kern.stride_h + kern.k_h
+        if strip < 2 or h * min(kern.in_w, w - kern.pad_l) > STRIP_COPIES * strip * kern.out_w:
+            return None  # the copies would cost more than the cut windows save
     zp = -kern.input_offset & 0xFF
     return dict(h=h, w=w, bytes=4 * h * w, rows=min(kern.in_h, h - kern.pad_t), cols=min(kern.in_w, w - kern.pad_l),
-                fill=f"0x{zp * 0x01010101:08x}")
+                fill=f"0x{zp * 0x01010101:08x}", strip=strip)
 
 
 def _depthwise_context(kern, in_place: bool) -> dict:
     """Where a depthwise layer's passes write, and the shapes of its border windows."""
     plane = depthwise_plane(kern)
-    if plane is not None:  # written straight to the output (in place: over the copied input)
-        plane.update(out_row=f"{'in' if in_place else 'out'} + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c)
+    if plane is not None and (not in_place or plane["strip"] == kern.out_h):
+        # written straight to the output (in place: over the input, all of it copied first)
+        plane.update(out_row=f"{'in' if in_place else 'out'} + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
+                     direct=True)
+    elif plane is not None:  # in place in strips: through the scratch plane, as the cut windows
+        plane.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, direct=False)
     ctx = dict(tap_guards=tap_guards(kern), borders=border_walks(kern), plane=plane,
                stack_bytes=0 if plane is None else plane["bytes"])
     if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel

@@ -107,15 +107,18 @@ def test_add(tmp_path, seed, shape, act):
     check(tmp_path, mb, "cortex-m7", "add")
 
 
-# The depthwise kernel's paths, each a case: two pixels a step with an odd last one, the zero-point
-# padded stack plane (small layers; in place written straight over the copied input) or the whole
-# windows and cut borders (larger ones; in place through the scratch plane), strides 1 and 2, a 5x5
-# window, a window too wide for LDR's literal offsets (the C pairs), and tiles of an L1 scratchpad.
+# The depthwise kernel's paths, each a case: three or two pixels a step with an odd last one, the
+# zero-point padded stack plane (small layers; in place written straight over the copied input),
+# that plane in strips of output rows (in place through the scratch plane), or the whole windows
+# and cut borders (wider rows, strides of 2; in place through the scratch plane), a 5x5 window, a
+# window too wide for LDR's literal offsets (the C pairs), and tiles of an L1 scratchpad.
 DW_CASES = {  # name: (h, w, groups, kernel, stride, padding, act, in_place, l1)
     "plane-odd-relu6-in-place": (5, 7, 3, 3, 1, "SAME", "RELU6", True, None),
     "plane-stride2": (6, 9, 2, 3, 2, "SAME", "NONE", False, None),
     "plane-5x5": (6, 6, 1, 5, 1, "SAME", "RELU", False, None),
-    "borders-odd-in-place": (20, 23, 2, 3, 1, "SAME", "NONE", True, None),
+    "strips-odd-in-place": (20, 23, 2, 3, 1, "SAME", "NONE", True, None),
+    "strips-relu6": (17, 31, 1, 3, 1, "SAME", "RELU6", False, None),
+    "borders-in-place": (6, 70, 1, 3, 1, "SAME", "NONE", True, None),
     "borders-stride2": (19, 25, 1, 3, 2, "SAME", "RELU", False, None),
     "wide-rows-valid": (3, 40, 16, 3, 1, "VALID", "NONE", False, None),
     "tiles": (24, 24, 4, 3, 1, "SAME", "RELU6", False, 8 * 1024),
@@ -139,7 +142,8 @@ def test_depthwise_paths(tmp_path, monkeypatch, case, doubled):
     dep = deploy(path, Options(target="cortex-m4", patch="off", l1=l1))
     engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
     assert in_place == ("per tap, in place" in engine)
-    assert ("padded by the zero point" in engine) == (case.startswith("plane") or l1 is not None)  # tiles: small
+    assert ("padded by the zero point" in engine) == (case.startswith(("plane", "strips")) or l1 is not None)
+    assert ("output rows at a time" in engine) == case.startswith("strips")
     assert ("= dsp_rq2(" in engine) == doubled
     dw = [lp for lp in dep.layers if lp.variant.layout is not None and lp.variant.layout.variant == "depthwise"]
     assert dw and (l1 is None) == all(lp.tiling is None for lp in dw)
