@@ -213,8 +213,11 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     name = "fully_connected_s8_smlad" if fc else NAMES[s.variant]
     # the depthwise kernels (their border windows unrolled, the longest) are shared per shape; shared,
     # the short pointwise ones of few channels ran up to 22% more instructions on the M7, im2col 25%
+    # lanes: a whole depthwise layer whose padded plane holds its whole input writes over its
+    # input itself, each pass's channels copied first (no scratch plane: 0)
+    lanes = 1 if s.variant != "depthwise" else 0 if use == "whole" and _plane_whole(kern) else LANES
     return Variant(name, KERNELS, MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES[s.variant],
-                   LANES if s.variant == "depthwise" else 1, True, False, LANES, s, template_context, _window,
+                   lanes, True, False, LANES, s, template_context, _window,
                    shares_whole=s.variant == "depthwise" and use == "whole", lane_bytes=lane_arrays_bytes(kern, s),
                    walk=None if s.variant == "depthwise" else "pixels", window_steps=window_steps)  # depthwise: 4 channels' planes at a time
 
@@ -528,6 +531,12 @@ def depthwise_plane(kern) -> dict | None:
     zp = -kern.input_offset & 0xFF
     return dict(h=h, w=w, bytes=4 * h * w, rows=min(kern.in_h, h - kern.pad_t), cols=min(kern.in_w, w - kern.pad_l),
                 fill=f"0x{zp * 0x01010101:08x}", strip=strip)
+
+
+def _plane_whole(kern) -> bool:
+    """Whether a depthwise layer's padded plane holds its whole input (one strip)."""
+    plane = depthwise_plane(kern)
+    return plane is not None and plane["strip"] == kern.out_h
 
 
 def _depthwise_context(kern, in_place: bool) -> dict:
