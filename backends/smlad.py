@@ -105,10 +105,11 @@ def _lanes(w: np.ndarray, groups: int) -> np.ndarray:
     return w.reshape(groups, LANES, *w.shape[1:])
 
 
-def pack_rows(weights: np.ndarray, s: DspLayout) -> np.ndarray:
-    """OHWI (or units x features) int8 weights -> words [group][ky][chunk][lane][2] then, for the
-    row's last ``row % 4`` values, [group][ky][value][2] (lanes 0|1 and 2|3)."""
-    w = weights.reshape(weights.shape[0], -1).astype(np.int16)
+def pack_rows(weights: np.ndarray, s: DspLayout, scale: int = 1) -> np.ndarray:
+    """OHWI (or units x features) int8 weights (times ``scale``: 2 for doubled accumulators, see
+    doubles) -> words [group][ky][chunk][lane][2] then, for the row's last ``row % 4`` values,
+    [group][ky][value][2] (lanes 0|1 and 2|3)."""
+    w = weights.reshape(weights.shape[0], -1).astype(np.int16) * np.int16(scale)
     if s.variant == "im2col":  # one row: the whole window, zero-padded to whole steps
         w = np.pad(w, ((0, 0), (0, s.row - w.shape[1])))
     w = w.reshape(w.shape[0], -1, s.row)  # O, KH (1 but for "rows"), row
@@ -137,11 +138,26 @@ def pack_stream(packed: np.ndarray, bias: np.ndarray, rq, s: DspLayout) -> np.nd
     return np.concatenate(parts, 1).reshape(-1)
 
 
-def pack_depthwise(weights: np.ndarray, s: DspLayout) -> np.ndarray:
-    """1 x KH x KW x C int8 weights -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
-    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T  # C, T
+def pack_depthwise(weights: np.ndarray, s: DspLayout, scale: int = 1) -> np.ndarray:
+    """1 x KH x KW x C int8 weights (times ``scale``: 2 for the doubled accumulators of
+    doubles) -> words [group][tap][2]: lanes (0, 2) then (1, 3)."""
+    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int16).T * np.int16(scale)  # C, T
     g = _lanes(taps, s.groups)  # G, 4, T
     return np.stack([_pair(g[:, 0], g[:, 2]), _pair(g[:, 1], g[:, 3])], -1).reshape(-1)
+
+
+def doubles(kern, s: DspLayout, weights: np.ndarray, bias: np.ndarray | None) -> bool:
+    """Whether a depthwise, pointwise or im2col convolution's kernel sums twice each product (its
+    weights and bias packed doubled) for the short requantization of doubled accumulators
+    (dsp_rq2: SMMLAR, one add and a shift): when fx_rq applies and every partial sum, the input
+    offset's share folded into the bias or not, stays below 2^30 (|x| at most 128 and |offset|
+    at most 128: 256 per weight unit bounds both), so that doubled it fits an int32."""
+    if s.variant not in ("depthwise", "pointwise", "im2col") or not s.fast_requant or not isinstance(kern, K.Conv):
+        return False
+    w = np.abs(weights.astype(np.int64))
+    w = w.reshape(-1, w.shape[-1]).sum(0) if s.variant == "depthwise" else w.reshape(w.shape[0], -1).sum(1)  # per channel
+    b = np.zeros_like(w) if bias is None else np.abs(bias.astype(np.int64))
+    return int((b + 256 * w).max(initial=0)) < 2 ** 30
 
 
 def packed_bytes(kern, s: DspLayout | None, weight_bytes: int) -> int:
@@ -174,8 +190,9 @@ def lane_arrays_bytes(kern, s: DspLayout) -> tuple[int, int]:
 # ---- the variants ----------------------------------------------------------------------
 
 # .text of one layer's function by layout, as compiled for the M7 at -O2 (measured on the benchmark
-# models: pointwise and fc 0.4-0.5 KB, im2col and rows about 0.7-1 KB, depthwise 1.3-2.2 KB)
-CODE_BYTES = {"pointwise": 512, "im2col": 1024, "rows": 1024, "depthwise": 2048}
+# models: pointwise and fc 0.4-0.5 KB, im2col and rows about 0.7-1 KB, depthwise 1.4-2.2 KB over a
+# padded plane, about 3 KB with cut border windows)
+CODE_BYTES = {"pointwise": 512, "im2col": 1024, "rows": 1024, "depthwise": 3072}
 NAMES = {"pointwise": "conv_1x1_s8_smlad", "im2col": "conv_s8_smlad_im2col", "rows": "conv_s8_smlad_rows",
          "depthwise": "depthwise_conv_s8_smlad"}
 MACROS = {"pointwise": "pointwise", "im2col": "im2col", "rows": "conv_rows", "depthwise": "depthwise"}
@@ -196,8 +213,11 @@ def _conv_fc(kern, weight_bytes: int, use: str) -> Variant | None:
     name = "fully_connected_s8_smlad" if fc else NAMES[s.variant]
     # the depthwise kernels (their border windows unrolled, the longest) are shared per shape; shared,
     # the short pointwise ones of few channels ran up to 22% more instructions on the M7, im2col 25%
+    # lanes: a whole depthwise layer whose padded plane holds its whole input writes over its
+    # input itself, each pass's channels copied first (no scratch plane: 0)
+    lanes = 1 if s.variant != "depthwise" else 0 if use == "whole" and _plane_whole(kern) else LANES
     return Variant(name, KERNELS, MACROS[s.variant], packed_bytes(kern, s, weight_bytes), CODE_BYTES[s.variant],
-                   LANES if s.variant == "depthwise" else 1, True, False, LANES, s, template_context, _window,
+                   lanes, True, False, LANES, s, template_context, _window,
                    shares_whole=s.variant == "depthwise" and use == "whole", lane_bytes=lane_arrays_bytes(kern, s),
                    walk=None if s.variant == "depthwise" else "pixels", window_steps=window_steps)  # depthwise: 4 channels' planes at a time
 
@@ -415,8 +435,11 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     w = graph.tensors[kern.weights].data
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
 
+    dbl = doubles(kern, s, w, bias)
+    scale = 2 if dbl else 1
+
     def packed():
-        return pack_depthwise(w, s) if s.variant == "depthwise" else pack_rows(w, s)
+        return pack_depthwise(w, s, scale) if s.variant == "depthwise" else pack_rows(w, s, scale)
 
     def rq():  # fx_rq's per-lane multipliers, addend high words and shifts less one
         e = right_shifts(kern)
@@ -425,10 +448,16 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                 padded([(1 << (v - 2)) + zp * (1 << (v - 1)) for v in e], 1, np.int32),
                 padded([v - 1 for v in e], 1, np.int8))
 
+    def rq2():  # dsp_rq2's per-lane multipliers, addends 2^(e - 1) (+ zp * 2^e) and right shifts e
+        e = right_shifts(kern)
+        zp = kern.output_offset if s.fold_zp else 0
+        return (padded(kern.multiplier, 0, np.int32), padded([(1 << (v - 1)) + zp * (1 << v) for v in e], 1, np.int32),
+                padded(e, 1, np.int8))
+
     def stream_words():  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
-        folded = folded_bias(kern, bias, w)
+        folded = scale * folded_bias(kern, bias, w)
         folded = ((folded + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
-        return pack_stream(packed(), padded(folded, 0, np.int32), rq() if s.fast_requant else None, s)
+        return pack_stream(packed(), padded(folded, 0, np.int32), (rq2() if dbl else rq()) if s.fast_requant else None, s)
 
     stream = s.variant in ("pointwise", "im2col")
     ctx = dict(macro={"depthwise": "depthwise", "pointwise": "pointwise", "im2col": "im2col",
@@ -439,7 +468,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
                off2=_offset_pair(kern.input_offset),
                # can a row's step count be odd? (aligned rows: per tap in_c / 4 steps)
                odd_chunks=(s.row // 4) % 2 == 1 or (not fc and kern.in_c % 4 == 0 and (kern.in_c // 4) % 2 == 1),
-               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None,
+               stream=stream, stream_rq=stream and s.fast_requant, bias=None, int_rq=None, float_rq=None, dbl=dbl,
                stack_bytes=s.row if s.variant == "im2col" else 0)  # the im2col column, on the stack
     if stream:
         ctx["wq"] = sym.array(f"op{k}_stream", "uint32_t", stream_words, aligned=True, arg="wq")
@@ -462,6 +491,10 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     elif fc:
         ctx["scale"] = sym.array(f"op{k}_scale_lanes", "double", lambda: padded(kern.scale, 0.0, np.float64), arg="scale")
         ctx["fc_est"] = sym.double_scales(f"op{k}_scale_lanes", padded(kern.scale, 0.0, np.float64))
+    elif dbl and not stream:
+        ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq2()[0], arg="mult"),
+                   rq_hi=sym.array(f"op{k}_addend", "int32_t", lambda: rq2()[1], arg="rq_hi"),
+                   rq_e1=sym.array(f"op{k}_shift_right", "int8_t", lambda: rq2()[2], arg="rq_e1"))
     elif s.fast_requant and not stream:
         ctx.update(mult=sym.array(f"op{k}_multiplier", "int32_t", lambda: rq()[0], arg="mult"),
                    rq_hi=sym.array(f"op{k}_addend_hi", "int32_t", lambda: rq()[1], arg="rq_hi"),
@@ -472,9 +505,51 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     return ctx
 
 
+PLANE_LIMIT = 1024  # bytes of stack a depthwise pass's padded plane may take
+STRIP_COPIES = 2  # input words a plane in strips may copy per output pixel (stride 1: 1 + (k_h - 1) / strip)
+
+
+def depthwise_plane(kern) -> dict | None:
+    """The zero-point-padded plane of one pass's 4 channels (a word a pixel, on the stack) of a
+    depthwise layer whose windows cross the input's border, of at most PLANE_LIMIT bytes: its
+    rows and columns, the input rows and columns copied into it (those some window reads), and
+    the output rows it serves at a time (``strip``: all of them, or strips of at least 2 whose
+    input rows it holds in turn; None when not even 2 fit, or when the strips would copy more
+    than STRIP_COPIES input words per output pixel, as a stride of 2 does)."""
+    oy0, oy1, ox0, ox1 = interior(kern)
+    if (oy0, oy1, ox0, ox1) == (0, kern.out_h, 0, kern.out_w):
+        return None  # every window whole already
+    h = (kern.out_h - 1) * kern.stride_h + kern.k_h
+    w = (kern.out_w - 1) * kern.stride_w + kern.k_w
+    h, w = max(h, kern.pad_t + 1), max(w, kern.pad_l + 1)
+    strip = kern.out_h
+    if 4 * h * w > PLANE_LIMIT:  # strips of output rows, each copying the input rows it reads
+        strip = (PLANE_LIMIT // (4 * w) - kern.k_h) // kern.stride_h + 1
+        h = (strip - 1) * kern.stride_h + kern.k_h
+        if strip < 2 or h * min(kern.in_w, w - kern.pad_l) > STRIP_COPIES * strip * kern.out_w:
+            return None  # the copies would cost more than the cut windows save
+    zp = -kern.input_offset & 0xFF
+    return dict(h=h, w=w, bytes=4 * h * w, rows=min(kern.in_h, h - kern.pad_t), cols=min(kern.in_w, w - kern.pad_l),
+                fill=f"0x{zp * 0x01010101:08x}", strip=strip)
+
+
+def _plane_whole(kern) -> bool:
+    """Whether a depthwise layer's padded plane holds its whole input (one strip)."""
+    plane = depthwise_plane(kern)
+    return plane is not None and plane["strip"] == kern.out_h
+
+
 def _depthwise_context(kern, in_place: bool) -> dict:
     """Where a depthwise layer's passes write, and the shapes of its border windows."""
-    ctx = dict(tap_guards=tap_guards(kern), borders=border_walks(kern))
+    plane = depthwise_plane(kern)
+    if plane is not None and (not in_place or plane["strip"] == kern.out_h):
+        # written straight to the output (in place: over the input, all of it copied first)
+        plane.update(out_row=f"{'in' if in_place else 'out'} + oy * {kern.out_w * kern.out_c} + c", out_step=kern.out_c,
+                     direct=True)
+    elif plane is not None:  # in place in strips: through the scratch plane, as the cut windows
+        plane.update(out_row=f"plane + oy * {4 * kern.out_w}", out_step=4, direct=False)
+    ctx = dict(tap_guards=tap_guards(kern), borders=border_walks(kern), plane=plane,
+               stack_bytes=0 if plane is None else plane["bytes"])
     if in_place:  # a pass writes its 4 channels to the scratch plane, 4 bytes per pixel
         return dict(ctx, out_row=f"plane + oy * {4 * kern.out_w}", out_step=4,
                     out_pixel=f"plane + (oy * {kern.out_w} + ox) * 4")

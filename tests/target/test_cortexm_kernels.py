@@ -105,3 +105,76 @@ def test_add(tmp_path, seed, shape, act):
     mb = ModelBuilder(seed)
     mb.output(mb.add(mb.input((1, *shape)), mb.input((1, *shape)), activation=act))
     check(tmp_path, mb, "cortex-m7", "add")
+
+
+# The depthwise kernel's paths, each a case: three or two pixels a step with an odd last one, the
+# zero-point padded stack plane (small layers; in place written straight over the copied input),
+# that plane in strips of output rows (in place through the scratch plane), or the whole windows
+# and cut borders (wider rows, strides of 2; in place through the scratch plane), a 5x5 window, a
+# window too wide for LDR's literal offsets (the C pairs), and tiles of an L1 scratchpad.
+DW_CASES = {  # name: (h, w, groups, kernel, stride, padding, act, in_place, l1)
+    "plane-odd-relu6-in-place": (5, 7, 3, 3, 1, "SAME", "RELU6", True, None),
+    "plane-stride2": (6, 9, 2, 3, 2, "SAME", "NONE", False, None),
+    "plane-5x5": (6, 6, 1, 5, 1, "SAME", "RELU", False, None),
+    "strips-odd-in-place": (20, 23, 2, 3, 1, "SAME", "NONE", True, None),
+    "strips-relu6": (17, 31, 1, 3, 1, "SAME", "RELU6", False, None),
+    "borders-in-place": (6, 70, 1, 3, 1, "SAME", "NONE", True, None),
+    "borders-stride2": (19, 25, 1, 3, 2, "SAME", "RELU", False, None),
+    "wide-rows-valid": (3, 40, 16, 3, 1, "VALID", "NONE", False, None),
+    "tiles": (24, 24, 4, 3, 1, "SAME", "RELU6", False, 8 * 1024),
+}
+
+
+@pytest.mark.parametrize("doubled", [True, False], ids=["doubled", "fx_rq"])
+@pytest.mark.parametrize("case", list(DW_CASES))
+def test_depthwise_paths(tmp_path, monkeypatch, case, doubled):
+    from backends import smlad
+    if not doubled:  # the accumulators as summed (fx_rq), as when a layer's bound forbids doubling
+        monkeypatch.setattr(smlad, "doubles", lambda *a: False)
+    h, w, groups, k, stride, padding, act, in_place, l1 = DW_CASES[case]
+    mb = ModelBuilder(sum(map(ord, case)))
+    x = mb.conv2d(mb.input((1, h, w, 4 * groups)), 4 * groups, kernel=(1, 1))
+    mb.output(mb.depthwise_conv2d(x, kernel=(k, k), stride=(stride, stride), padding=padding, activation=act))
+    if not in_place:
+        mb.output(x)
+    path = tmp_path / "model.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target="cortex-m4", patch="off", l1=l1))
+    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+    assert in_place == ("per tap, in place" in engine)
+    assert ("padded by the zero point" in engine) == (case.startswith(("plane", "strips")) or l1 is not None)
+    assert ("output rows at a time" in engine) == case.startswith("strips")
+    assert ("= dsp_rq2(" in engine) == doubled
+    dw = [lp for lp in dep.layers if lp.variant.layout is not None and lp.variant.layout.variant == "depthwise"]
+    assert dw and (l1 is None) == all(lp.tiling is None for lp in dw)
+    if in_place:  # over a plane holding the whole input the kernel writes over its input itself
+        assert [lp.reuse.scratch_bytes == 0 for lp in dw] == [case.startswith("plane")]
+    samples = [random_inputs(dep.graph, seed) for seed in range(2)]
+    for sample, ours in zip(samples, run_on_qemu(dep, samples)):
+        ref, _ = golden.run(dep.graph, sample, dep.kernels)
+        for a, b in zip(ours, ref):
+            assert np.array_equal(a, b.reshape(a.shape)), f"{case}: {int((a != b.reshape(a.shape)).sum())} elements differ"
+
+
+@pytest.mark.parametrize("doubled", [True, False], ids=["doubled", "fx_rq"])
+@pytest.mark.parametrize("variant", ["pointwise", "im2col"])
+def test_stream_requantizations(tmp_path, monkeypatch, variant, doubled):
+    """The pointwise and im2col kernels with doubled accumulators (dsp_rq2) and as summed (fx_rq),
+    with 4, 8 and 12 steps per pass (fours, a pair, a last step)."""
+    from backends import smlad
+    if not doubled:
+        monkeypatch.setattr(smlad, "doubles", lambda *a: False)
+    mb = ModelBuilder(7 if doubled else 8)
+    x = mb.input((1, 5, 6, 52 if variant == "pointwise" else 3))
+    kernel = (1, 1) if variant == "pointwise" else (3, 3)
+    mb.output(mb.conv2d(x, 10, kernel=kernel, padding="SAME", activation="RELU"))
+    path = tmp_path / "model.tflite"
+    mb.save(path)
+    dep = deploy(path, Options(target="cortex-m4", patch="off"))
+    engine = next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
+    assert ("= dsp_rq2(" in engine) == doubled and variant in variants(dep)
+    samples = [random_inputs(dep.graph, seed) for seed in range(2)]
+    for sample, ours in zip(samples, run_on_qemu(dep, samples)):
+        ref, _ = golden.run(dep.graph, sample, dep.kernels)
+        for a, b in zip(ours, ref):
+            assert np.array_equal(a, b.reshape(a.shape))

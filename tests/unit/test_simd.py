@@ -39,6 +39,27 @@ def test_one_multiply_requantization_equals_the_reference(fold):
     assert np.array_equal(fx_rq(acc, m, e, zp, fold), ref)
 
 
+@pytest.mark.parametrize("fold", [False, True])
+def test_doubled_accumulator_requantization_equals_the_reference(fold):
+    """dsp_rq2: SMMLAR of the doubled accumulator with the addend 2^(e - 1) (+ zp * 2^e) in the
+    high word, plus the sign, shifted right by e, for |acc| < 2^30."""
+    rng = np.random.default_rng(5)
+    n = 400_000
+    acc = np.concatenate([rng.integers(-2 ** 30 + 1, 2 ** 30, n), rng.integers(-5000, 5000, n),
+                          [-2 ** 30 + 1, 2 ** 30 - 1, 0, -1, 1]]).astype(np.int64)
+    m = rng.integers(2 ** 30, 2 ** 31, acc.size)
+    m[::7] = 0  # pruned channels
+    e = rng.integers(2, 23 if fold else 32, acc.size)
+    zp = rng.integers(-128, 128, acc.size)
+    ref = mbqm(acc.astype(np.int32), m.astype(np.int32), (-e).astype(np.int32)).astype(np.int64) + zp
+    a2 = 2 * acc
+    k = (1 << (e - 1)) + (zp << e if fold else 0)
+    x = ((k << 32) + a2 * m + (1 << 31)) >> 32  # SMMLAR: the rounded high word
+    assert np.all((x >= -2 ** 31) & (x < 2 ** 31))
+    ours = ((x + (a2 >> 31)) >> e) + (0 if fold else zp)
+    assert np.array_equal(ours, ref)
+
+
 def test_literal_shift_requantization_equals_the_reference():
     """fx_rq_lit (ADD's rescalings): e = 0 is the doubling high multiply alone."""
     rng = np.random.default_rng(4)
