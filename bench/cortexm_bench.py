@@ -11,8 +11,8 @@ shared/models/tflite, by file name), on every core and kernel family: deploy wit
 with arm-none-eabi-gcc, and count the instructions of one inference on QEMU's board with our
 TCG plugin (the difference between a run with two copies of a seeded random sample and a run
 with one; qemu.instructions_per_inference). Instructions go to layers by the engine's
-op{k}_ functions (never inlined); the rest (fx_*, __aeabi_*, inference_run, memcpy...) to a
-row "other". Tables:
+op{k}_ functions (never inlined), the kernel functions layers of one shape share to the kind of
+the layers calling them; the rest (fx_*, __aeabi_*, inference_run, memcpy...) to a row "other". Tables:
 
 * per model: MACs, instructions and instructions/MAC per kernel choice, the plain/auto ratio,
   and TFLite Micro's own figures on the same QEMU board (M7: with CMSIS-NN, and with its
@@ -94,6 +94,7 @@ class Measure:
     cycles: int | None  # estimated (deployer.cycles), None where the core has no timing table
     layers: dict[int, int]  # layer index -> instructions of its op{k}_ function
     other: int  # every other function's
+    shared: dict[str, int]  # layer kind -> instructions of the kernel functions layers of one shape share
     flash: int
     sram: int
     text: int  # engine functions' .text bytes
@@ -106,15 +107,21 @@ def kind(kern) -> str:
     return "fc" if isinstance(kern, K.FullyConnected) else "other"
 
 
-def by_layer(per_function: dict[str, int]) -> tuple[dict[int, int], int]:
-    layers, other = {}, 0
+def by_layer(per_function: dict[str, int], dep: Plan) -> tuple[dict[int, int], int, dict[str, int]]:
+    """Instructions by layer (its op{k}_ function), of the rest, and of the kernel functions
+    layers of one shape share (named after their variant: by the kind of the layers calling them)."""
+    variants = {lp.variant.name: kind(lp.kernel) for lp in dep.layers if lp.variant is not None}
+    layers, other, shared = {}, 0, {}
     for name, n in per_function.items():
         m = _LAYER.match(name)
+        owner = next((kd for v, kd in variants.items() if name.startswith(v + "_")), None)
         if m:
             layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + n
+        elif owner is not None:
+            shared[owner] = shared.get(owner, 0) + n
         else:
             other += n
-    return layers, other
+    return layers, other, shared
 
 
 def measure(path: Path, core: str, kernels: str, l1: int | None = None) -> Measure:
@@ -126,9 +133,9 @@ def measure(path: Path, core: str, kernels: str, l1: int | None = None) -> Measu
         total, per_function, cyc = est.instructions, est.instructions_by_function, est.cycles
     else:
         (total, per_function), cyc = qemu.instructions_per_inference(elf, payload), None
-    layers, other = by_layer(per_function)
+    layers, other, shared = by_layer(per_function, dep)
     mem = qemu.elf_memory(elf.path)
-    return Measure(dep, total, cyc, layers, other, mem["flash_bytes"], mem["sram_bytes"],
+    return Measure(dep, total, cyc, layers, other, shared, mem["flash_bytes"], mem["sram_bytes"],
                    qemu.engine_text_bytes(qemu.functions(elf.path)),
                    mem["sections"].get(".rodata", 0) - dep.memory.weights_bytes)
 
@@ -184,6 +191,11 @@ def layer_table(model: str, core: str, runs: dict[str, Measure]) -> None:
             n = r.layers.get(i, 0)
             row += f" {n:>13,} {ratio(n, macs):>6}"
         print(row)
+    for kd in sorted({kd for r in runs.values() for kd in r.shared}):
+        row = f"{'':>4} {'shared kernels':<18} {kd:<10} {'':>11}"
+        for r in runs.values():
+            row += f" {r.shared.get(kd, 0):>13,} {'':>6}"
+        print(row)
     row = f"{'':>4} {'other functions':<18} {'other':<10} {'':>11}"
     for r in runs.values():
         row += f" {r.other:>13,} {'':>6}"
@@ -204,6 +216,8 @@ def kind_table(results: dict, core: str, kernels: list[str]) -> None:
                 counted.add((model, i))
                 macs[kind(kern)] += K.macs(kern)
         instr[k]["other"] += r.other
+        for kd, n in r.shared.items():
+            instr[k][kd] += n
     print(f"\nper layer kind on {core}, all models (sum instructions / sum MACs)")
     print(f"{'kind':<10} {'MACs':>12}" + "".join(f" {k + ' instr':>13} {'i/MAC':>6}" for k in kernels)
           + f" {'CMSIS-NN':>14} {'target':>7}")
