@@ -67,6 +67,8 @@ class Backend:
     # (usable as L1 when --l1 asks for tiling) and the stack the start-up code reserves.
     cpu: str | None = None
     qemu_machine: str | None = None
+    qemu_system: str | None = None  # the QEMU that emulates that board (its binary)
+    tool_packages: tuple[str, ...] = ()  # the Debian packages of its cross toolchain and QEMU
     # where the QEMU board's memories the harness links into start: code and constants, then RAM
     qemu_flash_origin: int = 0x00000000
     qemu_ram_origin: int = 0x20000000
@@ -94,6 +96,11 @@ class Backend:
     # reference keep them: float loops of the language-model engine must not become vector code
     vector_float_flushes: bool = False
     clock_mhz: float | None = None  # the part's core clock (a preset's; --clock gives another): milliseconds from cycles
+
+    @property
+    def binutils_prefix(self) -> str:
+        """The cross toolchain's prefix of its size, nm and objdump (``cc`` less its ``gcc``)."""
+        return self.cc[:-len("gcc")] if self.cc.endswith("gcc") else ""
 
     @property
     def variants(self) -> tuple:

@@ -648,7 +648,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
                            on_qemu, clock_mhz, LanguageFlags(weights=llm_weights, kv=llm_kv, context=llm_context,
                                                              tokenizer=llm_tokenizer, prune_vocab=llm_prune,
                                                              logits=llm_logits, rope=llm_rope))
-    from .qemu import instructions_per_layer, require_tools, trace_on_qemu, verify_on_qemu
+    from .qemu import instructions_per_layer, require_board_tools, trace_on_qemu, verify_on_qemu
     from .verify import first_divergence, verify
 
     _check_verify_target(target, on_qemu, sanitize)
@@ -663,7 +663,7 @@ def verify_cmd(model, target, l1, sram, flash, l3, memory_map, input_bank, outpu
     if expected_files and not inputs:
         raise UsageError("--expected needs the --input files it belongs to")
     if on_qemu:
-        require_tools()  # before the planner's seconds
+        require_board_tools(BACKENDS[target])  # before the planner's seconds
     with _progress(False):
         options = _options(target, l1, sram, flash, planner, time_limit, no_in_place, tiler, tile_objective, l3,
                            patch, max_overhead, kernels, input_layout, output_layout, _input_type(model, input_type),

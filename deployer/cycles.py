@@ -101,7 +101,7 @@ def estimate_inference(elf, sample_payload: bytes, cpu: str) -> Estimate:
     two copies of the sample less a run with one, by function, the harness's left out; the
     instruction counts are the same as that function's."""
     from . import qemu
-    funcs = qemu.functions(elf.path)
+    funcs = qemu.functions(elf.path, elf.prefix)
     est = Estimator.for_elf(elf.path, cpu)
     results = []
     for payload in (sample_payload, sample_payload * 2):
@@ -122,9 +122,9 @@ def layer_profile(dep, sample) -> tuple[list[int], list[int]]:
     (as ``qemu.instructions_per_layer``; the same instruction counts)."""
     from . import qemu
     from .verify import samples_payload
-    qemu.require_tools()
+    qemu.require_board_tools(dep.backend)
     elf = qemu.build_elf(dep, profile=True)
-    hook = next((start for start, _, name in qemu.functions(elf.path) if name == "inference_trace"), None)
+    hook = next((start for start, _, name in qemu.functions(elf.path, elf.prefix) if name == "inference_trace"), None)
     if hook is None:
         raise qemu.QemuError("the profiling build has no inference_trace mark")
     run = qemu.run(elf, samples_payload(dep.graph, [sample]), count=True, mark=hook, blocks=True)

@@ -1,6 +1,7 @@
-"""Build an engine for a Cortex-M target with its ``qemu/`` harness, run it on QEMU's board,
-read its memory from the ELF and count the instructions it executes (a TCG plugin of ours);
-``deploy verify --qemu`` and the ELF's memory in ``deploy``'s manifest."""
+"""Build an engine for a target with a QEMU board with its ``qemu/`` harness, run it on that
+board, read its memory from the ELF and count the instructions it executes (a TCG plugin of
+ours); ``deploy verify --qemu`` and the ELF's memory in ``deploy``'s manifest. The cross
+toolchain and the QEMU binary are the target's (backends: ``cc``, ``qemu_system``)."""
 from __future__ import annotations
 
 import bisect
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backends import BACKENDS
 from network_parser.errors import DeployError
 from solver.plan import Plan
 
@@ -21,9 +23,27 @@ from .verify import BuildError, build_run, compare, files_digest, parse_output, 
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "harness" / "insn_count_plugin.c"
 TIMEOUT_S = 600
-TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "arm-none-eabi-nm", "qemu-system-arm", "make")
-BUILD_TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "make")  # enough to link the ELF and size it
-INSTALL = "apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm make"
+
+
+def build_tools(backend) -> tuple[str, ...]:
+    """What links a target's ELF and sizes it."""
+    return backend.cc, f"{backend.binutils_prefix}size", f"{backend.binutils_prefix}nm", "make"
+
+
+def board_tools(backend) -> tuple[str, ...]:
+    """... and runs it on its QEMU board."""
+    return (*build_tools(backend), backend.qemu_system)
+
+
+def install_hint(backend) -> str:
+    return f"apt-get install {' '.join(backend.tool_packages)} make"
+
+
+# the Cortex-M boards' (every target with a QEMU board today shares their toolchain): what a
+# caller without a target checks
+BOARD = BACKENDS["cortex-m4"]
+TOOLS, BUILD_TOOLS, INSTALL = board_tools(BOARD), build_tools(BOARD), install_hint(BOARD)
+PREFIX = BOARD.binutils_prefix
 
 
 class QemuError(DeployError):
@@ -34,10 +54,18 @@ def missing_tools(tools: tuple[str, ...] = TOOLS) -> list[str]:
     return [t for t in tools if shutil.which(t) is None]
 
 
-def require_tools(tools: tuple[str, ...] = TOOLS, what: str = "--qemu") -> None:
+def require_tools(tools: tuple[str, ...] = TOOLS, what: str = "--qemu", backend=BOARD) -> None:
     missing = missing_tools(tools)
     if missing:
-        raise QemuError(f"{what} needs {', '.join(missing)} (Debian: {INSTALL})")
+        raise QemuError(f"{what} needs {', '.join(missing)} (Debian: {install_hint(backend)})")
+
+
+def require_board_tools(backend) -> None:
+    """What ``--qemu`` needs for ``backend`` (a target without a board: the Cortex-M boards')."""
+    if backend.qemu_system:
+        require_tools(board_tools(backend), backend=backend)
+    else:
+        require_tools()
 
 
 @dataclass(frozen=True)
@@ -45,6 +73,8 @@ class Elf:
     path: Path
     machine: str
     trace: bool
+    qemu: str = BOARD.qemu_system  # the QEMU binary of its board
+    prefix: str = PREFIX  # its toolchain's binutils prefix
 
 
 def build_elf(dep: Plan, trace: bool = False, profile: bool = False) -> Elf:
@@ -52,7 +82,8 @@ def build_elf(dep: Plan, trace: bool = False, profile: bool = False) -> Elf:
     ``profile``, the trace hook is a mark between layers that writes nothing."""
     if dep.backend.qemu_machine is None:
         raise QemuError(f"target '{dep.backend.name}' has no QEMU board (use a Cortex-M target)")
-    require_tools(BUILD_TOOLS, "building the ELF")
+    backend = dep.backend
+    require_tools(build_tools(backend), "building the ELF", backend)
     digest = files_digest(dep.files)
     defs = ["-DINFERENCE_TRACE"] * (trace or profile) + ["-DINFERENCE_PROFILE"] * profile
     digest.update(b"elf" + " ".join(defs).encode())
@@ -60,12 +91,12 @@ def build_elf(dep: Plan, trace: bool = False, profile: bool = False) -> Elf:
     def build(folder: Path) -> None:
         write_files(dep.files, folder)
         cmd = ["make", "-s", "-C", str(folder / "qemu"), "all"] + ([f"DEFS={' '.join(defs)}"] if defs else [])
-        proc = build_run(cmd, "make (arm-none-eabi-gcc)")
+        proc = build_run(cmd, f"make ({backend.cc})")
         if proc.returncode != 0:
-            raise BuildError(f"arm-none-eabi-gcc failed on the generated engine:\n{(proc.stdout + proc.stderr)[-4000:]}")
+            raise BuildError(f"{backend.cc} failed on the generated engine:\n{(proc.stdout + proc.stderr)[-4000:]}")
 
     elf = build_cache.cached("elf-" + digest.hexdigest()[:24], "qemu/engine.elf", build)
-    return Elf(elf, dep.backend.qemu_machine, trace)
+    return Elf(elf, backend.qemu_machine, trace, backend.qemu_system, backend.binutils_prefix)
 
 
 def plugin() -> Path:
@@ -102,7 +133,7 @@ def run(elf: Elf, payload: bytes, count: bool = False, timeout: float = TIMEOUT_
     with tempfile.TemporaryDirectory(prefix="qemu-") as d:
         work = Path(d)
         (work / "input.bin").write_bytes(payload)
-        cmd = ["qemu-system-arm", "-M", elf.machine, "-nographic", "-monitor", "none", "-serial", "none",
+        cmd = [elf.qemu, "-M", elf.machine, "-nographic", "-monitor", "none", "-serial", "none",
                "-semihosting-config", "enable=on,target=native", "-kernel", str(elf.path)]
         if count:
             # QEMU splits option values at commas (",," is a literal one): a path must not add options
@@ -147,9 +178,9 @@ SRAM_SECTIONS = (".data", ".bss", ".stack")
 TCM_SECTIONS = (".dtcm",)  # in QEMU's RAM (it models no TCM), on the part its own memory: not SRAM
 
 
-def elf_memory(elf: Path) -> dict:
-    """Flash (.text + .rodata + .data image) and SRAM (.data + .bss + stack) from arm-none-eabi-size."""
-    proc = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True, text=True, check=True)
+def elf_memory(elf: Path, prefix: str = PREFIX) -> dict:
+    """Flash (.text + .rodata + .data image) and SRAM (.data + .bss + stack) from the toolchain's size."""
+    proc = subprocess.run([f"{prefix}size", "-A", str(elf)], capture_output=True, text=True, check=True)
     sections = {}
     for line in proc.stdout.split("\n"):
         m = _SECTION.match(line)
@@ -162,9 +193,9 @@ def elf_memory(elf: Path) -> dict:
                 sram_bytes=sum(sections.get(s, 0) for s in (*SRAM_SECTIONS, *banks)))
 
 
-def functions(elf: Path) -> list[tuple[int, int, str]]:
+def functions(elf: Path, prefix: str = PREFIX) -> list[tuple[int, int, str]]:
     """(start, end, name) of every function with a size, by address (Thumb bit cleared)."""
-    proc = subprocess.run(["arm-none-eabi-nm", "-S", "--defined-only", str(elf)], capture_output=True,
+    proc = subprocess.run([f"{prefix}nm", "-S", "--defined-only", str(elf)], capture_output=True,
                           text=True, check=True)
     result = []
     for line in proc.stdout.split("\n"):
@@ -212,7 +243,7 @@ def instructions_per_inference(elf: Elf, sample_payload: bytes) -> tuple[int, di
     """Instructions of one inference, in all and per function: runs with two and with one copy
     of the same sample differ by exactly one inference plus one sample's file I/O, which the
     harness's functions account for and which is left out."""
-    funcs = functions(elf.path)
+    funcs = functions(elf.path, elf.prefix)
     one = per_function(run(elf, sample_payload, count=True).histogram, funcs)
     two = per_function(run(elf, sample_payload * 2, count=True).histogram, funcs)
     diff = {name: two.get(name, 0) - one.get(name, 0) for name in two if not is_harness(name)}
@@ -223,9 +254,9 @@ def instructions_per_inference(elf: Elf, sample_payload: bytes) -> tuple[int, di
 def instructions_per_layer(dep: Plan, sample: list[np.ndarray]) -> list[int]:
     """Instructions each layer executes in one inference, counted between the marks the engine
     built with INFERENCE_PROFILE passes before its first layer and after every layer."""
-    require_tools()
+    require_board_tools(dep.backend)
     elf = build_elf(dep, profile=True)
-    hook = next((start for start, _, name in functions(elf.path) if name == "inference_trace"), None)
+    hook = next((start for start, _, name in functions(elf.path, elf.prefix) if name == "inference_trace"), None)
     if hook is None:
         raise QemuError("the profiling build has no inference_trace mark")
     marks = run(elf, samples_payload(dep.graph, [sample]), count=True, mark=hook).marks
@@ -235,21 +266,22 @@ def instructions_per_layer(dep: Plan, sample: list[np.ndarray]) -> list[int]:
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
-def toolchain() -> str:
+def toolchain(backend=BOARD) -> str:
     """The compiler's version line, e.g. 'arm-none-eabi-gcc (15:12.2.rel1-1) 12.2.1 20221205'."""
-    proc = subprocess.run(["arm-none-eabi-gcc", "--version"], capture_output=True, text=True, check=True)
+    proc = subprocess.run([backend.cc, "--version"], capture_output=True, text=True, check=True)
     line = proc.stdout.split("\n")[0].strip()
-    return line if line.startswith("arm-none-eabi-gcc") else f"arm-none-eabi-gcc {line}"
+    return line if line.startswith(backend.cc) else f"{backend.cc} {line}"
 
 
 def elf_entry(plan) -> dict | None:
     """The linked image's memory: the engine built from its qemu/ folder (harness and its stack
     included), or None when the Arm tools are missing."""
-    if missing_tools(BUILD_TOOLS):
+    if missing_tools(build_tools(plan.backend)):
         return None
-    mem = elf_memory(build_elf(plan).path)
+    elf = build_elf(plan)
+    mem = elf_memory(elf.path, elf.prefix)
     return dict(flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"], sections=mem["sections"],
-                toolchain=toolchain())
+                toolchain=toolchain(plan.backend))
 
 
 def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expected=None,
@@ -259,7 +291,7 @@ def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expe
     the core's timing table gives them (deployer.cycles; milliseconds at ``clock_mhz``, else the
     preset's clock) and the ELF's memory (harness and stack included) beside the planner's estimates."""
     from . import cycles
-    require_tools()
+    require_board_tools(dep.backend)
     elf = build_elf(dep)
     samples, resets, expected = stream(dep, model, samples, expected)
     outs, _ = parse_output(dep.graph, run(elf, samples_payload(dep.graph, samples, resets)).output, len(samples), False)
@@ -267,7 +299,7 @@ def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expe
     payload = samples_payload(dep.graph, samples[:1])
     estimate = cycles.estimate_inference(elf, payload, dep.backend.cpu) if cycles.available(dep.backend) else None
     instructions = estimate.instructions if estimate else instructions_per_inference(elf, payload)[0]
-    mem = elf_memory(elf.path)
+    mem = elf_memory(elf.path, elf.prefix)
     result.update(planned_flash_bytes=result["flash_bytes"], planned_sram_bytes=result["sram_bytes"],
                   flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"], instructions=instructions,
                   instructions_per_mac=round(instructions / max(dep.macs, 1), 4), qemu_machine=elf.machine)
@@ -278,6 +310,6 @@ def verify_on_qemu(dep: Plan, model: Path, samples: list[list[np.ndarray]], expe
 
 def trace_on_qemu(dep: Plan, sample: list[np.ndarray]) -> list:
     """Every layer's output for one sample, from the engine built with INFERENCE_TRACE, run on QEMU."""
-    require_tools()
+    require_board_tools(dep.backend)
     elf = build_elf(dep, trace=True)
     return parse_output(dep.graph, run(elf, samples_payload(dep.graph, [sample])).output, 1, True)[1][0]

@@ -7,7 +7,7 @@ from layer_analyzer import kernels as K
 from .emit import shape_text
 from .manifest import fusion_entry, order_entry, solver_statistics
 from .render import display
-from .qemu import BUILD_TOOLS, INSTALL, missing_tools
+from .qemu import build_tools, install_hint, missing_tools
 
 ABSENT = object()  # a manifest without an ``elf`` key: the target has no QEMU board
 
@@ -28,8 +28,8 @@ def _elf_lines(dep, elf) -> list[str]:
     if elf is ABSENT:
         return []
     if elf is None:
-        return [f"ELF: not linked ({', '.join(missing_tools(BUILD_TOOLS))} missing); to see its flash and SRAM "
-                f"beside the estimates, install them (Debian: {INSTALL})"]
+        return [f"ELF: not linked ({', '.join(missing_tools(build_tools(dep.backend)))} missing); to see its flash "
+                f"and SRAM beside the estimates, install them (Debian: {install_hint(dep.backend)})"]
     return [f"ELF: linked by the qemu/ Makefile for {dep.backend.qemu_machine} with {elf['toolchain']}; its flash "
             f"and SRAM include the QEMU harness and its {dep.backend.stack_bytes:,} B stack",
             "     sections: " + ", ".join(f"{name} {size:,} B" for name, size in elf["sections"].items())]

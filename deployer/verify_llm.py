@@ -76,14 +76,14 @@ def verify_language_model(dep, seeds: int = 3, sanitize: bool = False, on_qemu: 
     checks = []
     if on_qemu:
         from . import cycles, qemu
-        qemu.require_tools()
+        qemu.require_board_tools(dep.backend)
         elf = qemu.build_elf(dep)
         for ids in sequences:  # a run each: the engine starts every sequence at position 0
             checks.append(compare(dep.graph, qemu.run(elf, ids.tobytes()).output, expected_bytes(dep.graph, ids)))
         payload = sequences[0][:1].tobytes()
         estimate = cycles.estimate_inference(elf, payload, dep.backend.cpu) if cycles.available(dep.backend) else None
         instructions = estimate.instructions if estimate else qemu.instructions_per_inference(elf, payload)[0]
-        mem = qemu.elf_memory(elf.path)
+        mem = qemu.elf_memory(elf.path, elf.prefix)
         result.update(qemu_machine=elf.machine, instructions=instructions,
                       instructions_per_mac=round(instructions / max(result["macs"], 1), 4),
                       flash_bytes=mem["flash_bytes"], sram_bytes=mem["sram_bytes"],

@@ -37,3 +37,19 @@ def test_each_family_template_folder_is_named_only_by_its_family():
         pattern = re.compile(rf"""["'/]{re.escape(folder)}/""")
         named = [str(p.relative_to(ROOT)) for p in shared_files() if pattern.search(p.read_text())]
         assert not named, f"templates/{folder}/ named outside its family: {named}"
+
+
+def test_the_qemu_runner_takes_its_tools_from_the_target(monkeypatch):
+    """Another board's toolchain and QEMU are the target's data: the runner names what it lacks."""
+    from dataclasses import replace
+
+    import pytest
+
+    from deployer import qemu
+    other = replace(BACKENDS["cortex-m4"], name="rv", cc="riscv64-unknown-elf-gcc", qemu_system="qemu-system-riscv32",
+                    tool_packages=("gcc-riscv64-unknown-elf", "qemu-system-misc"))
+    assert qemu.board_tools(other) == ("riscv64-unknown-elf-gcc", "riscv64-unknown-elf-size",
+                                       "riscv64-unknown-elf-nm", "make", "qemu-system-riscv32")
+    monkeypatch.setattr("deployer.qemu.shutil.which", lambda tool: None)
+    with pytest.raises(qemu.QemuError, match="qemu-system-riscv32.*apt-get install gcc-riscv64-unknown-elf"):
+        qemu.require_board_tools(other)
