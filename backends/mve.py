@@ -16,7 +16,8 @@ average divided by its window's count through a 32-bit reciprocal; both whole, t
 region by region in patch stages (an elementwise region row by row, each operand at its buffer's
 row stride). 16x8 convolutions and fully connected layers (int16 activations) widen 8 int8 weights
 to int16 as they load and sum 8 products into 64 bits per VMLALDAVA, 4 channels sharing each input
-vector (templates/mve/sixteen.c.j2). Everything here is done once, at generation time."""
+vector (templates/mve/sixteen.c.j2); their depthwise layers (whole) 4 channels per int32 vector,
+inputs and weights widened on load. Everything here is done once, at generation time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -425,9 +426,92 @@ def narrow16(w: np.ndarray, bias, terms) -> bool:
     return all(16 <= t <= 32 for _, _, t in terms)
 
 
+# ---- 16x8 depthwise convolutions ---------------------------------------------------------
+
+NAME_DW16 = "depthwise_conv_s16_mve"
+CODE_BYTES_DW16 = 1536
+DW16_TAPS = (2 ** 31 - 1) // (32768 * 128)  # taps whose int16 x int8 products an int32 lane sums (511)
+
+
+def _depthwise_sixteen(kern, weight_bytes: int, use: str) -> Variant | None:
+    """16x8 depthwise convolutions (depth multiplier 1, dilation 1, batch 1), whole layers only:
+    4 channels per int32 vector, each tap's int16 inputs widened on load (VLDRH.S32) times its
+    int8 weights widened on load (VLDRB.S32), VMUL and VADD into int32 lanes: a window of at most
+    DW16_TAPS taps cannot pass int32 (32768 x 128 a product), whatever the values. Border windows
+    skip the taps outside the input (the portable kernel's; the input zero point is 0), then
+    fx_mbqm64's rounding as the 16x8 convolutions do it (4 lanes by VRMULH where the bias and sums
+    fit int32, else each lane in 64 bits). Channel groups outermost (no pixel order: walk None)."""
+    if use != "whole" or not isinstance(kern, K.Conv) or not kern.depthwise or not kern.acc64:
+        return None
+    if kern.depth_multiplier != 1 or kern.batch != 1 or kern.dil_h != 1 or kern.dil_w != 1:
+        return None
+    if kern.input_offset or kern.output_offset or kern.int_rq is not None or kern.float_rq is not None:
+        return None
+    if kern.k_h * kern.k_w > DW16_TAPS:
+        return None
+    if not (all(1 <= 15 - sh <= 62 for sh in np.atleast_1d(kern.shift)) and np.min(kern.multiplier) >= 0):
+        return None
+    padded = -(-kern.out_c // DW_LANES) * DW_LANES
+    # lanes 4: an in-place plane of 4 channels where they divide the channels (else the planner's
+    # plane holds 1 and the kernel then runs one channel a pass); weights padded per tap to 4
+    return Variant(NAME_DW16, KERNELS16, "depthwise_s16", kern.k_h * kern.k_w * padded, CODE_BYTES_DW16, DW_LANES,
+                   True, False, DW_LANES, None, depthwise_sixteen_context, None,
+                   lane_bytes=(8 * padded, 11 * padded))
+
+
+def pack_depthwise_s16(weights: np.ndarray) -> np.ndarray:
+    """1 x KH x KW x C int8 weights -> [tap][C padded to 4] (zeros past C), as words."""
+    taps = weights.reshape(-1, weights.shape[-1]).astype(np.int8)
+    taps = np.pad(taps, ((0, 0), (0, -(-taps.shape[1] // DW_LANES) * DW_LANES - taps.shape[1])))
+    return np.frombuffer(np.ascontiguousarray(taps).tobytes(), np.uint32)
+
+
+def depthwise_sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False) -> dict:
+    """The 16x8 depthwise kernel's arrays (weights per tap padded to 4 channels; int32 biases and
+    VRMULH multipliers, or int64 biases and fx_mbqm64's terms) and its loops' bounds. In place with
+    channels 4 do not divide, the planner's plane holds one channel: one channel a pass."""
+    graph = sym.graph
+    c = kern.out_c
+    padded = -(-c // DW_LANES) * DW_LANES
+    w = graph.tensors[kern.weights].data
+    bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
+    cols = w.reshape(-1, c).astype(np.int64)
+    assert 32768 * int(np.abs(cols).sum(axis=0).max(initial=0)) < 2 ** 31  # (DW16_TAPS)
+
+    def lanes(values, fill, dtype):
+        v = np.full(padded, fill, dtype)
+        v[:c] = np.broadcast_to(np.asarray(values, dtype), (c,))
+        return v
+
+    mult = np.broadcast_to(kern.multiplier, (c,))
+    shift = np.broadcast_to(kern.shift, (c,))
+    terms = [mbqm64_terms(int(m), int(sh)) for m, sh in zip(mult, shift)]
+    group = DW_LANES if not in_place or c % DW_LANES == 0 else 1
+    oy0, oy1, ox0, ox1 = interior(kern)
+    ctx = dict(macro="depthwise_s16", padded=padded, group=group, full=c - c % DW_LANES if group == DW_LANES else 0,
+               tail=c % DW_LANES if group == DW_LANES else 0, in_place=in_place,
+               interior=dict(oy0=oy0, oy1=oy1, ox0=ox0, ox1=ox1), borders=border_walks(kern), tap_guards=tap_guards(kern),
+               narrow=narrow16(cols.T, bias, terms),
+               wq=sym.array(f"op{k}_weights_s8x4", "uint32_t", lambda: pack_depthwise_s16(w), aligned=True, arg="wq"))
+    if ctx["narrow"]:  # every sum and its bias fit int32; VRMULH by reduced * 2^(32 - total): fx_mbqm64 exactly
+        ctx["bias"] = sym.array(f"op{k}_bias_lanes", "int32_t",
+                                lambda: lanes(0 if bias is None else bias.astype(np.int64), 0, np.int32), aligned=True, arg="bias")
+        ctx["mult"] = sym.array(f"op{k}_rq16_mult", "int32_t", lambda: lanes([r << (32 - t) for r, _, t in terms], 0, np.int32),
+                                aligned=True, arg="mult")
+        return ctx
+    ctx["bias"] = sym.array(f"op{k}_bias64_lanes", "int64_t", lambda: lanes(0 if bias is None else bias.astype(np.int64), 0, np.int64),
+                            aligned=True, arg="bias64")
+    ctx["reduced"] = sym.array(f"op{k}_rq64_mult", "uint16_t", lambda: lanes([t[0] for t in terms], 0, np.uint16), arg="rq64_mult")
+    ctx["addend"] = sym.array(f"op{k}_rq64_addend", "int64_t", lambda: lanes([t[1] for t in terms], 0, np.int64),
+                              aligned=True, arg="rq_add")
+    ctx["total"] = sym.array(f"op{k}_rq64_shift", "int8_t", lambda: lanes([t[2] for t in terms], 0, np.int8), arg="rq64_shift")
+    return ctx
+
+
 RULES = (VariantRule("mve conv/fc", _conv_fc, (K.Conv, K.FullyConnected)),
          VariantRule("mve add/sub/mul", _eltwise, (K.Add, K.Mul)), VariantRule("mve pool", _pool, (K.Pool,)),
-         VariantRule("mve 16x8 conv/fc", _sixteen_by_eight, (K.Conv, K.FullyConnected), dtypes=("int16",)))
+         VariantRule("mve 16x8 conv/fc", _sixteen_by_eight, (K.Conv, K.FullyConnected), dtypes=("int16",)),
+         VariantRule("mve 16x8 depthwise", _depthwise_sixteen, (K.Conv,), dtypes=("int16",)))
 
 FAMILY = KernelFamily(
     name="mve", label="Helium",

@@ -9,7 +9,7 @@ Models: the project's builder makes each twice from one seed, once with int16 ac
 ("16x8": int8 weights, int64 biases) and once in int8, each with the portable kernels and with
 the target's DSP kernels (16x8 convolutions and fully connected layers: SMLALD into 64 bits;
 the 16-bit depthwise layer stays portable; on the M55 the Helium kernels: VMLALDAVA, 8 MACs
-into 64 bits). TFLite Micro + CMSIS-NN cannot be built
+into 64 bits, and the depthwise layer 4 channels per int32 vector). TFLite Micro + CMSIS-NN cannot be built
 for the QEMU board here (no CMSIS-NN sources offline); its arena is its Python interpreter's."""
 from __future__ import annotations
 
