@@ -5,32 +5,25 @@ channel counts 4, 6 and 13 (a predicated last pass), sums that fit int32 with th
 4 channels, or of 1 where 4 do not divide them) and not; tiles keep the portable kernel."""
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from deployer import qemu
-from deployer.pipeline import Options, deploy
-from deployer.verify import random_inputs
 from layer_analyzer import kernels as K
+from tests.target.test_mve_kernels import engine
+from tests.target.test_mve_kernels import run as run_on_m55
 from tests.tflite_builder import ModelBuilder
 
 pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
                                 reason=f"Cortex-M tools missing: {qemu.missing_tools()} (tests/install.sh)")
 
 
-def run(model, **options):
-    dep = deploy(model, Options(target="cortex-m55", **options))
-    samples = [random_inputs(dep.graph, s) for s in range(3)]
-    result = qemu.verify_on_qemu(dep, model, samples)
-    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
-    return dep
+run = partial(run_on_m55, seeds=3)
 
 
 def depthwise(dep):
     return [lp for lp in dep.layers if isinstance(lp.kernel, K.Conv) and lp.kernel.depthwise]
-
-
-def engine(dep) -> str:
-    return next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
 
 
 def build(path, c: int, seed: int, h: int = 9, w: int = 11):

@@ -24,9 +24,10 @@ pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
 DW16 = "depthwise_conv_s8_16ch_mve"
 
 
-def run(model, samples=None, **options):
+def run(model, samples=None, seeds: int = 2, **options):
+    """The model deployed for the M55 and compared on QEMU (``samples``, else ``seeds`` random ones)."""
     dep = deploy(model, Options(target="cortex-m55", **options))
-    samples = samples or [random_inputs(dep.graph, 0), random_inputs(dep.graph, 1)]
+    samples = samples or [random_inputs(dep.graph, s) for s in range(seeds)]
     result = qemu.verify_on_qemu(dep, model, samples)
     assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
     return dep

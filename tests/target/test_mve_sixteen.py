@@ -9,12 +9,15 @@ than the layer's); in patch stages the 16-bit layers keep the portable kernels, 
 family alone they run SMLALD."""
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from deployer import qemu
 from deployer.pipeline import Options, deploy
-from deployer.verify import random_inputs
 from layer_analyzer import kernels as K
+from tests.target.test_mve_kernels import engine
+from tests.target.test_mve_kernels import run as run_on_m55
 from tests.tflite_builder import ModelBuilder
 
 pytestmark = pytest.mark.skipif(bool(qemu.missing_tools()),
@@ -45,20 +48,11 @@ def model16(tmp_path_factory):
     return build(tmp_path_factory.mktemp("mve16"), 2)
 
 
-def run(model, **options):
-    dep = deploy(model, Options(target="cortex-m55", **options))
-    samples = [random_inputs(dep.graph, s) for s in range(3)]
-    result = qemu.verify_on_qemu(dep, model, samples)
-    assert all(o["max_abs_diff"] == 0 for o in result["outputs"]), result["outputs"]
-    return dep
+run = partial(run_on_m55, seeds=3)
 
 
 def weighted(dep):
     return [lp.variant.name for lp in dep.layers if isinstance(lp.kernel, (K.Conv, K.FullyConnected))]
-
-
-def engine(dep) -> str:
-    return next(text for name, text in dep.files.items() if name.endswith("_engine.c"))
 
 
 def test_helium_16x8_conv_and_fc_bit_exact(model16):
