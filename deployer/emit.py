@@ -414,9 +414,9 @@ def _dsp_tiles(L: dict, kern, k: int, sym: _Symbols, variant, g, t, env) -> dict
 
 
 def _estimates(L: dict) -> bool:
-    """The layer's fully connected requantization has integer estimates of its double scales (a
-    core whose double arithmetic is software): its windows' kernels read them too."""
-    return isinstance(L["simd"], dict) and L["simd"].get("fc_est") is not None
+    """The layer's arrays hold integer estimates of its double scales (a core whose double
+    arithmetic is software; _Symbols.double_scales): its windows' kernels read them too."""
+    return "scale_q32" in L["args"]
 
 
 def kernel_function(env, kern, k: int, variant, per_group: dict, graph: Graph, in_place: bool = False,
