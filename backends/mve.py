@@ -28,6 +28,7 @@ from layer_analyzer import kernels as K
 
 from .family import KernelFamily
 from .geometry import border_walks, folded_bias, interior, tap_guards
+from deployer import fixedpoint
 from deployer.fixedpoint import scale_q32
 
 from .variants import Variant, VariantRule
@@ -327,12 +328,9 @@ def pack_rows16(weights: np.ndarray, s: MveLayout) -> np.ndarray:
 
 
 def mbqm64_terms(multiplier: int, shift: int) -> tuple[int, int, int]:
-    """LiteRT's 64-bit MultiplyByQuantizedMultiplier (fx_mbqm64) as its three per-channel terms:
-    the multiplier rounded to 16 bits, the rounding addend and the right shift:
-    y = (acc * reduced + addend) >> total."""
-    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
-    total = 15 - shift
-    return reduced, 1 << (total - 1), total
+    """LiteRT's 64-bit MultiplyByQuantizedMultiplier (fx_mbqm64) as one channel's three terms,
+    as Python ints: y = (acc * reduced + addend) >> total."""
+    return tuple(int(v) for v in fixedpoint.mbqm64_terms(multiplier, shift))
 
 
 def _sixteen_by_eight(kern, weight_bytes: int, use: str) -> Variant | None:

@@ -56,14 +56,21 @@ def mbqm(x, multiplier, shift) -> np.ndarray:
     return rdbpot(srdhm(wrap32(_i64(x) << left), multiplier), right)
 
 
-def mbqm64(x, multiplier, shift) -> np.ndarray:
-    """MultiplyByQuantizedMultiplier of an int64 accumulator (TFLite's 16x8 kernels): the
-    multiplier rounded to 16 bits (0x7FFF from 0x7FFF0000 up), one rounding right shift by
-    15 - shift, the result wrapped to int32 as the reference's cast does."""
+def mbqm64_terms(multiplier, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mbqm64's per-channel terms: the multiplier rounded to 16 bits (0x7FFF from 0x7FFF0000
+    up), the rounding addend and the right shift 15 - shift: y = (x * reduced + addend) >> total."""
     m = _i64(multiplier)
     reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
     total = 15 - _i64(shift)
-    return wrap32((_i64(x) * reduced + (np.int64(1) << (total - 1))) >> total)
+    return reduced, np.int64(1) << (total - 1), total
+
+
+def mbqm64(x, multiplier, shift) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier of an int64 accumulator (TFLite's 16x8 kernels): one
+    rounding right shift of x times the reduced multiplier (mbqm64_terms), the result wrapped to
+    int32 as the reference's cast does."""
+    reduced, addend, total = mbqm64_terms(multiplier, shift)
+    return wrap32((_i64(x) * reduced + addend) >> total)
 
 
 def saturating_left_shift(x, exponent: int) -> np.ndarray:
