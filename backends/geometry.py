@@ -1,6 +1,6 @@
 """What every kernel family's kernels share about a layer's geometry and arithmetic: the output
-pixels whose windows lie inside the input, the walks over the others, and the input offset
-folded into the bias."""
+pixels whose windows lie inside the input, the walks over the others, the input offset folded
+into the bias, and per-channel values padded to a kernel's passes."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +13,14 @@ def folded_bias(kern, bias: np.ndarray | None, weights: np.ndarray) -> np.ndarra
     x * w, not (x + offset) * w (int32 arithmetic wraps alike, so the final sum is the same)."""
     base = 0 if bias is None else bias.astype(np.int64)
     return base + kern.input_offset * weights.reshape(weights.shape[0], -1).astype(np.int64).sum(1)
+
+
+def pad_channels(values, channels: int, total: int, fill, dtype) -> np.ndarray:
+    """Per-channel ``values`` (or one for all) for ``channels`` channels, then ``fill`` up to
+    ``total`` entries (a kernel's last pass of fewer channels reads whole vectors)."""
+    v = np.full(total, fill, dtype)
+    v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
+    return v
 
 
 def interior(kern: K.Conv) -> tuple[int, int, int, int]:

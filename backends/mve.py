@@ -27,7 +27,7 @@ import numpy as np
 from layer_analyzer import kernels as K
 
 from .family import KernelFamily
-from .geometry import border_walks, folded_bias, interior, tap_guards
+from .geometry import border_walks, folded_bias, interior, pad_channels, tap_guards
 from deployer import fixedpoint
 from deployer.fixedpoint import scale_q32
 
@@ -372,9 +372,7 @@ def sixteen_context(kern, k: int, sym, variant: Variant, in_place: bool = False)
     bias = graph.tensors[kern.bias].data if kern.bias >= 0 else None
 
     def padded(values, fill, dtype):
-        v = np.full(quads, fill, dtype)
-        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
-        return v
+        return pad_channels(values, channels, quads, fill, dtype)
 
     im2col = s.variant == "im2col16"
     steps = (s.row_pad if im2col else s.row) // LANES16
@@ -477,9 +475,7 @@ def depthwise_sixteen_context(kern, k: int, sym, variant: Variant, in_place: boo
     assert 32768 * int(np.abs(cols).sum(axis=0).max(initial=0)) < 2 ** 31  # (DW16_TAPS)
 
     def lanes(values, fill, dtype):
-        v = np.full(padded, fill, dtype)
-        v[:c] = np.broadcast_to(np.asarray(values, dtype), (c,))
-        return v
+        return pad_channels(values, c, padded, fill, dtype)
 
     mult = np.broadcast_to(kern.multiplier, (c,))
     shift = np.broadcast_to(kern.shift, (c,))
@@ -561,9 +557,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     quads = -(-channels // QUAD) * QUAD
 
     def padded(values, fill, dtype):  # per channel, to whole passes of 4
-        v = np.full(quads, fill, dtype)
-        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
-        return v
+        return pad_channels(values, channels, quads, fill, dtype)
 
     def folded():  # sums x * w: the input offset's share joins the bias (mod 2^32, as int32 sums wrap)
         f = folded_bias(kern, bias, w)

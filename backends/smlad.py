@@ -16,7 +16,7 @@ import numpy as np
 from layer_analyzer import kernels as K
 
 from .family import KernelFamily
-from .geometry import border_walks, folded_bias, interior, tap_guards  # noqa: F401 (the family's names for them)
+from .geometry import border_walks, folded_bias, interior, pad_channels, tap_guards  # noqa: F401 (the family's names for them)
 from .variants import CODE_BYTES_DSP, CODE_BYTES_PORTABLE, Variant, VariantRule
 
 TEMPLATES = "smlad"  # its folder under templates/
@@ -429,9 +429,7 @@ def template_context(kern, k: int, sym, variant: Variant, in_place: bool = False
     channels = kern.units if fc else kern.out_c
 
     def padded(values, fill, dtype):
-        v = np.full(s.groups * LANES, fill, dtype)
-        v[:channels] = np.broadcast_to(np.asarray(values, dtype), (channels,))
-        return v
+        return pad_channels(values, channels, s.groups * LANES, fill, dtype)
 
     # the arrays are made only where ``sym`` keeps their values (a window's kernel only names them)
     w = graph.tensors[kern.weights].data
